@@ -1,0 +1,361 @@
+"""Calculators for KV cache memory, latency metrics and serving cost.
+
+This module is the single source of every number that appears in the
+lessons, labs, quizzes and tests: a quiz answer, a lesson figure and a lab
+readout all call these functions, so they cannot drift apart.
+
+Everything here is plain Python (no torch, ipywidgets or matplotlib).
+Units: bytes are plain bytes; "GB" means 10**9 bytes (as GPU datasheets
+use it); time is in milliseconds where the name says ``_ms``.
+
+Sections
+--------
+1. Model shapes and KV cache size (MHA / GQA / MQA / MLA).
+2. Memory budgets: KV bytes for a request, users that fit in a GPU.
+3. Latency metrics: TPOT <-> tok/s/user.
+4. Economics: $/M tokens, J/token, pJ/token (InferenceX's formulas).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+def _check_positive(value: float, what: str, allow_zero: bool = False) -> None:
+    """Raise ValueError unless ``value`` is a real number > 0 (or >= 0 with allow_zero)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{what} must be {bound}, got {value!r}")
+
+
+# ----------------------------------------------------------------- tables
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "fp4": 0.5}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The attention shape of a model: what the KV cache size depends on.
+
+    ``kv_heads`` counts KV heads (GQA/MQA), not query heads. MLA models set
+    ``kv_lora_rank`` and ``qk_rope_head_dim`` (what is cached) and
+    ``qk_nope_head_dim`` / ``v_head_dim`` (what the naive MHA would cache).
+    ``params`` is the approximate parameter count, for weight bytes.
+    """
+
+    name: str
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    params: float
+    source: str
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+
+    def __post_init__(self):
+        for field in ("layers", "heads", "kv_heads", "head_dim", "params"):
+            _check_positive(getattr(self, field), field)
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+
+_HF = "https://huggingface.co/{}/blob/main/config.json"
+MODEL_SHAPES = {m.name: m for m in [
+    ModelShape("course-125M", 12, 12, 4, 64, 124.67e6,
+               "this course's model: hidden 768, intermediate 2048, vocab 32000, untied lm_head"),
+    ModelShape("Llama 3.1 8B", 32, 32, 8, 128, 8.03e9, _HF.format("meta-llama/Llama-3.1-8B")),
+    ModelShape("Llama 3.3 70B", 80, 64, 8, 128, 70.6e9,
+               _HF.format("meta-llama/Llama-3.3-70B-Instruct")),
+    ModelShape("Qwen3-0.6B", 28, 16, 8, 128, 0.6e9, _HF.format("Qwen/Qwen3-0.6B")),
+    # MLA: kv_heads/head_dim describe the naive per-head layout (128 heads, V dim 128).
+    ModelShape("DeepSeek R1", 61, 128, 128, 128, 671e9, _HF.format("deepseek-ai/DeepSeek-R1"),
+               kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
+]}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """HBM capacity (GB = 1e9 B) and bandwidth (TB/s) of one GPU, from its datasheet."""
+
+    name: str
+    memory_gb: float
+    hbm_tb_s: float
+    source: str
+
+
+GPU_SPECS = {g.name: g for g in [
+    GpuSpec("H100", 80, 3.35, "NVIDIA H100 SXM datasheet, nvidia.com/en-us/data-center/h100/"),
+    GpuSpec("H200", 141, 4.8, "NVIDIA H200 SXM datasheet, nvidia.com/en-us/data-center/h200/"),
+    GpuSpec("B200", 180, 8.0, "NVIDIA DGX B200 datasheet: 1,440 GB and 64 TB/s for 8 GPUs "
+            "(GTC 2024 announced 192 GB; drivers report 7.68 TB/s peak)"),
+    GpuSpec("GB200", 186, 8.0, "NVIDIA GB200 NVL72: 13.4 TB HBM3e and 576 TB/s for 72 GPUs"),
+    GpuSpec("MI300X", 192, 5.3, "AMD Instinct MI300X datasheet, amd.com"),
+    GpuSpec("MI355X", 288, 8.0, "AMD Instinct MI355X datasheet, amd.com"),
+]}
+
+
+@dataclass(frozen=True)
+class GpuCost:
+    """InferenceX's $/GPU-hr (hyperscaler-owned / neocloud-owned / 3-yr rental) and all-in kW."""
+
+    name: str
+    hyperscaler: float
+    neocloud: float
+    rental_3yr: float
+    all_in_kw: float
+
+
+GPU_COSTS = {c.name: c for c in [
+    GpuCost("H100", 1.30, 1.69, 1.30, 1.73),
+    GpuCost("H200", 1.41, 1.74, 1.60, 1.73),
+    GpuCost("B200", 1.95, 2.34, 2.90, 2.17),
+    GpuCost("GB200", 2.21, 2.75, 3.30, 2.10),
+    GpuCost("MI300X", 1.12, 1.40, 1.55, 1.79),
+    GpuCost("MI355X", 1.48, 1.90, 2.10, 2.65),
+]}
+
+# One published InferenceX row (SemiAnalysis): MI355X, Kimi-K2.5 int4, vLLM, 8k/1k,
+# concurrency 32, TP8. Its $/M tokens is reproduced with the *hyperscaler* price.
+INFERENCEX_MI355X_ROW = {
+    "gpu": "MI355X", "tier": "hyperscaler", "tok_s_per_gpu": 157.12,
+    "median_ttft_s": 1.817, "median_tpot_ms": 230.3, "tok_s_user": 4.34,
+    "usd_per_million_tokens": 2.62, "joules_per_token": 16.9,
+}
+
+__all__ = [
+    "DTYPE_BYTES", "GPU_COSTS", "GPU_SPECS", "INFERENCEX_MI355X_ROW", "MODEL_SHAPES",
+    "GpuCost", "GpuSpec", "ModelShape",
+    "get_model_shape", "get_gpu_spec", "get_gpu_cost", "bytes_per_value",
+    "kv_bytes_per_token_gqa", "kv_bytes_per_token_mla", "kv_bytes_per_token",
+    "kv_bytes_per_token_if_mha", "naive_mha_kv_bytes_per_token", "kv_cache_bytes",
+    "weight_bytes", "gpu_memory_bytes", "max_concurrent_users",
+    "tpot_ms_from_tok_s_user", "tok_s_user_from_tpot_ms",
+    "usd_per_million_tokens", "joules_per_token", "picojoules_per_token",
+    "joules_to_picojoules", "gpu_hour_price", "inferencex_economics",
+]
+
+
+# ---------------------------------------------------------------- lookups
+def _lookup(table: dict, name: str, what: str):
+    if name in table:
+        return table[name]
+    known = ", ".join(table)
+    raise ValueError(f"unknown {what} {name!r}; known {what}s: {known}")
+
+
+def get_model_shape(model: str | ModelShape) -> ModelShape:
+    """Return the :class:`ModelShape` for a name in ``MODEL_SHAPES`` (or pass one through)."""
+    if isinstance(model, ModelShape):
+        return model
+    return _lookup(MODEL_SHAPES, model, "model")
+
+
+def get_gpu_spec(gpu: str | GpuSpec) -> GpuSpec:
+    """Return the :class:`GpuSpec` (memory, HBM bandwidth) for a name in ``GPU_SPECS``."""
+    if isinstance(gpu, GpuSpec):
+        return gpu
+    return _lookup(GPU_SPECS, gpu, "GPU")
+
+
+def get_gpu_cost(gpu: str | GpuCost) -> GpuCost:
+    """Return InferenceX's $/GPU-hr and all-in kW for a name in ``GPU_COSTS``."""
+    if isinstance(gpu, GpuCost):
+        return gpu
+    return _lookup(GPU_COSTS, gpu, "GPU")
+
+
+def bytes_per_value(dtype: str | float) -> float:
+    """Bytes per stored value: a dtype name ("bf16", "fp8", "int4", ...) or a positive number."""
+    if isinstance(dtype, str):
+        return _lookup(DTYPE_BYTES, dtype, "dtype")
+    _check_positive(dtype, "bytes per value")
+    return dtype
+
+
+# ------------------------------------------------------- 1. KV cache size
+def kv_bytes_per_token_gqa(layers: int, kv_heads: int, head_dim: int, bytes_per_value: float) -> int:
+    """KV cache bytes per token for MHA, GQA and MQA.
+
+    ``2 x layers x kv_heads x head_dim x bytes``: the 2 is one K and one V
+    vector per KV head per layer. Use the number of *KV* heads, not query
+    heads: GQA shares one KV head among several query heads (Llama 3.1 8B:
+    32 query heads, 8 KV heads), MQA has a single KV head, MHA has as many
+    KV heads as query heads.
+    """
+    for value, what in ((layers, "layers"), (kv_heads, "kv_heads"), (head_dim, "head_dim")):
+        _check_positive(value, what)
+    _check_positive(bytes_per_value, "bytes per value")
+    return int(2 * layers * kv_heads * head_dim * bytes_per_value)
+
+
+def kv_bytes_per_token_mla(layers: int, kv_lora_rank: int, qk_rope_head_dim: int,
+                           bytes_per_value: float) -> int:
+    """KV cache bytes per token for MLA (Multi-head Latent Attention, DeepSeek V2/V3/R1).
+
+    ``layers x (kv_lora_rank + qk_rope_head_dim) x bytes``. There is no
+    factor 2: each layer caches one compressed latent (width ``kv_lora_rank``)
+    from which both K and V are reconstructed, plus one small RoPE key
+    (width ``qk_rope_head_dim``) shared by all heads. DeepSeek R1:
+    61 x (512 + 64) = 35,136 values per token.
+    """
+    for value, what in ((layers, "layers"), (kv_lora_rank, "kv_lora_rank"),
+                        (qk_rope_head_dim, "qk_rope_head_dim")):
+        _check_positive(value, what)
+    _check_positive(bytes_per_value, "bytes per value")
+    return int(layers * (kv_lora_rank + qk_rope_head_dim) * bytes_per_value)
+
+
+def kv_bytes_per_token(model: str | ModelShape, dtype: str | float = "bf16") -> int:
+    """KV cache bytes per token of a model: the MLA formula if it uses MLA, else the GQA one."""
+    shape = get_model_shape(model)
+    nbytes = bytes_per_value(dtype)
+    if shape.is_mla:
+        return kv_bytes_per_token_mla(shape.layers, shape.kv_lora_rank, shape.qk_rope_head_dim, nbytes)
+    return kv_bytes_per_token_gqa(shape.layers, shape.kv_heads, shape.head_dim, nbytes)
+
+
+def kv_bytes_per_token_if_mha(model: str | ModelShape, dtype: str | float = "bf16") -> int:
+    """What a GQA model would cache if every query head had its own KV head (plain MHA).
+
+    The common mistake of putting query heads into the KV formula gives this
+    number; for Llama 3.1 8B it is 4x the true size (32 vs 8 heads).
+    """
+    shape = get_model_shape(model)
+    if shape.is_mla:
+        return naive_mha_kv_bytes_per_token(shape, dtype)
+    return kv_bytes_per_token_gqa(shape.layers, shape.heads, shape.head_dim, bytes_per_value(dtype))
+
+
+def naive_mha_kv_bytes_per_token(model: str | ModelShape = "DeepSeek R1",
+                                 dtype: str | float = "bf16") -> int:
+    """KV bytes per token an MLA model would need if it cached full per-head K and V.
+
+    Choice (stated because "head dim" is ambiguous for MLA): each of the
+    ``heads`` query heads would cache a K of ``qk_nope_head_dim +
+    qk_rope_head_dim`` (128 + 64 = 192 for DeepSeek R1) and a V of
+    ``v_head_dim`` (128), the sizes in DeepSeek R1's config.json and what an
+    MLA kernel materialises without weight absorption. So
+    ``layers x heads x (qk_head_dim + v_head_dim) x bytes``:
+    61 x 128 x 320 x 2 = 4,997,120 B/token in BF16, i.e. 40.9 GB for 8,192
+    tokens (20.5 GB in FP8), versus 576 MB (288 MB) with MLA: 71x smaller.
+    The rounder ``2 x 61 x 128 x 128`` (head dim 128 for both) gives 32.7 GB.
+    """
+    shape = get_model_shape(model)
+    if not shape.is_mla:
+        raise ValueError(f"{shape.name} does not use MLA; use kv_bytes_per_token_if_mha()")
+    qk_head_dim = shape.qk_nope_head_dim + shape.qk_rope_head_dim
+    return int(shape.layers * shape.heads * (qk_head_dim + shape.v_head_dim) * bytes_per_value(dtype))
+
+
+# ---------------------------------------------------- 2. memory budgets
+def kv_cache_bytes(model: str | ModelShape, tokens: int, dtype: str | float = "bf16") -> int:
+    """KV cache bytes for one request of ``tokens`` tokens (prompt + generated so far).
+
+    DeepSeek R1, 8,192 tokens, FP8: 35,136 x 8,192 = 287,834,112 B (~288 MB).
+    """
+    _check_positive(tokens, "tokens", allow_zero=True)
+    return kv_bytes_per_token(model, dtype) * int(tokens)
+
+
+def weight_bytes(model: str | ModelShape, dtype: str | float = "bf16") -> int:
+    """Approximate bytes of a model's weights: parameter count x bytes per value."""
+    shape = get_model_shape(model)
+    return int(shape.params * bytes_per_value(dtype))
+
+
+def gpu_memory_bytes(gpu: str | GpuSpec, count: int = 1) -> int:
+    """HBM capacity in bytes of ``count`` GPUs (datasheet GB = 10**9 bytes)."""
+    _check_positive(count, "GPU count")
+    return int(get_gpu_spec(gpu).memory_gb * 1e9 * count)
+
+
+def max_concurrent_users(model: str | ModelShape, tokens_per_user: int, memory_bytes: float,
+                         dtype: str | float = "bf16", weight_bytes: float = 0) -> int:
+    """How many users' KV caches fit in ``memory_bytes`` after the weights are loaded.
+
+    ``floor((memory_bytes - weight_bytes) / kv_cache_bytes(model, tokens_per_user))``.
+    A real server also keeps activations and fragmentation headroom, so
+    this is an upper bound.
+    """
+    _check_positive(memory_bytes, "memory_bytes")
+    _check_positive(weight_bytes, "weight_bytes", allow_zero=True)
+    _check_positive(tokens_per_user, "tokens_per_user")
+    free = memory_bytes - weight_bytes
+    if free <= 0:
+        raise ValueError(f"weights ({weight_bytes:,.0f} B) do not fit in memory ({memory_bytes:,.0f} B)")
+    return int(free // kv_cache_bytes(model, tokens_per_user, dtype))
+
+
+# ---------------------------------------------------- 3. latency metrics
+def tpot_ms_from_tok_s_user(tok_s_user: float) -> float:
+    """TPOT in ms from interactivity: ``1000 / tok_s_user`` (60 tok/s/user -> 16.67 ms)."""
+    _check_positive(tok_s_user, "tok_s_user")
+    return 1000.0 / tok_s_user
+
+
+def tok_s_user_from_tpot_ms(tpot_ms: float) -> float:
+    """Interactivity (tok/s/user) from TPOT: ``1000 / tpot_ms`` (InferenceX's ``intvty``)."""
+    _check_positive(tpot_ms, "tpot_ms")
+    return 1000.0 / tpot_ms
+
+
+# ---------------------------------------------------------- 4. economics
+def usd_per_million_tokens(usd_per_gpu_hour: float, tok_s_per_gpu: float) -> float:
+    """Cost per million tokens: ``($/GPU-hr) / (tok/s/gpu x 3600 / 1e6)``.
+
+    The denominator is how many million tokens one GPU makes in an hour.
+    """
+    _check_positive(usd_per_gpu_hour, "usd_per_gpu_hour", allow_zero=True)
+    _check_positive(tok_s_per_gpu, "tok_s_per_gpu")
+    return usd_per_gpu_hour / (tok_s_per_gpu * 3600 / 1e6)
+
+
+def joules_per_token(kw_per_gpu: float, tok_s_per_gpu: float) -> float:
+    """Energy per token: ``kW per GPU x 1000 / (tok/s/gpu)`` (W = J/s, so J/s / tok/s = J/tok)."""
+    _check_positive(kw_per_gpu, "kw_per_gpu", allow_zero=True)
+    _check_positive(tok_s_per_gpu, "tok_s_per_gpu")
+    return kw_per_gpu * 1000.0 / tok_s_per_gpu
+
+
+def joules_to_picojoules(joules: float) -> float:
+    """1 J = 10**12 pJ."""
+    _check_positive(joules, "joules", allow_zero=True)
+    return joules * 1e12
+
+
+def picojoules_per_token(kw_per_gpu: float, tok_s_per_gpu: float) -> float:
+    """Energy per token in pJ: ``joules_per_token(...) x 1e12``."""
+    return joules_to_picojoules(joules_per_token(kw_per_gpu, tok_s_per_gpu))
+
+
+def gpu_hour_price(gpu: str | GpuCost, tier: str = "hyperscaler") -> float:
+    """InferenceX's $/GPU-hr for ``tier`` in {"hyperscaler", "neocloud", "rental_3yr"}."""
+    cost = get_gpu_cost(gpu)
+    tiers = {"hyperscaler": cost.hyperscaler, "neocloud": cost.neocloud, "rental_3yr": cost.rental_3yr}
+    return _lookup(tiers, tier, "price tier")
+
+
+def inferencex_economics(gpu: str | GpuCost, tok_s_per_gpu: float, tier: str = "hyperscaler") -> dict:
+    """$/M tokens, J/token and pJ/token for one throughput on one GPU, as InferenceX computes them.
+
+    Reproduces the published MI355X row: 157.12 tok/s/gpu with the
+    hyperscaler-owned price ($1.48/GPU-hr) and 2.65 kW gives $2.62/M tokens
+    and 16.9 J/token. (The neocloud price, $1.90, would give $3.36.)
+    """
+    cost = get_gpu_cost(gpu)
+    return {
+        "gpu": cost.name,
+        "tier": tier,
+        "usd_per_gpu_hour": gpu_hour_price(cost, tier),
+        "usd_per_million_tokens": usd_per_million_tokens(gpu_hour_price(cost, tier), tok_s_per_gpu),
+        "joules_per_token": joules_per_token(cost.all_in_kw, tok_s_per_gpu),
+        "picojoules_per_token": picojoules_per_token(cost.all_in_kw, tok_s_per_gpu),
+    }
