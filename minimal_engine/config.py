@@ -1,0 +1,126 @@
+"""Configuration: what the model looks like (ModelConfig) and how the engine runs it (EngineConfig).
+
+ModelConfig is read from a Hugging Face `config.json`; EngineConfig holds the knobs a user passes to
+`LLM(...)`. Both check their values when they are built, so a bad setting fails early with a message
+that says what is allowed.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# config.json の "architectures" -> このエンジンでの変種名
+SUPPORTED_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+}
+
+
+@dataclass
+class ModelConfig:
+    """The shape of a Llama-family model, parsed from config.json."""
+
+    variant: str                      # "llama" | "qwen2" | "qwen3"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int                    # query heads
+    num_kv_heads: int                 # key/value heads (GQA: fewer than query heads)
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None  # e.g. Llama 3.x {"rope_type": "llama3", ...}
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False      # Qwen2: bias on q/k/v projections
+    qk_norm: bool = False             # Qwen3: RMSNorm on each head of q and k
+    eos_token_ids: list[int] = field(default_factory=list)
+    bos_token_id: int | None = None
+    torch_dtype: str | None = None
+
+    @classmethod
+    def from_dict(cls, cfg: dict) -> "ModelConfig":
+        archs = cfg.get("architectures") or []
+        arch = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
+        if arch is None:
+            raise ValueError(
+                f"unsupported architecture {archs or cfg.get('model_type')!r}: this engine runs "
+                f"{', '.join(sorted(SUPPORTED_ARCHITECTURES))}")
+        variant = SUPPORTED_ARCHITECTURES[arch]
+        num_heads = cfg["num_attention_heads"]
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // num_heads
+        eos = cfg.get("eos_token_id")
+        eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        rope_scaling = cfg.get("rope_scaling")
+        rope_theta = cfg.get("rope_theta")
+        rope_params = cfg.get("rope_parameters")  # transformers 5.x writes this instead
+        if isinstance(rope_params, dict):
+            rope_theta = rope_theta or rope_params.get("rope_theta")
+            if rope_params.get("rope_type", "default") != "default":
+                rope_scaling = rope_scaling or rope_params
+        if rope_scaling is not None and rope_scaling.get("rope_type", rope_scaling.get("type")) in (None, "default"):
+            rope_scaling = None
+        return cls(
+            variant=variant,
+            vocab_size=cfg["vocab_size"],
+            hidden_size=cfg["hidden_size"],
+            intermediate_size=cfg["intermediate_size"],
+            num_layers=cfg["num_hidden_layers"],
+            num_heads=num_heads,
+            num_kv_heads=cfg.get("num_key_value_heads") or num_heads,
+            head_dim=head_dim,
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+            rope_theta=float(rope_theta or 10000.0),
+            rope_scaling=rope_scaling,
+            max_position_embeddings=cfg.get("max_position_embeddings", 2048),
+            tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+            attention_bias=cfg.get("attention_bias", variant == "qwen2"),
+            qk_norm=variant == "qwen3",
+            eos_token_ids=eos,
+            bos_token_id=cfg.get("bos_token_id"),
+            torch_dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
+        )
+
+    @classmethod
+    def from_folder(cls, path: str | Path) -> "ModelConfig":
+        path = Path(path)
+        cfg_file = path / "config.json"
+        if not cfg_file.is_file():
+            raise FileNotFoundError(
+                f"{path} has no config.json: a model folder must be in Hugging Face format "
+                "(config.json, *.safetensors, tokenizer files)")
+        try:
+            cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{cfg_file} is not valid JSON: {e}") from None
+        return cls.from_dict(cfg)
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """K and V for every layer: 2 x layers x kv_heads x head_dim x bytes."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
+
+
+@dataclass
+class EngineConfig:
+    """How the engine runs: KV pool size, batch limits, context length."""
+
+    block_size: int = 16              # tokens per KV block
+    num_kv_blocks: int | None = None  # None: sized from kv_cache_memory
+    kv_cache_memory: int | None = None  # bytes for the KV pool when num_kv_blocks is None
+    max_num_seqs: int = 64            # at most this many requests in one step
+    max_num_batched_tokens: int = 2048  # at most this many tokens (prefill + decode) in one step
+    max_model_len: int | None = None  # prompt + output limit; None: the model's max positions
+
+    def __post_init__(self):
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_kv_blocks is not None and (not isinstance(self.num_kv_blocks, int) or self.num_kv_blocks < 1):
+            raise ValueError(f"num_kv_blocks must be a positive integer or None, got {self.num_kv_blocks!r}")
+        if self.max_model_len is not None and (not isinstance(self.max_model_len, int) or self.max_model_len < 2):
+            raise ValueError(f"max_model_len must be an integer >= 2 or None, got {self.max_model_len!r}")

@@ -1,0 +1,138 @@
+"""LLM: the offline entry point, shaped like vLLM's.
+
+    from minimal_engine import LLM, SamplingParams
+    llm = LLM()                                   # the course's tiny Japanese model, offline
+    outs = llm.generate(["吾輩は"], SamplingParams(temperature=0, max_tokens=32))
+    print(outs[0].text, outs[0].metrics.ttft)
+
+`model` is a local Hugging Face folder, a hub id (when online or cached), or "synthetic:NAME" for a randomly
+initialised model of a real shape (see synthetic.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .config import EngineConfig, ModelConfig
+from .llm_engine import LLMEngine, RequestOutput
+from .models.loader import load_model, resolve_dtype, resolve_model_path
+from .sampling_params import SamplingParams
+from .tokenizer import Tokenizer
+
+DEFAULT_MODEL = Path(__file__).parent / "default_model"
+CPU_KV_BUDGET = 1 << 30          # 1 GiB of KV pool on the CPU unless told otherwise
+GPU_KV_FRACTION = 0.5            # half of the free GPU memory after loading the weights
+
+
+def resolve_device(device) -> torch.device:
+    if device is None or device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for but no CUDA GPU is available; use device='cpu'")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError("device 'mps' was asked for but Apple's MPS is not available; use device='cpu'")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'mps', got {device!r}")
+    return dev
+
+
+class LLM:
+    def __init__(self, model: str | Path | None = None, dtype=None, device=None, block_size: int = 16,
+                 num_kv_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
+                 max_model_len: int | None = None, seed: int = 0, kv_cache_memory: int | None = None):
+        config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_memory=kv_cache_memory,
+                              max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                              max_model_len=max_model_len)
+        self.device = resolve_device(device)
+        torch.manual_seed(seed)
+        if isinstance(model, str) and model.startswith("synthetic:"):
+            from .synthetic import build_synthetic
+            model_config, net, tokenizer, self.dtype = build_synthetic(model.split(":", 1)[1], dtype, self.device, seed)
+            self.model_path = None
+        else:
+            self.model_path = resolve_model_path(model if model is not None else DEFAULT_MODEL)
+            model_config = ModelConfig.from_folder(self.model_path)
+            self.dtype = resolve_dtype(dtype, self.device, model_config)
+            tokenizer = Tokenizer(self.model_path)
+            net = load_model(self.model_path, model_config, self.dtype, self.device)
+        self.model_name = str(model) if model is not None else "minimal-ja (default)"
+        limit = model_config.max_position_embeddings
+        if config.max_model_len is not None and config.max_model_len > limit:
+            raise ValueError(f"max_model_len={config.max_model_len} exceeds the model's limit of {limit} positions")
+        config.max_model_len = config.max_model_len or limit
+        num_blocks = config.num_kv_blocks or self._auto_num_blocks(model_config, config)
+        self.model_config, self.config, self.tokenizer = model_config, config, tokenizer
+        self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype, self.device, seed)
+
+    def _auto_num_blocks(self, mc: ModelConfig, config: EngineConfig) -> int:
+        """Enough blocks for max_num_seqs requests of max_model_len tokens, within a memory budget."""
+        per_block = mc.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8) * config.block_size
+        wanted = config.max_num_seqs * -(-config.max_model_len // config.block_size)
+        budget = config.kv_cache_memory
+        if budget is None:
+            if self.device.type == "cuda":
+                budget = int(torch.cuda.mem_get_info(self.device)[0] * GPU_KV_FRACTION)
+            else:
+                budget = CPU_KV_BUDGET
+        return max(1, min(wanted, budget // per_block))
+
+    def _prepare(self, prompts, sampling_params) -> tuple[list, list[SamplingParams]]:
+        if isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts
+                                        and all(isinstance(t, int) for t in prompts)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if not prompts:
+            raise ValueError("prompts is empty: give at least one prompt")
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams: give one, or one per prompt")
+        for i, (p, sp) in enumerate(zip(prompts, params)):   # check everything before anything starts
+            try:
+                self.engine.validate_request(self.engine.tokenize(p)[1], sp)
+            except (ValueError, TypeError) as e:
+                raise type(e)(f"prompt {i}: {e}") from None
+        return prompts, params
+
+    def generate(self, prompts, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
+        """Run prompts (strings and/or lists of token ids) to completion as one continuous batch."""
+        prompts, params = self._prepare(prompts, sampling_params)
+        ids = [self.engine.add_request(p, sp) for p, sp in zip(prompts, params)]
+        return self._run(ids, use_tqdm)
+
+    def chat(self, messages, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
+        """messages: one conversation ([{"role": ..., "content": ...}]) or a list of them; uses the chat template."""
+        convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        return self.generate([self.tokenizer.apply_chat_template(c) for c in convs], sampling_params, use_tqdm)
+
+    def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        results: dict[str, RequestOutput] = {}
+        bar = None
+        if use_tqdm:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(ids), desc="generate", unit="req")
+        try:
+            wanted = set(ids)
+            while len(results) < len(ids) and self.engine.has_unfinished_requests():
+                for out in self.engine.step():
+                    if out.finished and out.request_id in wanted:
+                        results[out.request_id] = out
+                        if bar:
+                            bar.update(1)
+        finally:
+            for rid in ids:                      # on an interrupt, free everything this call started
+                if rid not in results:
+                    self.engine.abort_request(rid)
+            if bar:
+                bar.close()
+        return [results[r] for r in ids]

@@ -1,0 +1,162 @@
+"""LLMEngine: the loop that servers and labs drive step by step.
+
+    add_request()  ->  step(): scheduler.schedule() -> model_runner.run() -> update sequences  ->  outputs
+                       (repeat while has_unfinished_requests())
+
+Every input is checked in add_request (validate_request), before the request touches the queues, so a
+bad request raises a clear error and never disturbs the others.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .block_manager import BlockManager
+from .config import EngineConfig, ModelConfig
+from .model_runner import ModelRunner
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler
+from .sequence import RequestMetrics, Sequence
+from .tokenizer import IncrementalDetokenizer, Tokenizer
+
+
+@dataclass
+class RequestOutput:
+    """What a request has produced so far (or in total, when finished)."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    text: str
+    token_ids: list[int]
+    finished: bool
+    finish_reason: str | None
+    metrics: RequestMetrics
+    new_text: str = ""            # text added by the latest step (streaming)
+    new_token_ids: tuple = ()
+
+    @property
+    def outputs(self) -> list["RequestOutput"]:
+        """vLLM compatibility: `out.outputs[0].text` works as in vLLM (one completion per prompt)."""
+        return [self]
+
+
+class LLMEngine:
+    def __init__(self, model, model_config: ModelConfig, tokenizer: Tokenizer, config: EngineConfig,
+                 num_blocks: int, dtype: torch.dtype, device: torch.device, seed: int = 0):
+        self.model_config, self.tokenizer, self.config = model_config, tokenizer, config
+        self.device = device
+        self.block_manager = BlockManager(num_blocks, config.block_size)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.runner = ModelRunner(model, config, num_blocks, dtype, device)
+        self.seqs: dict[str, Sequence] = {}
+        self.eos_ids = set(model_config.eos_token_ids)
+        if tokenizer.eos_token_id is not None:
+            self.eos_ids.add(tokenizer.eos_token_id)
+        self.generator = torch.Generator(device=device).manual_seed(seed)  # for unseeded sampled requests
+        self._ids = itertools.count()
+
+    @property
+    def max_model_len(self) -> int:
+        return self.config.max_model_len
+
+    # ---- input checks -------------------------------------------------------------------------------
+    def tokenize(self, prompt) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("prompt is empty: give at least one character or one token id")
+            return prompt, self.tokenizer.encode(prompt)
+        if isinstance(prompt, (list, tuple)):
+            return None, list(prompt)
+        raise TypeError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+
+    def validate_request(self, token_ids: list[int], params: SamplingParams) -> None:
+        vocab = self.model_config.vocab_size
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
+        if not token_ids:
+            raise ValueError("prompt is empty: it has no tokens")
+        bad = [t for t in token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"token ids must be integers in [0, {vocab - 1}] (the vocabulary), got {bad[:5]}")
+        if len(token_ids) >= self.max_model_len:
+            raise ValueError(f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, "
+                             f"so a prompt may have at most {self.max_model_len - 1} tokens")
+        need = min(len(token_ids) + params.max_tokens, self.max_model_len)
+        pool = self.block_manager.num_blocks * self.config.block_size
+        if self.block_manager.blocks_needed(need) > self.block_manager.num_blocks:
+            raise ValueError(f"the KV pool holds {pool} tokens ({self.block_manager.num_blocks} blocks of "
+                             f"{self.config.block_size}) but this request needs up to {need} (prompt + max_tokens); "
+                             "raise num_kv_blocks or lower max_tokens")
+
+    # ---- the loop -----------------------------------------------------------------------------------
+    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    arrival_time: float | None = None) -> str:
+        params = params or SamplingParams()
+        text, token_ids = self.tokenize(prompt)
+        self.validate_request(token_ids, params)
+        request_id = str(next(self._ids)) if request_id is None else request_id
+        if request_id in self.seqs:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        seq = Sequence(request_id, text, token_ids, params, arrival_time)
+        seq.detokenizer = IncrementalDetokenizer(self.tokenizer, token_ids, params.skip_special_tokens)
+        seq.generator = (torch.Generator(device=self.device).manual_seed(params.seed)
+                         if params.seed is not None else (None if params.greedy else self.generator))
+        self.seqs[request_id] = seq
+        self.scheduler.add(seq)
+        return request_id
+
+    def abort_request(self, request_id: str) -> None:
+        seq = self.seqs.pop(request_id, None)
+        if seq is not None and not seq.is_finished:
+            self.scheduler.finish(seq, "abort")
+            seq.metrics.finished_time = time.perf_counter()
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduled batch; return an output for every request that got a token or finished."""
+        sched = self.scheduler.schedule()
+        if sched.is_empty:
+            return []
+        now = time.perf_counter()
+        for s in sched.scheduled:
+            if s.seq.metrics.first_scheduled_time is None:
+                s.seq.metrics.first_scheduled_time = now
+        sampled = self.runner.run(sched)
+        now = time.perf_counter()
+        outputs = []
+        for s in sched.scheduled:
+            s.seq.num_computed_tokens += s.num_tokens
+        for seq, token in sampled.items():
+            outputs.append(self._append_token(seq, token, now))
+        return outputs
+
+    def _append_token(self, seq: Sequence, token: int, now: float) -> RequestOutput:
+        seq.token_ids.append(token)
+        m = seq.metrics
+        if m.first_token_time is None:
+            m.first_token_time = now
+        m.token_times.append(now)
+        p = seq.params
+        reason = None
+        if (token in self.eos_ids and not p.ignore_eos) or token in p.stop_token_ids:
+            reason = "stop"
+        elif seq.num_output_tokens >= p.max_tokens or len(seq) >= self.max_model_len:
+            reason = "length"
+        new_text = seq.detokenizer.add(token)
+        if reason is not None:
+            new_text += seq.detokenizer.flush()
+            self.scheduler.finish(seq, reason)
+            m.finished_time = now
+            del self.seqs[seq.request_id]
+        return self.output(seq, new_text, (token,))
+
+    def output(self, seq: Sequence, new_text: str = "", new_ids: tuple = ()) -> RequestOutput:
+        return RequestOutput(seq.request_id, seq.prompt, seq.token_ids[:seq.num_prompt_tokens],
+                             seq.detokenizer.text, seq.output_token_ids, seq.is_finished, seq.finish_reason,
+                             seq.metrics, new_text, new_ids)

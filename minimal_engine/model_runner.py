@@ -1,0 +1,77 @@
+"""ModelRunner: owns the model and the KV pool; turns a SchedulerOutput into tensors, runs one forward
+pass and samples the next tokens.
+
+The KV pool is allocated once: for each layer a K and a V tensor of [num_blocks * block_size, kv_heads,
+head_dim]. Each step only writes into it; nothing grows.
+"""
+from __future__ import annotations
+
+import torch
+
+from .attention import ForwardBatch, PrefillChunk
+from .config import EngineConfig
+from .sampler import sample
+from .scheduler import SchedulerOutput
+
+
+class ModelRunner:
+    def __init__(self, model, config: EngineConfig, num_blocks: int, dtype: torch.dtype, device: torch.device):
+        cfg = model.config
+        self.model, self.config, self.device, self.dtype = model, config, device, dtype
+        self.block_size = config.block_size
+        self.num_blocks = num_blocks
+        slots = num_blocks * config.block_size
+        self.kv_caches = [
+            (torch.zeros(slots, cfg.num_kv_heads, cfg.head_dim, dtype=dtype, device=device),
+             torch.zeros(slots, cfg.num_kv_heads, cfg.head_dim, dtype=dtype, device=device))
+            for _ in range(cfg.num_layers)]
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return sum(k.numel() * k.element_size() * 2 for k, _ in self.kv_caches)
+
+    def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, ForwardBatch]:
+        """Lay out the step: decode tokens first, then prefill chunks; build positions and slots."""
+        bs = self.block_size
+        decodes = [s for s in out.scheduled if s.num_tokens == 1]
+        prefills = [s for s in out.scheduled if s.num_tokens > 1]
+        input_ids, positions, slots, logits_rows = [], [], [], []
+        for s in decodes + prefills:
+            seq, row0 = s.seq, len(input_ids)
+            input_ids.extend(seq.token_ids[s.start:s.start + s.num_tokens])
+            for pos in range(s.start, s.start + s.num_tokens):
+                positions.append(pos)
+                slots.append(seq.block_table[pos // bs] * bs + pos % bs)
+            if s.samples:
+                logits_rows.append(row0 + s.num_tokens - 1)
+        dev = self.device
+
+        def tensor(x):
+            return torch.tensor(x, dtype=torch.long, device=dev)
+
+        decode_tables = decode_mask = None
+        if decodes:
+            width = max(len(s.seq.block_table) for s in decodes)
+            decode_tables = tensor([s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in decodes])
+            context = tensor([s.start + 1 for s in decodes])
+            decode_mask = (torch.arange(width * bs, device=dev)[None, :] < context[:, None])[:, None, None, :]
+        chunks, row = [], len(decodes)
+        for s in prefills:
+            table = tensor(s.seq.block_table) if s.start > 0 else None
+            chunks.append(PrefillChunk(row, row + s.num_tokens, s.start + s.num_tokens, table))
+            row += s.num_tokens
+        batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
+                             decode_block_tables=decode_tables, decode_mask=decode_mask, prefills=chunks,
+                             logits_indices=tensor(logits_rows), block_size=bs)
+        return tensor(input_ids), batch, decodes + prefills
+
+    @torch.inference_mode()
+    def run(self, out: SchedulerOutput) -> dict:
+        """One forward pass; returns {sequence: sampled token} for the requests that sample this step."""
+        input_ids, batch, order = self.prepare(out)
+        logits = self.model(input_ids, batch, self.kv_caches)
+        samplers = [s.seq for s in order if s.samples]
+        if not samplers:
+            return {}
+        tokens = sample(logits, [s.params for s in samplers], [s.generator for s in samplers])
+        return dict(zip(samplers, tokens))

@@ -1,0 +1,112 @@
+"""Scheduler: decides, before every step, which requests run and how many of their tokens.
+
+Continuous batching: requests join and leave between steps, and one step can mix
+  * decode tokens of running requests (1 token each), and
+  * prefill chunks of new or partly prefilled requests (chunked prefill),
+under two limits: `max_num_batched_tokens` tokens and `max_num_seqs` requests per step.
+Running requests go first (so decoding never stalls behind a long prompt), then waiting ones are admitted
+while the token budget and KV blocks last. When blocks run out, the newest running request is preempted:
+its blocks are freed and it goes back to the front of the waiting queue, to be recomputed later.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .block_manager import BlockManager
+from .config import EngineConfig
+from .sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledSeq:
+    seq: Sequence
+    start: int          # tokens of seq already in the KV cache before this step
+    num_tokens: int     # tokens of seq computed in this step
+
+    @property
+    def samples(self) -> bool:
+        """Does this step reach the end of seq's tokens, so that a next token is sampled?"""
+        return self.start + self.num_tokens == len(self.seq)
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.scheduled)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, block_manager: BlockManager):
+        self.config = config
+        self.block_manager = block_manager
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []     # oldest first: the last one is preempted first
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        bm = self.block_manager
+
+        # 1) running requests: one decode token each, or the next chunk of an unfinished prefill
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_uncomputed_tokens, budget)
+            while not bm.can_allocate(seq, seq.num_computed_tokens + n) and self.running[-1] is not seq:
+                self._preempt(self.running.pop(), out)
+            if not bm.can_allocate(seq, seq.num_computed_tokens + n):
+                self._preempt(self.running.pop(), out)  # seq is the newest: it yields itself
+                break
+            bm.allocate(seq, seq.num_computed_tokens + n)
+            out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
+            budget -= n
+            i += 1
+
+        # 2) waiting requests, oldest first, while budget, sequence slots and blocks last
+        while (self.waiting and budget > 0 and not out.preempted
+               and len(self.running) < self.config.max_num_seqs):
+            seq = self.waiting[0]
+            n = min(seq.num_uncomputed_tokens, budget)
+            if not bm.can_allocate(seq, seq.num_computed_tokens + n):
+                break
+            self.waiting.popleft()
+            bm.allocate(seq, seq.num_computed_tokens + n)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
+            budget -= n
+        return out
+
+    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        """Free seq's blocks and send it back to wait; its tokens (prompt and output) are recomputed."""
+        self.block_manager.free(seq)
+        seq.num_computed_tokens = 0
+        seq.status = SequenceStatus.WAITING
+        seq.metrics.num_preemptions += 1
+        self.waiting.appendleft(seq)
+        out.preempted.append(seq)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """Mark seq finished, free its blocks, drop it from the queues."""
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        self.block_manager.free(seq)
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)

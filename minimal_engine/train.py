@@ -1,0 +1,317 @@
+"""Train the course's tiny Japanese default model (tokenizer + Llama-shaped LM) on a CPU.
+
+    python -m minimal_engine.train --corpus aozora-ja.jsonl.gz --out /tmp/run --minutes 50 --seed 0
+
+Steps:
+1. Read the corpus (gzip JSON lines, one work per line, field ``text``) and hold out whole works for
+   validation: a seeded shuffle of the works, the first ``--val-frac`` of them (at least one) are held out.
+2. Train a byte-level BPE tokenizer (``tokenizers``) on the training works only. There is no normalizer,
+   so ``decode(encode(s)) == s`` for any string (full/half width, kana, kanji, ASCII, spaces, newlines).
+   The only special token is ``<|endoftext|>`` (EOS, also used as pad); the tokenizer adds NO BOS.
+3. Pre-tokenize once (cached as numpy arrays in ``--work``), pack all training works separated by EOS into
+   one token stream, and train ``LlamaForCausalLM`` on random ``--seq-len`` windows of it with AdamW,
+   linear warmup and cosine decay to 10 %. With ``--minutes`` the schedule runs on elapsed wall time
+   (progress = elapsed / budget), otherwise on ``--steps``. Checkpoints (``ckpt.pt``) allow ``--resume``.
+4. Evaluate held-out cross-entropy in NATS PER CHARACTER: the held-out works are joined as
+   ``EOS w1 EOS w2 ...``, cut into windows of ``--seq-len`` tokens (each window starts with fresh
+   context), and the NLL of every token of the works (not of the EOS separators) is summed and divided
+   by the number of characters in the works. The baseline is a character bigram with add-one (Laplace)
+   smoothing fitted on the same training works: vocabulary V = training characters + one UNK (held-out
+   characters never seen in training map to UNK), a start symbol as the context of each work's first
+   character, P(c|p) = (n(p,c) + 1) / (n(p) + |V|); an unseen context gives the uniform 1/|V|.
+5. Save an HF folder: config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
+   generation_config.json, train_log.json and loss_curve.png.
+
+``--card DIR`` instead fills the generated sections of DIR/README.md (metrics and sample continuations).
+"""
+import argparse, gzip, json, math, os, platform, random, sys, time
+
+import numpy as np
+import torch
+
+EOS = "<|endoftext|>"
+PROMPTS = ["吾輩は", "東京の空は", "推論とは", "その夜、私は", "山の上に"]
+
+
+def load_works(path):
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line)["text"] for line in f if line.strip()]
+
+
+def split_works(works, seed=0, val_frac=0.025):
+    """Deterministic split of whole works: returns (train_texts, val_texts)."""
+    idx = list(range(len(works)))
+    random.Random(seed).shuffle(idx)
+    n_val = max(1, round(len(works) * val_frac))
+    val = set(idx[:n_val])
+    return [w for i, w in enumerate(works) if i not in val], [works[i] for i in sorted(val)]
+
+
+def train_tokenizer(texts, vocab_size=8192):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def wrap_tokenizer(tok):
+    from transformers import PreTrainedTokenizerFast
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS,
+                                   clean_up_tokenization_spaces=False, model_max_length=512)
+
+
+def encode_stream(tok, texts):
+    """EOS w1 EOS w2 ... as uint16, plus a mask of positions that belong to works (not EOS)."""
+    eos = tok.token_to_id(EOS)
+    ids, mask = [], []
+    for enc in tok.encode_batch(texts):
+        ids += [eos] + enc.ids
+        mask += [False] + [True] * len(enc.ids)
+    return np.array(ids, dtype=np.uint16), np.array(mask, dtype=bool)
+
+
+# ---------------------------------------------------------------- character bigram baseline
+def _codes(text):
+    return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+
+
+START = 0x110000  # beyond Unicode: context symbol before each work's first character
+
+
+def fit_bigram(train_texts):
+    prev, cur = [], []
+    for t in train_texts:
+        c = _codes(t)
+        prev.append(np.concatenate([[START], c[:-1]])); cur.append(c)
+    prev, cur = np.concatenate(prev), np.concatenate(cur)
+    vocab = np.unique(cur)
+    pairs, pair_n = np.unique(prev * (1 << 21) + cur, return_counts=True)
+    ctx, ctx_n = np.unique(prev, return_counts=True)
+    return dict(vocab=vocab, V=len(vocab) + 1, pairs=pairs, pair_n=pair_n, ctx=ctx, ctx_n=ctx_n)
+
+
+def _lookup(keys, table, counts):
+    i = np.clip(np.searchsorted(table, keys), 0, len(table) - 1)
+    return np.where(table[i] == keys, counts[i], 0)
+
+
+def bigram_nats_per_char(bg, texts):
+    """Held-out cross-entropy (nats/char) of the add-one bigram; unseen characters map to UNK."""
+    UNK = -1
+    total, n = 0.0, 0
+    for t in texts:
+        c = _codes(t)
+        c = np.where(_lookup(c, bg["vocab"], np.ones_like(bg["vocab"])) > 0, c, UNK)
+        p = np.concatenate([[START], c[:-1]])
+        n_pc = np.where((p == UNK) | (c == UNK), 0, _lookup(p * (1 << 21) + c, bg["pairs"], bg["pair_n"]))
+        n_p = np.where(p == UNK, 0, _lookup(p, bg["ctx"], bg["ctx_n"]))
+        total -= np.log((n_pc + 1) / (n_p + bg["V"])).sum()
+        n += len(c)
+    return total / n
+
+
+# ---------------------------------------------------------------- model
+def make_model(vocab_size, d=384, layers=6, heads=6, ff=1024, ctx=512, eos_id=0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=d, intermediate_size=ff, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=ctx,
+                      rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                      bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id)
+    return LlamaForCausalLM(cfg)
+
+
+@torch.no_grad()
+def model_nats_per_char(model, ids, mask, n_chars, seq_len=512, batch=8):
+    """Sum of token NLL over work tokens / number of characters (windows of seq_len+1 overlapping by 1)."""
+    model.eval()
+    starts = list(range(0, len(ids) - 1, seq_len))
+    total = 0.0
+    for b in range(0, len(starts), batch):
+        xs, ys, ms = [], [], []
+        for s in starts[b:b + batch]:
+            w = torch.from_numpy(ids[s:s + seq_len + 1].astype(np.int64))
+            m = torch.from_numpy(mask[s + 1:s + seq_len + 1])
+            pad = seq_len + 1 - len(w)
+            xs.append(torch.nn.functional.pad(w[:-1], (0, pad))); ys.append(torch.nn.functional.pad(w[1:], (0, pad)))
+            ms.append(torch.nn.functional.pad(m, (0, pad)))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(torch.stack(xs)).logits
+        nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), torch.stack(ys), reduction="none")
+        total += nll[torch.stack(ms)].sum().item()
+    model.train()
+    return total / n_chars
+
+
+# ---------------------------------------------------------------- outputs
+def plot_curve(log, path):
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib_fontja  # noqa: F401  (日本語フォント)
+    pts = log["curve"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([p["tokens"] / 1e6 for p in pts], [p["val_nats_per_char_subset"] for p in pts], "o-",
+            label="モデル (検証用作品の一部)")
+    ax.axhline(log["bigram_nats_per_char"], ls="--", color="gray", label="文字バイグラム (加算スムージング)")
+    ax.set_xlabel("学習トークン数 (百万)"); ax.set_ylabel("検証交差エントロピー (nats/文字)")
+    ax.set_title("検証損失の推移"); ax.grid(alpha=.3); ax.legend()
+    fig.tight_layout(); fig.savefig(path, dpi=110); plt.close(fig)
+
+
+def fill_card(out):
+    """Regenerate the marked sections of OUT/README.md: metrics table and sample continuations."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok, model = AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out).float().eval()
+    log = json.load(open(os.path.join(out, "train_log.json"), encoding="utf-8"))
+    m = log["final"]
+    metrics = (f"| | 検証交差エントロピー (nats/文字) | (bits/文字) |\n|---|---|---|\n"
+               f"| 本モデル | {m['model_nats_per_char']:.4f} | {m['model_nats_per_char'] / math.log(2):.4f} |\n"
+               f"| 文字バイグラム (加算スムージング) | {m['bigram_nats_per_char']:.4f} | "
+               f"{m['bigram_nats_per_char'] / math.log(2):.4f} |\n\n"
+               f"本モデルはバイグラムより **{m['reduction_pct']:.1f} % 低い**。")
+    lines = []
+    for p in PROMPTS:
+        x = tok(p, return_tensors="pt")
+        g = model.generate(**x, max_new_tokens=48, do_sample=False, pad_token_id=tok.eos_token_id)
+        torch.manual_seed(0)
+        s = model.generate(**x, max_new_tokens=48, do_sample=True, temperature=0.8, top_k=50,
+                           pad_token_id=tok.eos_token_id)
+        for kind, ids in (("貪欲", g), ("サンプリング", s)):
+            text = tok.decode(ids[0], skip_special_tokens=True).replace("\n", "⏎")
+            lines.append(f"- {kind}: 「{p}」→ `{text}`")
+    samples = "\n".join(lines)
+    path = os.path.join(out, "README.md")
+    card = open(path, encoding="utf-8").read()
+    for name, body in (("metrics", metrics), ("samples", samples)):
+        a, b = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        card = card[:card.index(a) + len(a)] + "\n" + body + "\n" + card[card.index(b):]
+    open(path, "w", encoding="utf-8").write(card)
+    return samples
+
+
+# ---------------------------------------------------------------- training
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus"); ap.add_argument("--out", required=True)
+    ap.add_argument("--work", help="cache/checkpoint dir (default OUT/work)")
+    ap.add_argument("--seed", type=int, default=0); ap.add_argument("--val-frac", type=float, default=0.025)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--d", type=int, default=384); ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--heads", type=int, default=6); ap.add_argument("--ff", type=int, default=1024)
+    ap.add_argument("--ctx", type=int, default=512, help="max_position_embeddings")
+    ap.add_argument("--seq-len", type=int, default=512); ap.add_argument("--micro-batch", type=int, default=8)
+    ap.add_argument("--accum", type=int, default=2); ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--minutes", type=float, help="wall-clock budget (sets the LR schedule)")
+    ap.add_argument("--steps", type=int, default=1000, help="step budget when --minutes is not given")
+    ap.add_argument("--eval-every", type=float, default=300, help="seconds between evaluations")
+    ap.add_argument("--eval-docs", type=int, default=8, help="held-out works used for periodic eval")
+    ap.add_argument("--threads", type=int, default=2); ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--tokenizer-only", action="store_true"); ap.add_argument("--card", action="store_true")
+    a = ap.parse_args(argv)
+    if a.card:
+        print(fill_card(a.out)); return
+    torch.set_num_threads(a.threads); torch.manual_seed(a.seed)
+    work = a.work or os.path.join(a.out, "work"); os.makedirs(work, exist_ok=True); os.makedirs(a.out, exist_ok=True)
+    train_texts, val_texts = split_works(load_works(a.corpus), a.seed, a.val_frac)
+    print(f"works: {len(train_texts)} train, {len(val_texts)} held out", file=sys.stderr)
+
+    from tokenizers import Tokenizer
+    tok_path = os.path.join(work, "tokenizer.json")
+    if a.resume and os.path.exists(tok_path):
+        tok = Tokenizer.from_file(tok_path)
+    else:
+        tok = train_tokenizer(train_texts, a.vocab); tok.save(tok_path)
+    wrap_tokenizer(tok).save_pretrained(a.out)
+    if a.tokenizer_only:
+        return
+    cache = os.path.join(work, "tokens.npz")
+    if a.resume and os.path.exists(cache):
+        z = np.load(cache); tr, va, vm = z["tr"], z["va"], z["vm"]
+    else:
+        tr, _ = encode_stream(tok, train_texts); va, vm = encode_stream(tok, val_texts)
+        np.savez(cache, tr=tr, va=va, vm=vm)
+    sub = val_texts[:a.eval_docs]
+    sva, svm = encode_stream(tok, sub)
+    n_val_chars, n_sub_chars = sum(map(len, val_texts)), sum(map(len, sub))
+    bigram = bigram_nats_per_char(fit_bigram(train_texts), val_texts)
+    print(f"train tokens {len(tr):,}, val tokens {len(va):,}, val chars {n_val_chars:,}; "
+          f"bigram {bigram:.4f} nats/char", file=sys.stderr)
+
+    eos_id = tok.token_to_id(EOS)
+    model = make_model(tok.get_vocab_size(), a.d, a.layers, a.heads, a.ff, a.ctx, eos_id)
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    rng = np.random.default_rng(a.seed)
+    step, elapsed, log = 0, 0.0, dict(curve=[], train_loss=[])
+    ckpt = os.path.join(work, "ckpt.pt")
+    if a.resume and os.path.exists(ckpt):
+        st = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(st["model"]); opt.load_state_dict(st["opt"]); rng.bit_generator.state = st["rng"]
+        step, elapsed, log = st["step"], st["elapsed"], st["log"]
+    tokens_per_step = a.micro_batch * a.accum * a.seq_len
+    budget = a.minutes * 60 if a.minutes else None
+
+    def progress():
+        return elapsed / budget if budget else step / a.steps
+
+    def evaluate():
+        v = model_nats_per_char(model, sva, svm, n_sub_chars, a.seq_len)
+        log["curve"].append(dict(step=step, tokens=step * tokens_per_step, minutes=elapsed / 60,
+                                 val_nats_per_char_subset=v))
+        print(f"\nstep {step} ({elapsed / 60:.1f} min): held-out subset {v:.4f} nats/char", file=sys.stderr)
+
+    from tqdm import tqdm
+    bar = tqdm(total=a.steps if not budget else int(budget), unit="step" if not budget else "s", initial=0)
+    model.train()
+    last_eval, t0 = elapsed, time.time() - elapsed
+    if step == 0:
+        evaluate()
+    while progress() < 1:
+        p = progress()
+        lr = a.lr * min(1.0, (step + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        tot = 0.0
+        for _ in range(a.accum):
+            s = rng.integers(0, len(tr) - a.seq_len - 1, a.micro_batch)
+            x = torch.from_numpy(np.stack([tr[i:i + a.seq_len + 1] for i in s]).astype(np.int64))
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = model(x[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
+            (loss / a.accum).backward(); tot += loss.item() / a.accum
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step(); opt.zero_grad(set_to_none=True)
+        step += 1
+        prev, elapsed = elapsed, time.time() - t0
+        log["train_loss"].append([step, round(tot, 4)])
+        bar.update(1 if not budget else int(elapsed) - int(prev))
+        bar.set_postfix(loss=f"{tot:.3f}", lr=f"{lr:.1e}", step=step)
+        if elapsed - last_eval >= a.eval_every:
+            evaluate(); last_eval = elapsed
+            torch.save(dict(model=model.state_dict(), opt=opt.state_dict(), rng=rng.bit_generator.state,
+                            step=step, elapsed=elapsed, log=log), ckpt)
+    bar.close()
+    evaluate()
+    final = model_nats_per_char(model, va, vm, n_val_chars, a.seq_len)
+    log.update(final=dict(model_nats_per_char=final, bigram_nats_per_char=bigram,
+                          reduction_pct=100 * (1 - final / bigram), val_works=len(val_texts),
+                          val_chars=n_val_chars, val_tokens=int(vm.sum()), train_works=len(train_texts),
+                          train_tokens=len(tr), chars_per_token=n_val_chars / int(vm.sum())),
+               bigram_nats_per_char=bigram, units="nats per character (natural log)",
+               steps=step, tokens_seen=step * tokens_per_step, tokens_per_step=tokens_per_step,
+               minutes=elapsed / 60, n_params=n_params, args=vars(a),
+               command="python -m minimal_engine.train " + " ".join(argv if argv is not None else sys.argv[1:]),
+               hardware=f"{platform.processor() or platform.machine()}, {a.threads} CPU threads, torch {torch.__version__}")
+    print(json.dumps(log["final"], indent=1), file=sys.stderr)
+    model.generation_config.update(bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id)
+    model.save_pretrained(a.out)
+    json.dump(log, open(os.path.join(a.out, "train_log.json"), "w", encoding="utf-8"), ensure_ascii=False, indent=1)
+    plot_curve(log, os.path.join(a.out, "loss_curve.png"))
+
+
+if __name__ == "__main__":
+    main()
