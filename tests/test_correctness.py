@@ -1,0 +1,96 @@
+"""The engine's numbers against transformers on the same weights (float32, CPU)."""
+import pytest
+import torch
+
+from conftest import hf_greedy
+from minimal_engine import LLM, SamplingParams
+
+PROMPTS = [[5, 17, 33, 100, 7, 9, 200, 45, 3, 80, 81, 82, 90], [11, 12], list(range(40, 90)), [300, 2, 250] * 7]
+GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model):
+    arch, folder = tiny_model
+    return folder, [hf_greedy(folder, p, GREEDY.max_tokens) for p in PROMPTS]
+
+
+def assert_all_free(llm):
+    bm = llm.engine.block_manager
+    assert bm.num_free_blocks == bm.num_blocks, "KV blocks leaked"
+    assert not llm.engine.has_unfinished_requests()
+
+
+def test_prefill_logits_match_transformers(tiny_model):
+    import transformers
+    from minimal_engine.scheduler import ScheduledSeq, SchedulerOutput
+    from minimal_engine.sequence import Sequence
+    arch, folder = tiny_model
+    llm = LLM(folder, dtype="float32", device="cpu")
+    ids = PROMPTS[2]
+    seq = Sequence("x", None, ids, GREEDY)
+    llm.engine.block_manager.allocate(seq, len(ids))
+    input_ids, batch, _ = llm.engine.runner.prepare(SchedulerOutput([ScheduledSeq(seq, 0, len(ids))]))
+    batch.logits_indices = torch.arange(len(ids))             # ask for every position's logits
+    with torch.inference_mode():
+        ours = llm.engine.runner.model(input_ids, batch, llm.engine.runner.kv_caches)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with torch.no_grad():
+        theirs = hf(torch.tensor([ids])).logits[0]
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_greedy_batch_and_alone_equal_transformers(reference):
+    folder, expected = reference
+    llm = LLM(folder, dtype="float32", device="cpu")
+    together = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
+    assert [o.token_ids for o in together] == expected
+    for p, exp in zip(PROMPTS, expected):
+        assert llm.generate([p], GREEDY, use_tqdm=False)[0].token_ids == exp
+    assert_all_free(llm)
+
+
+def test_greedy_with_preemption(reference):
+    folder, expected = reference
+    # 20 blocks of 4 tokens (80 slots): not enough for all four requests at once, so some are preempted and recomputed
+    llm = LLM(folder, dtype="float32", device="cpu", block_size=4, num_kv_blocks=20)
+    outs = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
+    assert [o.token_ids for o in outs] == expected
+    assert sum(o.metrics.num_preemptions for o in outs) > 0, "this pool size should force preemption"
+    assert_all_free(llm)
+
+
+def test_greedy_with_chunked_prefill(reference):
+    folder, expected = reference
+    llm = LLM(folder, dtype="float32", device="cpu", max_num_batched_tokens=7)
+    outs = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
+    assert [o.token_ids for o in outs] == expected
+    assert_all_free(llm)
+
+
+def test_different_max_tokens_share_a_batch(reference):
+    folder, expected = reference
+    llm = LLM(folder, dtype="float32", device="cpu")
+    lengths = [3, 24, 1, 10]
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths]
+    outs = llm.generate(PROMPTS, params, use_tqdm=False)
+    for o, exp, n in zip(outs, expected, lengths):
+        assert o.token_ids == exp[:n]
+        assert o.finish_reason == "length"
+    assert_all_free(llm)
+
+
+def test_text_prompts_and_metrics(llama_dir):
+    llm = LLM(llama_dir, dtype="float32", device="cpu")
+    outs = llm.generate(["吾輩は猫である。", [5, 6, 7]], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
+                        use_tqdm=False)
+    a, b = outs
+    assert a.prompt == "吾輩は猫である。" and a.prompt_token_ids == llm.tokenizer.encode("吾輩は猫である。")
+    assert b.prompt is None and b.prompt_token_ids == [5, 6, 7]
+    assert a.text == llm.tokenizer.decode(a.token_ids)
+    assert a.outputs[0].text == a.text
+    m = a.metrics
+    assert len(m.token_times) == 5 and len(m.itl) == 4
+    assert 0 < m.ttft <= m.e2e_latency
+    assert m.tpot == pytest.approx((m.e2e_latency - m.ttft) / 4)
+    assert m.itl == pytest.approx([m.token_times[i + 1] - m.token_times[i] for i in range(4)])

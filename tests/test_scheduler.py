@@ -1,0 +1,100 @@
+"""Block manager and scheduler rules, without a model."""
+import pytest
+
+from minimal_engine.block_manager import BlockManager
+from minimal_engine.config import EngineConfig
+from minimal_engine.sampling_params import SamplingParams
+from minimal_engine.scheduler import Scheduler
+from minimal_engine.sequence import Sequence, SequenceStatus
+
+
+def seq(rid, n_prompt, max_tokens=8):
+    return Sequence(rid, None, list(range(1, n_prompt + 1)), SamplingParams(max_tokens=max_tokens))
+
+
+def complete_step(out):
+    """What the engine does after a forward pass: advance computed tokens, append a token where sampled."""
+    for s in out.scheduled:
+        s.seq.num_computed_tokens += s.num_tokens
+        if s.samples:
+            s.seq.token_ids.append(7)
+
+
+def test_block_manager_allocates_and_frees():
+    bm = BlockManager(num_blocks=4, block_size=4)
+    a = seq("a", 5)
+    assert bm.blocks_needed(5) == 2 and bm.blocks_needed(8) == 2 and bm.blocks_needed(9) == 3
+    bm.allocate(a, 5)
+    assert len(a.block_table) == 2 and bm.num_free_blocks == 2
+    assert bm.slot(a, 4) == a.block_table[1] * 4 + 0
+    bm.allocate(a, 8)                         # still fits in two blocks
+    assert len(a.block_table) == 2
+    assert not bm.can_allocate(a, 17) and bm.can_allocate(a, 16)
+    with pytest.raises(RuntimeError, match="out of KV blocks"):
+        bm.allocate(a, 17)
+    bm.free(a)
+    assert bm.num_free_blocks == 4 and a.block_table == []
+
+
+def test_token_budget_mixes_decode_and_chunked_prefill():
+    cfg = EngineConfig(block_size=4, max_num_batched_tokens=10, max_num_seqs=8)
+    sched = Scheduler(cfg, BlockManager(100, 4))
+    a, b = seq("a", 6), seq("b", 25)
+    sched.add(a)
+    out = sched.schedule()
+    assert [(s.seq.request_id, s.num_tokens) for s in out.scheduled] == [("a", 6)]
+    complete_step(out)
+    sched.add(b)
+    out = sched.schedule()                    # a decodes 1 token, b gets the remaining 9 as a prefill chunk
+    assert [(s.seq.request_id, s.start, s.num_tokens) for s in out.scheduled] == [("a", 6, 1), ("b", 0, 9)]
+    assert out.num_tokens <= cfg.max_num_batched_tokens
+    assert [s.samples for s in out.scheduled] == [True, False]
+    complete_step(out)
+    out = sched.schedule()
+    assert [(s.seq.request_id, s.start, s.num_tokens) for s in out.scheduled] == [("a", 7, 1), ("b", 9, 9)]
+
+
+def test_max_num_seqs_caps_running_requests():
+    cfg = EngineConfig(block_size=4, max_num_batched_tokens=1000, max_num_seqs=2)
+    sched = Scheduler(cfg, BlockManager(100, 4))
+    for i in range(4):
+        sched.add(seq(str(i), 3))
+    out = sched.schedule()
+    assert len(out.scheduled) == 2 and len(sched.waiting) == 2
+
+
+def test_preemption_frees_newest_and_requeues_it_first():
+    cfg = EngineConfig(block_size=4, max_num_batched_tokens=100, max_num_seqs=8)
+    bm = BlockManager(4, 4)
+    sched = Scheduler(cfg, bm)
+    a, b = seq("a", 8), seq("b", 8)           # 2 blocks each: the pool is full after both prefill
+    sched.add(a), sched.add(b)
+    complete_step(sched.schedule())
+    assert bm.num_free_blocks == 0
+    out = sched.schedule()                    # a's 9th token needs a third block: b must go
+    assert out.preempted == [b] and b.status == SequenceStatus.WAITING
+    assert b.num_computed_tokens == 0 and b.block_table == [] and b.metrics.num_preemptions == 1
+    assert sched.waiting[0] is b
+    assert [s.seq for s in out.scheduled] == [a]
+
+
+def test_newest_request_preempts_itself_when_alone_at_the_end():
+    cfg = EngineConfig(block_size=4, max_num_batched_tokens=100, max_num_seqs=8)
+    bm = BlockManager(2, 4)
+    sched = Scheduler(cfg, bm)
+    a = seq("a", 8)
+    sched.add(a)
+    complete_step(sched.schedule())
+    out = sched.schedule()
+    assert out.preempted == [a] and out.scheduled == [] and bm.num_free_blocks == 2
+
+
+def test_finish_frees_blocks():
+    cfg = EngineConfig(block_size=4)
+    bm = BlockManager(10, 4)
+    sched = Scheduler(cfg, bm)
+    a = seq("a", 9)
+    sched.add(a)
+    sched.schedule()
+    sched.finish(a, "abort")
+    assert bm.num_free_blocks == 10 and not sched.has_unfinished() and a.finish_reason == "abort"
