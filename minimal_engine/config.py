@@ -41,6 +41,7 @@ class ModelConfig:
     eos_token_ids: list[int] = field(default_factory=list)
     bos_token_id: int | None = None
     torch_dtype: str | None = None
+    synthetic: bool = False           # random weights of a named shape (synthetic.py): no EOS token
 
     @classmethod
     def from_dict(cls, cfg: dict) -> "ModelConfig":

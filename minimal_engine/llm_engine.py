@@ -54,7 +54,7 @@ class LLMEngine:
         self.runner = ModelRunner(model, config, num_blocks, dtype, device)
         self.seqs: dict[str, Sequence] = {}
         self.eos_ids = set(model_config.eos_token_ids)
-        if tokenizer.eos_token_id is not None:
+        if tokenizer.eos_token_id is not None and not model_config.synthetic:
             self.eos_ids.add(tokenizer.eos_token_id)
         self.generator = torch.Generator(device=device).manual_seed(seed)  # for unseeded sampled requests
         self._ids = itertools.count()

@@ -115,12 +115,12 @@ def bigram_nats_per_char(bg, texts):
 
 
 # ---------------------------------------------------------------- model
-def make_model(vocab_size, d=384, layers=6, heads=6, ff=1024, ctx=512, eos_id=0):
+def make_model(vocab_size, d=320, layers=6, heads=5, ff=864, ctx=512, eos_id=0):
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=d, intermediate_size=ff, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=ctx,
                       rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
-                      bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id)
+                      bos_token_id=None, eos_token_id=eos_id, pad_token_id=eos_id)
     return LlamaForCausalLM(cfg)
 
 
@@ -147,6 +147,13 @@ def model_nats_per_char(model, ids, mask, n_chars, seq_len=512, batch=8):
 
 
 # ---------------------------------------------------------------- outputs
+def cpu_name():
+    try:
+        return next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def plot_curve(log, path):
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -167,11 +174,19 @@ def fill_card(out):
     tok, model = AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out).float().eval()
     log = json.load(open(os.path.join(out, "train_log.json"), encoding="utf-8"))
     m = log["final"]
-    metrics = (f"| | 検証交差エントロピー (nats/文字) | (bits/文字) |\n|---|---|---|\n"
+    metrics = (f"| 項目 | 値 |\n|---|---|\n"
+               f"| パラメータ数 | {log['n_params']:,} (埋め込みと出力層は共有) |\n"
+               f"| 学習ステップ数 | {log['steps']:,} (1 ステップ {log['tokens_per_step']:,} トークン) |\n"
+               f"| 学習に使ったトークン数 | {log['tokens_seen']:,} (学習用トークン列 {m['train_tokens']:,} の "
+               f"{log['tokens_seen'] / m['train_tokens']:.2f} 周分) |\n"
+               f"| 学習時間 (壁時計) | {log['minutes']:.1f} 分 |\n"
+               f"| 検証用データ | {m['val_works']} 作品, {m['val_chars']:,} 文字, {m['val_tokens']:,} トークン "
+               f"(1 トークンあたり {m['chars_per_token']:.2f} 文字) |\n\n"
+               f"| 検証交差エントロピー | nats/文字 | bits/文字 |\n|---|---|---|\n"
                f"| 本モデル | {m['model_nats_per_char']:.4f} | {m['model_nats_per_char'] / math.log(2):.4f} |\n"
                f"| 文字バイグラム (加算スムージング) | {m['bigram_nats_per_char']:.4f} | "
                f"{m['bigram_nats_per_char'] / math.log(2):.4f} |\n\n"
-               f"本モデルはバイグラムより **{m['reduction_pct']:.1f} % 低い**。")
+               f"本モデルの値は文字バイグラムより **{m['reduction_pct']:.1f} % 低い**。")
     lines = []
     for p in PROMPTS:
         x = tok(p, return_tensors="pt")
@@ -180,7 +195,7 @@ def fill_card(out):
         s = model.generate(**x, max_new_tokens=48, do_sample=True, temperature=0.8, top_k=50,
                            pad_token_id=tok.eos_token_id)
         for kind, ids in (("貪欲", g), ("サンプリング", s)):
-            text = tok.decode(ids[0], skip_special_tokens=True).replace("\n", "⏎")
+            text = tok.decode(ids[0], skip_special_tokens=True).rstrip("\ufffd").replace("\n", "⏎")
             lines.append(f"- {kind}: 「{p}」→ `{text}`")
     samples = "\n".join(lines)
     path = os.path.join(out, "README.md")
@@ -199,12 +214,12 @@ def main(argv=None):
     ap.add_argument("--work", help="cache/checkpoint dir (default OUT/work)")
     ap.add_argument("--seed", type=int, default=0); ap.add_argument("--val-frac", type=float, default=0.025)
     ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--d", type=int, default=384); ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--heads", type=int, default=6); ap.add_argument("--ff", type=int, default=1024)
+    ap.add_argument("--d", type=int, default=320); ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--heads", type=int, default=5); ap.add_argument("--ff", type=int, default=864)
     ap.add_argument("--ctx", type=int, default=512, help="max_position_embeddings")
     ap.add_argument("--seq-len", type=int, default=512); ap.add_argument("--micro-batch", type=int, default=8)
-    ap.add_argument("--accum", type=int, default=2); ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--accum", type=int, default=4); ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--minutes", type=float, help="wall-clock budget (sets the LR schedule)")
     ap.add_argument("--steps", type=int, default=1000, help="step budget when --minutes is not given")
     ap.add_argument("--eval-every", type=float, default=300, help="seconds between evaluations")
@@ -305,9 +320,9 @@ def main(argv=None):
                steps=step, tokens_seen=step * tokens_per_step, tokens_per_step=tokens_per_step,
                minutes=elapsed / 60, n_params=n_params, args=vars(a),
                command="python -m minimal_engine.train " + " ".join(argv if argv is not None else sys.argv[1:]),
-               hardware=f"{platform.processor() or platform.machine()}, {a.threads} CPU threads, torch {torch.__version__}")
+               hardware=f"{cpu_name()}, {a.threads} CPU threads, torch {torch.__version__}")
     print(json.dumps(log["final"], indent=1), file=sys.stderr)
-    model.generation_config.update(bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id)
+    model.generation_config.update(bos_token_id=None, eos_token_id=eos_id, pad_token_id=eos_id)
     model.save_pretrained(a.out)
     json.dump(log, open(os.path.join(a.out, "train_log.json"), "w", encoding="utf-8"), ensure_ascii=False, indent=1)
     plot_curve(log, os.path.join(a.out, "loss_curve.png"))
