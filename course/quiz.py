@@ -140,11 +140,15 @@ def _parse_question(raw: dict, where: str) -> Question:
         if "answer" in raw:
             raise ValueError(f"{qid}: write answer_from (a calculator call), not a typed answer")
         q.answer_from = raw.get("answer_from")
-        value = compute_answer(q.answer_from)
+        try:
+            value = compute_answer(q.answer_from)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{qid}: {err}") from err
         q.unit = str(raw.get("unit", ""))
         q.answer = value / BYTE_UNITS[q.unit] if q.unit in BYTE_UNITS else float(value)
         tol = raw.get("tolerance") or {}
-        q.rel_tol, q.abs_tol = float(tol.get("rel", 0 if "abs" in tol else DEFAULT_REL_TOLERANCE)), float(tol.get("abs", 0))
+        q.abs_tol = float(tol.get("abs", 0))
+        q.rel_tol = float(tol.get("rel", 0 if "abs" in tol else DEFAULT_REL_TOLERANCE))
     elif not q.explanation:
         raise ValueError(f"{qid}: an open question needs a model_answer")
     return q
@@ -183,7 +187,8 @@ def parse_numeric(response) -> tuple[float, str]:
     """``16.7`` / ``"16.7 ms"`` / ``"287,834,112 B"`` / ``"1.69e13"`` -> (value, unit)."""
     if isinstance(response, (int, float)) and not isinstance(response, bool):
         return float(response), ""
-    m = re.fullmatch(r"\s*([-+]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?)\s*(.*?)\s*", str(response))
+    text = str(response).strip().lstrip("$＄")          # "$0.39" reads as 0.39
+    m = re.fullmatch(r"([-+]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?)\s*(.*?)", text)
     if not m:
         raise ValueError(f"数値として読めません: {response!r}")
     return float(m.group(1).replace(",", "")), m.group(2)

@@ -77,6 +77,8 @@ def test_numeric_tolerance_units_and_parsing():
     assert quiz.check_answer(mb, "0.288 GB")[0]       # byte units convert
     assert quiz.check_answer(mb, "287,834,112 B")[0]
     assert not quiz.check_answer(mb, "500 MB")[0]     # the rough figure is not accepted
+    usd = _by_id()["usd_per_million_tokens"]           # $1.41 / 3.6 = $0.3917
+    assert quiz.check_answer(usd, "$0.39")[0] and quiz.check_answer(usd, "0.392 $/M tokens")[0]
     users = _by_id()["max_users_h200"]                 # exact: abs tolerance 0
     assert quiz.check_answer(users, 116)[0] and not quiz.check_answer(users, 117)[0]
 
