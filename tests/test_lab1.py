@@ -1,0 +1,167 @@
+"""Lab 1 (course/lab1.py): experiments, validation, plots and the widget's callbacks, on a tiny model."""
+import io
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from course import lab1  # noqa: E402
+from minimal_engine.llm import DEFAULT_MODEL  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model(llama_dir):
+    return str(llama_dir)
+
+
+def draw_strict(fig):
+    """Render to PNG with every warning (a missing Japanese glyph, for one) turned into an error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig.savefig(io.BytesIO(), format="png")
+
+
+def test_timeline_records_prefill_then_one_tick_per_token(model):
+    seen = []
+    res = lab1.run_timeline(model, prompt_len=20, output_len=6, concurrency=3, device="cpu",
+                            progress=lambda d, t: seen.append((d, t)))
+    assert (res["prompt_len"], res["output_len"], res["concurrency"]) == (20, 6, 3)
+    assert len(res["requests"]) == 3
+    for r in res["requests"]:
+        assert len(r["token_times_ms"]) == 6
+        assert 0 <= r["prefill_start_ms"] < r["first_token_ms"] == r["token_times_ms"][0]
+        assert r["token_times_ms"] == sorted(r["token_times_ms"])
+        assert r["ttft_ms"] == pytest.approx(r["first_token_ms"])
+        assert r["tpot_ms"] == pytest.approx((r["token_times_ms"][-1] - r["first_token_ms"]) / 5)
+    s = res["summary"]
+    assert s["total_output_tokens"] == 18 and s["total_input_tokens"] == 60
+    assert res["tok_s"] == pytest.approx(18 / res["duration_s"])
+    assert res["tok_s_per_user"] == pytest.approx(1000 / res["tpot_ms"])
+    assert res["ttft_ms"] == pytest.approx(s["median_ttft_ms"])
+    assert sum(st["tokens_out"] for st in res["steps"]) == 18
+    assert sum(st["first_tokens"] for st in res["steps"]) == 3
+    assert seen[-1] == (18, 18) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert "TTFT" in lab1.format_readout(res) and "tok/s/user" in lab1.readout_html(res)
+
+
+def test_prompts_are_random_distinct_and_of_the_asked_length(model):
+    llm = lab1.get_llm(model, "cpu")
+    prompts = lab1.random_prompts(llm, 50, 4, seed=1)
+    assert [len(p) for p in prompts] == [50] * 4
+    assert len({tuple(p) for p in prompts}) == 4
+    assert prompts == lab1.random_prompts(llm, 50, 4, seed=1)
+    assert llm.tokenizer.eos_token_id not in {t for p in prompts for t in p}
+
+
+def test_llm_cache_reuses_loaded_models(model):
+    assert lab1.get_llm(model, "cpu") is lab1.get_llm(model, "cpu")
+
+
+def test_sweep_rows_and_progress(model):
+    seen = []
+    rows = lab1.run_concurrency_sweep(model, prompt_len=16, output_len=4, concurrencies=[4, 1, 2],
+                                      device="cpu", progress=lambda d, t: seen.append((d, t)))
+    assert [r["concurrency"] for r in rows] == [1, 2, 4]
+    assert all(set(r) == set(lab1.SWEEP_FIELDS) for r in rows)
+    assert all(r["tok_s"] > 0 and r["tok_s_per_user"] > 0 for r in rows)
+    assert seen[-1] == (28, 28)
+    assert "tok/s/user" in lab1.format_sweep(rows) and "<table>" in lab1.sweep_html(rows)
+
+
+def test_quick_mode_shrinks_the_sweep(monkeypatch):
+    monkeypatch.setenv("COURSE_QUICK", "1")
+    quick = lab1.sweep_concurrencies()
+    monkeypatch.setenv("COURSE_QUICK", "0")
+    assert len(quick) < len(lab1.sweep_concurrencies())
+    assert all(lab1.CONCURRENCY_RANGE[0] <= c <= lab1.CONCURRENCY_RANGE[1] for c in lab1.sweep_concurrencies())
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(prompt_len=0), "prompt_len"), (dict(prompt_len=5000), "prompt_len"), (dict(prompt_len=2.5), "prompt_len"),
+    (dict(prompt_len=True), "prompt_len"), (dict(output_len=1), "output_len"), (dict(output_len=1000), "output_len"),
+    (dict(concurrency=0), "concurrency"), (dict(concurrency=65), "concurrency"), (dict(concurrency="4"), "concurrency"),
+    (dict(model="gpt-5"), "model"), (dict(model=""), "model"), (dict(model=None), "model"),
+    (dict(device="tpu"), "device"),
+])
+def test_out_of_range_settings_are_refused_in_japanese_and_english(kwargs, word):
+    settings = dict(model="synthetic:llama-125m", prompt_len=8, output_len=4, concurrency=1, device="cpu")
+    settings.update(kwargs)
+    with pytest.raises(ValueError, match=word) as e:
+        lab1.check_settings(**settings)
+    assert "してください" in str(e.value) or "使えません" in str(e.value) or "選べません" in str(e.value)
+    with pytest.raises(ValueError, match=word):
+        lab1.run_timeline(**settings)
+
+
+def test_unavailable_gpu_is_refused(monkeypatch):
+    monkeypatch.setattr(lab1, "available_devices", lambda: ["cpu"])
+    with pytest.raises(ValueError, match="cuda"):
+        lab1.check_settings(device="cuda")
+
+
+def test_too_long_for_the_model_is_refused(model):
+    with pytest.raises(ValueError, match="max_model_len"):
+        lab1.run_timeline(model, prompt_len=250, output_len=10, concurrency=1)   # the tiny model has 256
+
+
+@pytest.mark.parametrize("bad", [[], [0], [1, 65], list(range(1, 10)), "1,2", 4])
+def test_bad_sweep_concurrencies(bad):
+    with pytest.raises(ValueError, match="concurrenc"):
+        lab1.check_concurrencies(bad)
+
+
+def test_plots_return_figures_without_missing_glyphs(model):
+    res = lab1.run_timeline(model, prompt_len=30, output_len=5, concurrency=2)
+    fig = lab1.plot_timeline(res)
+    assert isinstance(fig, Figure) and len(fig.axes) == 1
+    assert len(fig.axes[0].get_yticks()) == 2
+    draw_strict(fig)
+    rows = lab1.run_concurrency_sweep(model, 8, 3, concurrencies=[1, 2])
+    fig = lab1.plot_sweep(rows)
+    assert isinstance(fig, Figure) and len(fig.axes[0].get_lines()) == 1
+    draw_strict(fig)
+
+
+def test_widget_run_button_updates_readout_and_plot(model):
+    app = lab1.build_lab(model=model, device="cpu", concurrencies=[1, 2])
+    app.prompt_len.value, app.output_len.value, app.concurrency.value = 24, 5, 2
+    app.run_button.click()
+    res = app.last_result
+    assert res is not None and (res["prompt_len"], res["output_len"], res["concurrency"]) == (24, 5, 2)
+    assert "TTFT" in app.readout.value and f"{res['tpot_ms']:.1f} ms" in app.readout.value
+    assert isinstance(app.last_figure, Figure)
+    assert app.progress.value == app.progress.max == 10
+    assert app.status.value == "完了" and not app.run_button.disabled
+
+
+def test_widget_sweep_button(model):
+    app = lab1.build_lab(model=model, device="cpu", output_len=3, concurrencies=[1, 2])
+    app.sweep_button.click()
+    assert [r["concurrency"] for r in app.last_sweep] == [1, 2]
+    assert "tok/s/user" in app.readout.value and isinstance(app.last_figure, Figure)
+
+
+def test_widget_shows_errors_instead_of_raising(model):
+    app = lab1.build_lab(model=model, device="cpu")
+    app.prompt_len.value, app.output_len.value = 250, 10      # over the tiny model's 256 positions
+    assert app.on_run() is None
+    assert "max_model_len" in app.status.value and "超えています" in app.status.value
+    assert not app.run_button.disabled
+
+
+def test_widget_offers_every_model_and_device():
+    app = lab1.build_lab(device="cpu")
+    assert [v for _, v in app.model.options] == list(lab1.MODEL_CHOICES.values())
+    assert list(app.device.options) == lab1.available_devices()
+    assert "application/vnd.jupyter.widget-view+json" in app._repr_mimebundle_()
+
+
+@pytest.mark.skipif(not (DEFAULT_MODEL / "model.safetensors").is_file(), reason="default model not trained yet")
+def test_default_model_runs_at_default_settings_in_seconds():
+    res = lab1.run_timeline()
+    assert res["duration_s"] < 30
+    assert res["summary"]["total_output_tokens"] == lab1.DEFAULTS["output_len"] * lab1.DEFAULTS["concurrency"]
