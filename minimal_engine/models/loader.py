@@ -131,3 +131,23 @@ def load_model(path: Path, cfg: ModelConfig, dtype: torch.dtype, device: torch.d
     model = build_model(cfg, dtype, device)
     load_weights(model, iter_checkpoint(path))
     return model
+
+
+def hf_state_dict(model: LlamaForCausalLM) -> dict[str, torch.Tensor]:
+    """The inverse of load_weights: our fused tensors split back into transformers' names (used to give
+    transformers the very same random weights as a synthetic model, for side-by-side benchmarks)."""
+    cfg = model.config
+    h, kvh, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.intermediate_size
+    splits = {"qkv_proj": (("q_proj", h), ("k_proj", kvh), ("v_proj", kvh)),
+              "gate_up_proj": (("gate_proj", inter), ("up_proj", inter))}
+    out = {}
+    for name, t in model.state_dict().items():
+        prefix = "" if name.startswith("lm_head") else "model."
+        for fused, parts in splits.items():
+            if f".{fused}." in name:
+                for (piece, rows), chunk in zip(parts, t.split([r for _, r in parts])):
+                    out[prefix + name.replace(fused, piece)] = chunk.clone()
+                break
+        else:
+            out[prefix + name] = t
+    return out
