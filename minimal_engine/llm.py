@@ -110,6 +110,20 @@ class LLM:
         ids = [self.engine.add_request(p, sp) for p, sp in zip(prompts, params)]
         return self._run(ids, use_tqdm)
 
+    def stream(self, prompt, sampling_params: SamplingParams | None = None):
+        """Yield RequestOutputs of one prompt as tokens arrive (`out.new_text` is the new piece of text)."""
+        prompts, params = self._prepare([prompt], sampling_params)
+        rid = self.engine.add_request(prompts[0], params[0])
+        try:
+            while True:
+                for out in self.engine.step():
+                    if out.request_id == rid:
+                        yield out
+                        if out.finished:
+                            return
+        finally:
+            self.engine.abort_request(rid)     # no-op when finished; frees blocks if the caller stops early
+
     def chat(self, messages, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
         """messages: one conversation ([{"role": ..., "content": ...}]) or a list of them; uses the chat template."""
         convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)

@@ -92,3 +92,16 @@ def test_sharded_checkpoint(tmp_path, llama_dir):
     a = LLM(str(tmp_path / "m"), dtype="float32", device="cpu").generate(["吾輩は"], p, use_tqdm=False)[0]
     b = LLM(llama_dir, dtype="float32", device="cpu").generate(["吾輩は"], p, use_tqdm=False)[0]
     assert a.token_ids == b.token_ids
+
+
+def test_llm_stream_yields_pieces_that_add_up(llama_dir):
+    llm = LLM(llama_dir, dtype="float32", device="cpu")
+    p = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    pieces = list(llm.stream("吾輩は", p))
+    assert pieces[-1].finished and "".join(o.new_text for o in pieces) == pieces[-1].text
+    assert pieces[-1].token_ids == llm.generate(["吾輩は"], p, use_tqdm=False)[0].token_ids
+    gen = llm.stream("東京の空は", p)
+    next(gen)
+    gen.close()                                # the caller stops early: the request is aborted
+    bm = llm.engine.block_manager
+    assert bm.num_free_blocks == bm.num_blocks and not llm.engine.has_unfinished_requests()
