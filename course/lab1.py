@@ -148,6 +148,13 @@ def _model_config(arg) -> ModelConfig:
     return ModelConfig.from_folder(resolve_model_path(arg if arg is not None else DEFAULT_MODEL))
 
 
+def max_model_len(model="default") -> int:
+    """Longest prompt + output (tokens) the lab allows for this model: its context length, at most
+    PROMPT_LEN_RANGE[1] + OUTPUT_LEN_RANGE[1]. Reads config.json only (no weights)."""
+    cfg = _model_config(_engine_model_arg(_check_model(model)))
+    return min(PROMPT_LEN_RANGE[1] + OUTPUT_LEN_RANGE[1], cfg.max_position_embeddings)
+
+
 def get_llm(model: str = "default", device: str = "cpu") -> LLM:
     """Load a model once and keep it (the last LLM_CACHE_SIZE models); warm it up with a tiny request."""
     model, device = _check_model(model), _check_device(device)
@@ -311,11 +318,12 @@ def readout_html(res: dict) -> str:
 
 # ---------------------------------------------------------------- plots
 def _figure(width: float, height: float):
-    from matplotlib.figure import Figure
+    import matplotlib.pyplot as plt
 
     from course.plots import setup_japanese_font
     setup_japanese_font()
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = plt.figure(figsize=(width, height), layout="constrained")
+    plt.close(fig)      # pyplot forgets it: shown once, where it is returned or displayed (not again later)
     return fig, fig.subplots()
 
 
@@ -400,6 +408,8 @@ class Lab1App:
         self.status = w.HTML("")
         self.readout = w.HTML("")
         self.plot = w.Output()
+        self.model.observe(self._fit_sliders_to_model, names="value")
+        self._fit_sliders_to_model()
         self.run_button.on_click(self.on_run)
         self.sweep_button.on_click(self.on_sweep)
         self.last_result = self.last_sweep = self.last_figure = None
@@ -409,6 +419,15 @@ class Lab1App:
 
     def _repr_mimebundle_(self, **kwargs):
         return self.ui._repr_mimebundle_(**kwargs)
+
+    def _fit_sliders_to_model(self, _change=None) -> None:
+        """Keep the length sliders within the chosen model's context length (read from its config.json)."""
+        try:
+            limit = max_model_len(self.model.value)
+        except (ValueError, OSError):
+            return                          # e.g. default model missing: run() will say so
+        self.prompt_len.max = min(PROMPT_LEN_RANGE[1], limit - OUTPUT_LEN_RANGE[0])
+        self.output_len.max = min(OUTPUT_LEN_RANGE[1], limit - PROMPT_LEN_RANGE[0])
 
     def settings(self) -> dict:
         return dict(model=self.model.value, prompt_len=self.prompt_len.value, output_len=self.output_len.value,
@@ -485,6 +504,6 @@ def build_lab(**kwargs) -> Lab1App:
 
 __all__ = ["CONCURRENCY_RANGE", "DEFAULTS", "MODEL_CHOICES", "OUTPUT_LEN_RANGE", "PROMPT_LEN_RANGE",
            "Lab1App", "available_devices", "build_lab", "check_concurrencies", "check_settings",
-           "clear_llm_cache", "format_readout", "format_sweep", "get_llm", "is_quick", "plot_sweep",
+           "clear_llm_cache", "format_readout", "format_sweep", "get_llm", "is_quick", "max_model_len", "plot_sweep",
            "plot_timeline", "random_prompts", "readout_html", "run_concurrency_sweep", "run_timeline",
            "sweep_concurrencies", "sweep_html"]

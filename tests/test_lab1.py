@@ -165,3 +165,12 @@ def test_default_model_runs_at_default_settings_in_seconds():
     res = lab1.run_timeline()
     assert res["duration_s"] < 30
     assert res["summary"]["total_output_tokens"] == lab1.DEFAULTS["output_len"] * lab1.DEFAULTS["concurrency"]
+
+
+def test_widget_fits_length_sliders_to_the_model(model):
+    app = lab1.build_lab(model=model, device="cpu")          # the tiny model has 256 positions
+    assert lab1.max_model_len(model) == 256
+    assert app.prompt_len.max == 256 - lab1.OUTPUT_LEN_RANGE[0]
+    assert app.output_len.max == min(lab1.OUTPUT_LEN_RANGE[1], 256 - lab1.PROMPT_LEN_RANGE[0])
+    app.model.value = "synthetic:llama-125m"                 # 2048 positions: the lab's own limits apply
+    assert app.prompt_len.max == lab1.PROMPT_LEN_RANGE[1]
