@@ -1,0 +1,19 @@
+"""Benchmarks: offline sweeps of our engine, transformers baselines on the same requests, an online client.
+
+    python -m minimal_engine.bench --model synthetic:llama-125m --dtype bfloat16 \\
+        --input-len 512 --range-ratio 0.125 --output-len 256 --output-range-ratio 0.0625 \\
+        --max-concurrency 1 4 16 --compare hf hf-cb --out benchmarks/results --name mixed
+    python -m minimal_engine.bench --backend openai --base-url http://127.0.0.1:8000 --model NAME ...
+
+workload.py (the requests) -> offline.py (our engine) / hf_baselines.py (transformers) / online.py (a server)
+-> report.py (JSON with vLLM's field names, CSV, tables, the tok/s vs tok/s/user plot). __main__.py is the CLI.
+"""
+from .hf_baselines import hf_model_for, run_hf_continuous, run_hf_static
+from .offline import add_bounds, decode_step_time, run_offline, run_sweep
+from .online import run_online
+from .report import format_ratios, format_table, plot_throughput_vs_interactivity, ratios, save_results
+from .workload import BenchRequest, dataset_requests, prompt_texts, random_requests
+
+__all__ = ["BenchRequest", "random_requests", "dataset_requests", "prompt_texts", "run_offline", "run_sweep",
+           "add_bounds", "decode_step_time", "hf_model_for", "run_hf_static", "run_hf_continuous", "run_online",
+           "save_results", "format_table", "ratios", "format_ratios", "plot_throughput_vs_interactivity"]

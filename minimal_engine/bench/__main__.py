@@ -1,0 +1,146 @@
+"""Command line for the benchmarks (see __init__.py for examples). Prints tables; with --out also writes
+NAME.json (vLLM field names), NAME.csv and NAME.png (output tok/s vs tok/s/user)."""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+
+import torch
+
+from ..roofline import format_machine, measure_machine, step_cost
+from . import (dataset_requests, decode_step_time, format_ratios, format_table, plot_throughput_vs_interactivity,
+               prompt_texts, random_requests, ratios, run_online, save_results)
+from .offline import add_bounds, run_offline
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m minimal_engine.bench", description=__doc__.split("\n")[0])
+    p.add_argument("--backend", choices=["engine", "openai", "openai-chat"], default="engine")
+    p.add_argument("--model", default=None, help="folder, hub id or synthetic:NAME; online: the served name")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--device", default=None)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--range-ratio", type=float, default=1.0, help="input length uniform in [ratio x L, L]")
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--output-range-ratio", type=float, default=None, help="default: --range-ratio")
+    p.add_argument("--dataset", default=None, help="jsonl with a 'prompt' field (and optional 'output_len')")
+    p.add_argument("--num-prompts", type=int, default=None, help="default: 10 x max concurrency")
+    p.add_argument("--max-concurrency", type=int, nargs="+", default=[1])
+    p.add_argument("--request-rate", type=float, default=float("inf"), help="online: Poisson rate, req/s")
+    p.add_argument("--compare", nargs="*", default=[], choices=["hf", "hf-cb"],
+                   help="hf: transformers generate, static batches; hf-cb: transformers continuous batching")
+    p.add_argument("--decode-step-batch", type=int, nargs="*", default=[], help="also time pure decode steps")
+    p.add_argument("--decode-step-prompt", type=int, default=128)
+    p.add_argument("--base-url", default="http://127.0.0.1:8000")
+    p.add_argument("--tokenizer", default=None, help="online: tokenizer folder for random prompts")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-roofline", action="store_true", help="skip measuring this machine's peaks")
+    p.add_argument("--out", default=None, help="folder for NAME.json / .csv / .png")
+    p.add_argument("--name", default="bench")
+    p.add_argument("--no-tqdm", action="store_true")
+    return p.parse_args(argv)
+
+
+def make_requests(args, c, vocab_size, tokenizer):
+    n = args.num_prompts or 10 * c
+    if args.dataset:
+        return dataset_requests(args.dataset, n, tokenizer, args.output_len,
+                                args.output_range_ratio or args.range_ratio, args.seed)
+    return random_requests(n, args.input_len, args.output_len, vocab_size, args.range_ratio,
+                           args.output_range_ratio, args.seed)
+
+
+def run_engine(args, machine, tqdm) -> tuple[list, dict]:
+    from ..llm import LLM
+    from .hf_baselines import hf_model_for, run_hf_continuous, run_hf_static
+    llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=max(64, *args.max_concurrency),
+              seed=args.seed)
+    hf = hf_model_for(llm) if args.compare else None
+    rows, extra = [], {"model": llm.model_name, "dtype": str(llm.dtype), "device": str(llm.device)}
+    for c in args.max_concurrency:
+        reqs = make_requests(args, c, llm.model_config.vocab_size, llm.tokenizer)
+        group = [run_offline(llm, reqs, c, use_tqdm=tqdm)]
+        if "hf" in args.compare:
+            group.append(run_hf_static(hf, reqs, c, use_tqdm=tqdm))
+        if "hf-cb" in args.compare:
+            try:
+                group.append(run_hf_continuous(hf, reqs, c, use_tqdm=tqdm))
+            except Exception as e:     # say so in the output instead of hiding the baseline
+                print(f"transformers continuous batching failed at C={c}: {type(e).__name__}: {e}", file=sys.stderr)
+                extra.setdefault("failed_baselines", []).append({"backend": "hf_generate_batch", "max_concurrency": c,
+                                                                 "error": f"{type(e).__name__}: {e}"})
+        for r in group:
+            r.update(model=llm.model_name, input_len=args.input_len, output_len=args.output_len,
+                     range_ratio=args.range_ratio, dataset=args.dataset)
+            if machine:
+                add_bounds(r, reqs, llm.model_config, llm.dtype.itemsize, machine)
+        rows += group
+    steps = []
+    for b in args.decode_step_batch:
+        d = decode_step_time(llm, b, args.decode_step_prompt)
+        if machine:
+            cost = step_cost(llm.model_config, llm.dtype.itemsize, [d["mean_context"]] * b, machine=machine)
+            d.update(bound_ms=cost["t_bound"] * 1000, weight_bytes=cost["weight_bytes"], kv_bytes=cost["kv_bytes"],
+                     ratio_to_bound=d["median_step_ms"] / (cost["t_bound"] * 1000))
+        steps.append(d)
+    if steps:
+        extra["decode_steps"] = steps
+    return rows, extra
+
+
+def run_openai(args, tqdm) -> tuple[list, dict]:
+    from ..llm import DEFAULT_MODEL
+    from ..tokenizer import Tokenizer
+    tok = Tokenizer(args.tokenizer or DEFAULT_MODEL)
+    endpoint = "/v1/chat/completions" if args.backend == "openai-chat" else "/v1/completions"
+    rows = []
+    for c in args.max_concurrency:
+        reqs = make_requests(args, c, len(tok), tok)
+        r = run_online(args.base_url, args.model, prompt_texts(reqs, tok), [q.output_len for q in reqs],
+                       max_concurrency=c, request_rate=args.request_rate, endpoint=endpoint, seed=args.seed,
+                       use_tqdm=tqdm)
+        r.pop("generated_texts")
+        rows.append(r)
+    return rows, {"base_url": args.base_url}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    machine = None
+    if args.backend == "engine" and not args.no_roofline:
+        machine = measure_machine(args.device if args.device not in (None, "auto") else "cpu")
+        print("this machine:", format_machine(machine))
+    try:
+        if args.backend == "engine":
+            rows, extra = run_engine(args, machine, not args.no_tqdm)
+        else:
+            if not args.model:
+                print("error: --model (the served model name) is required with --backend openai", file=sys.stderr)
+                return 2
+            rows, extra = run_openai(args, not args.no_tqdm)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_table(rows))
+    rs = ratios(rows)
+    if rs:
+        print(format_ratios(rs))
+    for d in extra.get("decode_steps", []):
+        bound = f", bound {d['bound_ms']:.1f} ms ({d['ratio_to_bound']:.2f}x)" if "bound_ms" in d else ""
+        print(f"decode step, batch {d['batch_size']}, context ~{d['mean_context']}: "
+              f"median {d['median_step_ms']:.1f} ms{bound}")
+    if args.out:
+        meta = {"argv": sys.argv[1:] if argv is None else list(argv), "machine": machine, "ratios": rs,
+                "torch": torch.__version__, "threads": torch.get_num_threads(), "platform": platform.platform(), **extra}
+        paths = save_results(rows, args.out, args.name, meta)
+        plot_throughput_vs_interactivity(rows, paths["json"].with_suffix(".png"))
+        print("wrote", paths["json"], paths["csv"], paths["json"].with_suffix(".png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Online benchmark client: streaming requests to an OpenAI-compatible server (ours, vLLM, SGLang).
+
+Measured on the client, as vLLM's bench client (`vllm bench serve`) does:
+  * a request's clock starts just before it is sent; TTFT = arrival of the first SSE chunk with choices;
+  * ITL = the gaps between consecutive chunks with choices; E2EL = the last such chunk - start;
+  * output tokens come from the server's `usage` (stream_options.include_usage), not from chunk counts,
+    and TPOT = (E2EL - TTFT) / (output tokens - 1).
+When a server puts several tokens in one chunk, that chunk is one ITL gap (vLLM does the same), so ITL
+then has fewer entries than tokens and its mean is larger than TPOT; TPOT stays per token. Our server sends
+one chunk per token. Arrivals: at most max_concurrency requests in flight, and (request_rate < inf) start
+times drawn from a Poisson process, as vLLM (exponential gaps, seeded).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+from ..metrics import summarize
+
+
+@dataclass
+class ClientMetrics:
+    """One request seen from the client; the same attribute names as sequence.RequestMetrics."""
+
+    arrival_time: float
+    token_times: list[float] = field(default_factory=list)    # one per chunk that carried choices
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0                                  # from usage
+    text: str = ""
+    error: str | None = None
+
+    @property
+    def ttft(self):
+        return self.token_times[0] - self.arrival_time if self.token_times else None
+
+    @property
+    def e2e_latency(self):
+        return self.token_times[-1] - self.arrival_time if self.token_times else None
+
+    @property
+    def tpot(self):
+        n = self.num_output_tokens
+        return None if n < 2 or not self.token_times else (self.e2e_latency - self.ttft) / (n - 1)
+
+    @property
+    def itl(self):
+        t = self.token_times
+        return [b - a for a, b in zip(t, t[1:])]
+
+
+def request_body(endpoint: str, model: str, prompt: str, max_tokens: int) -> dict:
+    body = {"model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": True}
+    if endpoint.endswith("chat/completions"):
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+async def send_one(client, url: str, body: dict, prompt_len: int = 0) -> ClientMetrics:
+    m = ClientMetrics(time.perf_counter(), num_prompt_tokens=prompt_len)
+    try:
+        async with client.stream("POST", url, json=body) as resp:
+            if resp.status_code != 200:
+                m.error = f"HTTP {resp.status_code}: {(await resp.aread()).decode(errors='replace')[:300]}"
+                return m
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if chunk.get("choices"):
+                    m.token_times.append(time.perf_counter())
+                    c = chunk["choices"][0]
+                    m.text += c.get("text") or (c.get("delta") or {}).get("content") or ""
+                if chunk.get("usage"):
+                    m.num_output_tokens = chunk["usage"].get("completion_tokens", 0)
+                    m.num_prompt_tokens = chunk["usage"].get("prompt_tokens", prompt_len)
+    except Exception as e:      # a failed request is counted, not fatal to the run
+        m.error = f"{type(e).__name__}: {e}"
+    if m.error is None and not m.token_times:
+        m.error = "no tokens received"
+    return m
+
+
+async def run_online_async(base_url: str, model: str, prompts: list[str], output_lens: list[int],
+                           max_concurrency: int | None = None, request_rate: float = float("inf"),
+                           endpoint: str = "/v1/completions", seed: int = 0, timeout_s: float = 600.0,
+                           use_tqdm: bool = True) -> dict:
+    import httpx
+    url = base_url.rstrip("/") + endpoint
+    rng = random.Random(seed)
+    sem = asyncio.Semaphore(max_concurrency or len(prompts))
+    bar = None
+    if use_tqdm:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(prompts), desc=f"online C={max_concurrency}", unit="req")
+
+    async def limited(client, prompt, n):
+        async with sem:
+            m = await send_one(client, url, request_body(endpoint, model, prompt, n))
+        if bar:
+            bar.update(1)
+        return m
+
+    limits = httpx.Limits(max_connections=(max_concurrency or len(prompts)) + 4)
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+        start = time.perf_counter()
+        tasks = []
+        for p, n in zip(prompts, output_lens):
+            tasks.append(asyncio.create_task(limited(client, p, n)))
+            if request_rate != float("inf"):
+                await asyncio.sleep(rng.expovariate(request_rate))
+        results = await asyncio.gather(*tasks)
+        duration = time.perf_counter() - start
+    if bar:
+        bar.close()
+    ok = [m for m in results if m.error is None]
+    res = {"backend": "openai", "base_url": base_url, "endpoint": endpoint, "model": model,
+           "max_concurrency": max_concurrency or len(prompts), "request_rate": request_rate,
+           "num_prompts": len(prompts), "failed": len(results) - len(ok),
+           "errors": [m.error for m in results if m.error][:5]}
+    res.update(summarize(ok, duration))
+    res["output_lens"] = [m.num_output_tokens for m in results]
+    res["generated_texts"] = [m.text for m in results]
+    return res
+
+
+def run_online(*args, **kwargs) -> dict:
+    """Synchronous wrapper of run_online_async (for scripts, labs and tests)."""
+    return asyncio.run(run_online_async(*args, **kwargs))

@@ -1,0 +1,100 @@
+"""EngineLoop: one background thread that owns the LLMEngine and serves every client of the server.
+
+The engine is not thread-safe, so exactly one thread calls add_request, abort_request and step. Clients
+(asyncio handlers in serve.py) never touch the engine: they put commands on a thread-safe queue
+
+    submit(prompt_ids, params) -> (request_id, asyncio.Queue)      abort(request_id)
+
+and read their own asyncio.Queue, into which the loop pushes ("output", RequestOutput) after every step that
+gave the request a token, or ("error", message). The loop:
+
+    while running:  take all commands (block only when idle) -> add / abort  ->  engine.step()  ->  push outputs
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import threading
+
+
+class EngineLoop:
+    def __init__(self, llm):
+        self.llm, self.engine = llm, llm.engine
+        self._commands: queue.Queue = queue.Queue()
+        self._streams: dict[str, tuple] = {}      # request id -> (event loop, asyncio.Queue); loop thread only
+        self._ids = itertools.count()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self.num_aborted = 0
+        self.stats = self._snapshot()
+
+    # ---- called from the asyncio side ------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._commands.put(None)
+        self._thread.join(timeout)
+
+    def submit(self, prompt_ids: list[int], params) -> tuple[str, asyncio.Queue]:
+        """Queue a request (already validated); its outputs arrive on the returned asyncio.Queue."""
+        rid = f"req-{next(self._ids)}"
+        q: asyncio.Queue = asyncio.Queue()
+        self._commands.put(("add", rid, prompt_ids, params, asyncio.get_running_loop(), q))
+        return rid, q
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request (a client left); its KV blocks are freed by the loop. Unknown ids are ignored."""
+        self._commands.put(("abort", request_id))
+
+    # ---- the loop thread ---------------------------------------------------------------------------
+    def _snapshot(self) -> dict:
+        bm, sched = self.engine.block_manager, self.engine.scheduler
+        return {"free_blocks": bm.num_free_blocks, "total_blocks": bm.num_blocks, "running": len(sched.running),
+                "waiting": len(sched.waiting), "aborted": self.num_aborted}
+
+    def _push(self, rid: str, item) -> None:
+        loop, q = self._streams[rid]
+        loop.call_soon_threadsafe(q.put_nowait, item)
+
+    def _handle(self, cmd) -> None:
+        if cmd[0] == "add":
+            _, rid, ids, params, loop, q = cmd
+            self._streams[rid] = (loop, q)
+            try:
+                self.engine.add_request(ids, params, request_id=rid)
+            except (ValueError, TypeError) as e:
+                self._push(rid, ("error", str(e)))
+                del self._streams[rid]
+        elif cmd[0] == "abort" and cmd[1] in self._streams:
+            self.engine.abort_request(cmd[1])
+            del self._streams[cmd[1]]
+            self.num_aborted += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            idle = not self.engine.has_unfinished_requests()
+            try:
+                cmd = self._commands.get(timeout=0.5) if idle else self._commands.get_nowait()
+                while cmd is not None:
+                    self._handle(cmd)
+                    cmd = self._commands.get_nowait()
+            except queue.Empty:
+                pass
+            if self.engine.has_unfinished_requests():
+                try:
+                    outputs = self.engine.step()
+                except Exception as e:        # a failing step must not kill the server: fail those requests
+                    for rid in list(self._streams):
+                        self.engine.abort_request(rid)
+                        self._push(rid, ("error", f"engine step failed: {type(e).__name__}: {e}"))
+                    self._streams.clear()
+                    outputs = []
+                for out in outputs:
+                    if out.request_id in self._streams:
+                        self._push(out.request_id, ("output", out))
+                        if out.finished:
+                            del self._streams[out.request_id]
+            self.stats = self._snapshot()     # one new dict each time: readers never see a half-update

@@ -1,0 +1,220 @@
+"""An OpenAI-compatible HTTP server over one shared engine loop (FastAPI + uvicorn).
+
+    python -m minimal_engine.serve --model PATH|synthetic:NAME --host 127.0.0.1 --port 8000 [--max-queue 64]
+
+Endpoints: POST /v1/completions, POST /v1/chat/completions (both with `stream: true` as server-sent events,
+`stream_options.include_usage`, and `usage`), GET /v1/models, GET /health (also free/total KV blocks).
+How a request flows: the handler parses and checks it (bad input -> 400 with an OpenAI-style error body),
+admission control (more than max_num_seqs + max_queue unfinished requests -> 429), then
+EngineLoop.submit(); the engine thread (engine_loop.py) steps all requests together and pushes each new
+token to the request's asyncio queue, which the handler turns into SSE chunks. A client that disconnects
+has its request aborted and its KV blocks freed. Chat: the tokenizer's chat template, or when the model has
+none (the course's default model) the fallback "<role>: <content>\\n ... assistant: " (openai_protocol.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from .engine_loop import EngineLoop
+from .openai_protocol import RequestError, chat_prompt, chunk, full_response, parse_request, usage, usage_chunk
+
+
+class ClosingStream(StreamingResponse):
+    """A streaming response that calls on_close when it ends: finished, failed or client gone."""
+
+    def __init__(self, gen, on_close):
+        super().__init__(gen, media_type="text/event-stream")
+        self.on_close = on_close
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()
+
+
+def error_response(e: RequestError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+def build_app(llm, max_queue: int = 64, served_model_name: str | None = None):
+    """The FastAPI app; app.state.engine_loop is the EngineLoop (started and stopped with the app)."""
+    loop = EngineLoop(llm)
+    names = {served_model_name or llm.model_name, llm.model_name}
+    model_name = served_model_name or llm.model_name
+    limit = llm.config.max_num_seqs + max_queue
+    state = {"unfinished": 0}                  # requests accepted and not yet finished (event-loop side only)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        loop.start()
+        yield
+        loop.stop()
+
+    app = FastAPI(title="minimal_engine", lifespan=lifespan)
+    app.state.engine_loop = loop
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request, exc):
+        return error_response(RequestError(str(exc.detail), code=str(exc.status_code), status=exc.status_code))
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "unfinished_requests": state["unfinished"], **loop.stats}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
+                                            "owned_by": "minimal_engine", "max_model_len": llm.config.max_model_len}]}
+
+    async def handle(request: Request, chat: bool):
+        try:
+            try:
+                body = json.loads(await request.body())
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise RequestError(f"the request body is not valid JSON: {e}", code="invalid_json") from None
+            prompt, params, stream, include_usage = parse_request(body, chat, llm.config.max_model_len)
+            if body.get("model") is not None and body["model"] not in names:
+                raise RequestError(f"model {body['model']!r} is not served here; this server serves "
+                                   f"{model_name!r} (see /v1/models)", "model", "model_not_found")
+            try:
+                ids = chat_prompt(llm.tokenizer, prompt) if chat else llm.engine.tokenize(prompt)[1]
+                llm.engine.validate_request(ids, params)   # reads only fixed limits: safe off the loop thread
+            except (ValueError, TypeError) as e:
+                raise RequestError(str(e), "messages" if chat else "prompt") from None
+            if state["unfinished"] >= limit:
+                raise RequestError(f"the server is full ({state['unfinished']} requests unfinished, limit "
+                                   f"{limit} = max_num_seqs + max_queue); retry later", None, "queue_full",
+                                   429, "rate_limit_error")
+        except RequestError as e:
+            return error_response(e)
+        state["unfinished"] += 1
+        rid, q = loop.submit(ids, params)
+        prefix = "chatcmpl-" if chat else "cmpl-"
+        done = {"finished": False}
+
+        def close():                            # runs once, whatever way the response ends
+            if not done["finished"]:
+                loop.abort(rid)
+            state["unfinished"] -= 1
+
+        if not stream:
+            try:
+                while True:
+                    kind, out = await q.get()
+                    if kind == "error":
+                        done["finished"] = True
+                        return error_response(RequestError(out))
+                    if out.finished:
+                        done["finished"] = True
+                        u = usage(len(ids), len(out.token_ids))
+                        return JSONResponse(full_response(prefix + rid, model_name, chat, out.text, out.finish_reason, u))
+            finally:
+                close()
+
+        async def events():
+            first = True                        # chat: the role goes with the first token, so TTFT stays honest
+            while True:
+                kind, out = await q.get()
+                if kind == "error":
+                    done["finished"] = True
+                    yield _sse(RequestError(out).body())
+                    break
+                yield _sse(chunk(prefix + rid, model_name, chat, out.new_text,
+                                 out.finish_reason if out.finished else None, role=first))
+                first = False
+                if out.finished:
+                    done["finished"] = True
+                    if include_usage:
+                        yield _sse(usage_chunk(prefix + rid, model_name, chat, usage(len(ids), len(out.token_ids))))
+                    break
+            yield "data: [DONE]\n\n"
+
+        return ClosingStream(events(), close)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await handle(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await handle(request, chat=True)
+
+    return app
+
+
+def _sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+class ServerThread:
+    """uvicorn in a background thread on a loopback port (port 0: a free one); for tests, labs, notebooks.
+
+        with ServerThread(build_app(llm)) as server:   # server.url == "http://127.0.0.1:PORT"
+            ...
+    """
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 30.0):
+        import uvicorn
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start on {host}:{port}")
+            time.sleep(0.02)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://{host}:{port}"
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout_s)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minimal_engine.serve", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None, help="model folder, hub id or synthetic:NAME (default: the course model)")
+    parser.add_argument("--served-model-name", default=None, help="the name clients send as 'model'")
+    parser.add_argument("--host", default="127.0.0.1", help="loopback by default; other addresses expose the server")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--max-num-seqs", type=int, default=64, help="requests in one engine step")
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--max-queue", type=int, default=64, help="waiting requests beyond max-num-seqs; more get 429")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    import torch
+    import uvicorn
+
+    from .llm import LLM
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
+              max_model_len=args.max_model_len)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: listening on {args.host}: anyone who can reach this address can use the server")
+    name = args.served_model_name or llm.model_name
+    print(f"serving {name!r} on http://{args.host}:{args.port} ({llm.device}, {llm.dtype})")
+    uvicorn.run(build_app(llm, args.max_queue, args.served_model_name), host=args.host, port=args.port,
+                log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

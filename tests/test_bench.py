@@ -1,0 +1,145 @@
+"""Benchmarks: workloads, the offline sweep and its files, transformers baselines on the same requests,
+the roofline readout, the CLI. Tiny models only."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from minimal_engine import LLM, SamplingParams
+from minimal_engine.bench import (dataset_requests, decode_step_time, hf_model_for, plot_throughput_vs_interactivity,
+                                  random_requests, ratios, run_hf_static, run_offline, run_sweep, save_results)
+from minimal_engine.bench.__main__ import main as bench_main
+from minimal_engine.roofline import measure_machine, step_cost, weight_counts
+
+VLLM_FIELDS = ["completed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",
+               "output_throughput", "total_token_throughput"] + [
+    f"{s}_{m}_ms" for s in ("mean", "median", "p99") for m in ("ttft", "tpot", "itl", "e2el")]
+
+
+@pytest.fixture(scope="module")
+def llm(llama_dir):
+    return LLM(llama_dir, dtype="float32", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def machine():
+    return measure_machine(quick=True)
+
+
+def test_input_and_output_lengths_respect_the_range():
+    reqs = random_requests(300, 100, 40, vocab_size=500, range_ratio=0.8, output_range_ratio=0.25, seed=3)
+    ins, outs = [r.input_len for r in reqs], [r.output_len for r in reqs]
+    assert min(ins) >= 80 and max(ins) <= 100 and min(ins) < 84 and max(ins) > 96
+    assert min(outs) >= 10 and max(outs) <= 40
+    assert all(0 <= t < 500 for r in reqs for t in r.prompt_ids)
+    assert [r.prompt_ids for r in random_requests(5, 20, 4, 500, 0.5, seed=3)] == \
+           [r.prompt_ids for r in random_requests(5, 20, 4, 500, 0.5, seed=3)]      # same seed, same requests
+    with pytest.raises(ValueError, match="range ratio"):
+        random_requests(2, 10, 4, 500, range_ratio=0)
+
+
+def test_sweep_writes_json_csv_and_plot(llm, machine, tmp_path):
+    rows = run_sweep(llm, [1, 2], input_len=24, output_len=6, range_ratio=0.5, num_prompts=4, machine=machine,
+                     use_tqdm=False)
+    assert [r["max_concurrency"] for r in rows] == [1, 2]
+    for r in rows:
+        assert all(r[k] == r[k] for k in VLLM_FIELDS)           # present and not NaN
+        assert r["completed"] == 4 and r["bound_tpot_ms"] > 0 and r["bound_ttft_ms"] > 0
+    paths = save_results(rows, tmp_path, "sweep", {"note": "test"})
+    data = json.loads(paths["json"].read_text())
+    assert data["meta"]["note"] == "test" and set(VLLM_FIELDS) <= set(data["results"][0])
+    header = next(csv.reader(paths["csv"].open()))
+    assert "output_throughput" in header and "median_tpot_ms" in header
+    png = tmp_path / "sweep.png"
+    plot_throughput_vs_interactivity(rows, png)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_max_concurrency_is_honoured(llm):
+    reqs = random_requests(6, 16, 5, llm.model_config.vocab_size, seed=1)
+    peak = 0
+    original = llm.engine.step
+
+    def spy():
+        nonlocal peak
+        peak = max(peak, len(llm.engine.seqs))
+        return original()
+    llm.engine.step = spy
+    try:
+        res = run_offline(llm, reqs, 2, use_tqdm=False, warmup=False)
+    finally:
+        del llm.engine.step
+    assert peak == 2 and res["completed"] == 6 and res["total_output_tokens"] == 30
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        run_offline(llm, reqs, 10_000, use_tqdm=False)
+
+
+def test_hf_static_baseline_runs_the_same_requests(llm):
+    reqs = random_requests(5, 20, 6, llm.model_config.vocab_size, range_ratio=0.5, output_range_ratio=0.5, seed=2)
+    ours = run_offline(llm, reqs, 2, use_tqdm=False)
+    theirs = run_hf_static(hf_model_for(llm), reqs, 2, use_tqdm=False)
+    for k in ("completed", "total_input_tokens", "total_output_tokens"):
+        assert ours[k] == theirs[k]
+    assert theirs["backend"] == "hf_generate_static" and theirs["median_tpot_ms"] > 0
+    rs = ratios([ours, theirs])
+    assert rs[0]["baseline"] == "hf_generate_static" and rs[0]["output_throughput_ratio"] > 0
+
+
+def test_synthetic_weights_are_copied_into_transformers(llama_dir, monkeypatch):
+    monkeypatch.setattr("minimal_engine.llm.DEFAULT_MODEL", llama_dir)     # any tokenizer will do here
+    small = LLM("synthetic:smollm2-135m", dtype="float32", device="cpu", max_model_len=64, num_kv_blocks=8)
+    ids = [5, 77, 1234, 999, 42]
+    ours = small.generate([ids], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), use_tqdm=False)
+    hf = hf_model_for(small)
+    out = hf.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert out[0, len(ids):].tolist() == ours[0].token_ids
+
+
+def test_dataset_requests(llm, tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"prompt": "吾輩は猫である。"}\n\n{"prompt": "東京の空は", "output_len": 3}\n', encoding="utf-8")
+    reqs = dataset_requests(f, 3, llm.tokenizer, output_len=5)
+    assert [r.prompt_text for r in reqs] == ["吾輩は猫である。", "東京の空は", "吾輩は猫である。"]
+    assert reqs[1].output_len == 3 and reqs[0].prompt_ids == llm.tokenizer.encode("吾輩は猫である。")
+    f.write_text('{"text": "x"}\n')
+    with pytest.raises(ValueError, match="prompt"):
+        dataset_requests(f, 1, llm.tokenizer, 5)
+
+
+def test_roofline_readout(llm, machine):
+    assert machine["flops_fp32"] > 1e8 and machine["bandwidth"] > 1e8
+    cfg = llm.model_config
+    w = weight_counts(cfg)
+    one = step_cost(cfg, 4, decode_contexts=[100], machine=machine)
+    many = step_cost(cfg, 4, decode_contexts=[100] * 8, machine=machine)
+    assert one["weight_bytes"] >= (w["layers"] + w["lm_head"]) * 4
+    assert many["weight_bytes"] - one["weight_bytes"] == 7 * cfg.hidden_size * 4      # weights read once per step
+    assert many["kv_bytes"] == 8 * one["kv_bytes"] and many["flops"] == pytest.approx(8 * one["flops"])
+    assert one["t_bound"] == max(one["t_compute"], one["t_memory"])
+    prefill = step_cost(cfg, 4, prefill_lens=[64], machine=machine)
+    assert prefill["tokens"] == 64 and prefill["flops"] > 10 * one["flops"]
+    d = decode_step_time(llm, 2, 16, num_steps=3)
+    assert d["median_step_ms"] > 0 and not llm.engine.has_unfinished_requests()
+
+
+def test_cli_with_hf_baseline(llama_dir, tmp_path, capsys):
+    rc = bench_main(["--model", str(llama_dir), "--dtype", "float32", "--device", "cpu", "--input-len", "16",
+                     "--output-len", "4", "--max-concurrency", "2", "--num-prompts", "4", "--compare", "hf",
+                     "--decode-step-batch", "2", "--no-tqdm", "--out", str(tmp_path), "--name", "cli"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "hf_generate_static" in text and "engine / baseline" in text and "decode step" in text
+    data = json.loads((tmp_path / "cli.json").read_text())
+    assert {r["backend"] for r in data["results"]} == {"minimal_engine", "hf_generate_static"}
+    assert (tmp_path / "cli.csv").exists() and (tmp_path / "cli.png").exists()
+
+
+def test_engine_modules_do_not_import_matplotlib():
+    code = ("import sys, minimal_engine, minimal_engine.bench, minimal_engine.roofline, minimal_engine.serve; "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
