@@ -57,10 +57,12 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         tables = batch.decode_block_tables                              # [D, nb]
         kd = k_cache.view(-1, bs, kvh, dh)[tables].view(d, -1, kvh, dh).transpose(1, 2)  # [D, KVH, L, Dh]
         vd = v_cache.view(-1, bs, kvh, dh)[tables].view(d, -1, kvh, dh).transpose(1, 2)
-        qd = q[:d].unsqueeze(2)                                         # [D, H, 1, Dh]
-        o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=batch.decode_mask,
-                                           scale=scale, enable_gqa=gqa)
-        out[:d] = o.squeeze(2)
+        # One query per request: plain matmuls, each KV head serving its group of query heads (GQA).
+        # (On the CPU, SDPA with a mask and one query row was ~10x slower at batch 32: see benchmarks/README.md.)
+        qd = q[:d].view(d, kvh, q.shape[1] // kvh, dh)                 # [D, KVH, G, Dh]
+        scores = (qd @ kd.transpose(-1, -2)).float() * scale            # [D, KVH, G, L], softmax in float32
+        scores = scores.masked_fill(~batch.decode_mask, float("-inf"))  # mask [D, 1, 1, L] broadcasts
+        out[:d] = (scores.softmax(-1).to(q.dtype) @ vd).view(d, -1, dh)  # [D, KVH, G, Dh] -> [D, H, Dh]
 
     for c in batch.prefills:
         qp = q[c.start:c.end].transpose(0, 1)                           # [H, n, Dh]

@@ -21,6 +21,7 @@ import time
 import torch
 
 from ..metrics import summarize
+from ..models.loader import hf_state_dict
 from ..sequence import RequestMetrics
 from .workload import BenchRequest
 
@@ -29,7 +30,7 @@ HF_CONFIG = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Conf
 
 def hf_model_for(llm):
     """A transformers model with the same weights as llm: loaded from llm's folder, or (synthetic shapes)
-    built from the same config with our random weights copied in (fused qkv / gate_up split back)."""
+    built from the same config with our random weights copied in (loader.hf_state_dict splits qkv / gate_up)."""
     import transformers
     if llm.model_path is not None:
         return transformers.AutoModelForCausalLM.from_pretrained(llm.model_path, dtype=llm.dtype).eval()
@@ -42,22 +43,9 @@ def hf_model_for(llm):
         rope_parameters=rope, tie_word_embeddings=c.tie_word_embeddings, eos_token_id=None, bos_token_id=None,
         pad_token_id=0)
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=llm.dtype).eval()
-    h, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-    theirs = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, p in llm.engine.runner.model.named_parameters():
-            if name == "lm_head.weight" and c.tie_word_embeddings:
-                continue
-            hf_name = name if name.startswith("lm_head") else "model." + name
-            if ".qkv_proj." in name:
-                for piece, (a, b) in zip(("q_proj", "k_proj", "v_proj"), ((0, h), (h, h + kv), (h + kv, h + 2 * kv))):
-                    theirs[hf_name.replace("qkv_proj", piece)].copy_(p[a:b])
-            elif ".gate_up_proj." in name:
-                n = c.intermediate_size
-                theirs[hf_name.replace("gate_up_proj", "gate_proj")].copy_(p[:n])
-                theirs[hf_name.replace("gate_up_proj", "up_proj")].copy_(p[n:])
-            else:
-                theirs[hf_name].copy_(p)
+    missing, unexpected = model.load_state_dict(hf_state_dict(llm.engine.runner.model), strict=False)
+    if [m for m in missing if not m.endswith("rotary_emb.inv_freq")] or unexpected:
+        raise RuntimeError(f"weights do not line up with transformers: missing {missing[:3]}, extra {unexpected[:3]}")
     return model
 
 
