@@ -331,18 +331,25 @@ def plot_timeline(res: dict, max_rows: int = 32):
     """One row per request: grey = waiting, orange bar = prefill (until the first token), blue ticks = each
     output token. Shows at most ``max_rows`` requests. Returns a matplotlib Figure."""
     reqs = res["requests"][:max_rows]
-    fig, ax = _figure(9, 1.6 + 0.32 * len(reqs))
+    fig, ax = _figure(9, 1.9 + 0.32 * len(reqs))
+    labeled = set()
+
+    def label(name):                    # each legend entry once
+        if name in labeled:
+            return None
+        labeled.add(name)
+        return name
+
     for r in reqs:
         y = r["index"]
-        if r["prefill_start_ms"] > 0:
-            ax.broken_barh([(0, r["prefill_start_ms"])], (y - 0.3, 0.6), color="0.85",
-                           label="待ち（キュー）" if y == 0 else None)
+        if r["prefill_start_ms"] > 0.01 * r["token_times_ms"][-1]:      # waited visibly before its prefill
+            ax.broken_barh([(0, r["prefill_start_ms"])], (y - 0.3, 0.6), color="0.85", label=label("待ち（キュー）"))
         ax.broken_barh([(r["prefill_start_ms"], r["first_token_ms"] - r["prefill_start_ms"])], (y - 0.3, 0.6),
-                       color="tab:orange", label="Prefill（プロンプト処理）" if y == 0 else None)
+                       color="tab:orange", label=label("Prefill（プロンプト処理）"))
         ax.vlines(r["token_times_ms"][1:], y - 0.35, y + 0.35, color="tab:blue", linewidth=0.8,
-                  label="Decode（1トークンごと）" if y == 0 else None)
-        ax.plot([r["first_token_ms"]], [y], marker="o", color="tab:red", markersize=4,
-                label="最初のトークン（TTFT）" if y == 0 else None)
+                  label=label("Decode（1トークンごと）"))
+        ax.plot([r["first_token_ms"]], [y], marker="o", color="tab:red", markersize=4, linestyle="none",
+                label=label("最初のトークン（TTFT）"))
     ax.set_yticks([r["index"] for r in reqs], [f"#{r['index']}" for r in reqs])
     ax.invert_yaxis()
     ax.set_xlabel("到着からの時間 [ms]")
@@ -351,7 +358,7 @@ def plot_timeline(res: dict, max_rows: int = 32):
                  f"同時 {res['concurrency']} リクエスト\nTTFT {res['ttft_ms']:.0f} ms ・ TPOT {res['tpot_ms']:.1f} ms"
                  f" ・ {res['tok_s']:.0f} tok/s ・ {res['tok_s_per_user']:.1f} tok/s/user")
     ax.set_xlim(0, max(r["token_times_ms"][-1] for r in reqs) * 1.02)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(reqs) < 4 else -0.12), ncols=4, fontsize=8)
+    fig.legend(loc="outside lower center", ncols=4, fontsize=8)
     return fig
 
 
