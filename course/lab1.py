@@ -16,49 +16,29 @@ Three layers, each usable on its own (tests call the first two; notebooks stay t
    matplotlib ``Figure`` with Japanese labels.
 3. ``build_lab()``: an ipywidgets panel that only wires sliders and menus to 1 and 2.
 
-Loaded models are kept in a small cache (``get_llm``), so switching the model menu back and forth
-does not reload weights every time. ``COURSE_QUICK=1`` (set by ``make test``) shrinks the sweep.
+Models are loaded through ``course.runtime.get_llm`` (re-exported here), which keeps them loaded, so
+switching the model menu back and forth does not reload weights. ``COURSE_QUICK=1`` (set by
+``make test``) shrinks the sweep.
 """
 from __future__ import annotations
 
 import html
-import os
-import random
 import time
-from collections import OrderedDict
-from pathlib import Path
 
-import torch
-
-from minimal_engine import LLM, SamplingParams
-from minimal_engine.config import ModelConfig
-from minimal_engine.llm import DEFAULT_MODEL
+from minimal_engine import SamplingParams
 from minimal_engine.metrics import summarize
-from minimal_engine.models.loader import resolve_dtype, resolve_model_path
-from minimal_engine.synthetic import synthetic_config
+
+from course.runtime import (MAX_CONTEXT, MAX_NUM_SEQS, MODEL_CHOICES, available_devices, check_device,
+                            check_int, check_model, clear_llm_cache, get_llm, is_quick, max_model_len,
+                            random_prompts)
 
 # ---------------------------------------------------------------- settings and their ranges
 PROMPT_LEN_RANGE = (1, 1024)       # tokens
 OUTPUT_LEN_RANGE = (2, 256)        # tokens; TPOT needs at least 2 output tokens
-CONCURRENCY_RANGE = (1, 64)        # requests sent at the same time (engine's max_num_seqs is 64)
+CONCURRENCY_RANGE = (1, MAX_NUM_SEQS)   # requests sent at the same time, at most one engine step's worth
 MAX_SWEEP_POINTS = 8
 DEFAULTS = dict(prompt_len=64, output_len=32, concurrency=4)   # seconds on a laptop CPU
-
-# label shown in the menu -> model spec ("default", "synthetic:NAME" or a model folder)
-MODEL_CHOICES = OrderedDict([
-    ("既定モデル（minimal-ja・学習済み）", "default"),
-    ("llama-125m の形（ランダム重み）", "synthetic:llama-125m"),
-    ("SmolLM2-135M の形（ランダム重み）", "synthetic:smollm2-135m"),
-    ("Qwen3-0.6B の形（ランダム重み・重い）", "synthetic:qwen3-0.6b"),
-    ("Llama-3.2-1B の形（ランダム重み・重い）", "synthetic:llama-3.2-1b"),
-])
-LLM_CACHE_SIZE = 2                 # models kept loaded (each synthetic shape takes memory)
-KV_POOL_LIMIT = 512 * 2**20        # at most 512 MiB of KV pool per loaded model
-
-
-def is_quick() -> bool:
-    """True when ``COURSE_QUICK=1`` (tests, CI): experiments use fewer and smaller runs."""
-    return os.environ.get("COURSE_QUICK", "") not in ("", "0")
+assert PROMPT_LEN_RANGE[1] + OUTPUT_LEN_RANGE[1] <= MAX_CONTEXT
 
 
 def sweep_concurrencies() -> list[int]:
@@ -66,54 +46,15 @@ def sweep_concurrencies() -> list[int]:
     return [1, 2, 4] if is_quick() else [1, 2, 4, 8, 16]
 
 
-def available_devices() -> list[str]:
-    """Devices this machine can run: always "cpu", plus "cuda" / "mps" when present."""
-    devices = ["cpu"]
-    if torch.cuda.is_available():
-        devices.append("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        devices.append("mps")
-    return devices
-
-
 # ---------------------------------------------------------------- input validation
-def _check_int(value, name: str, ja: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"{ja}（{name}）は {lo}〜{hi} の整数で指定してください。"
-                         f" / {name} must be an integer in [{lo}, {hi}], got {value!r}")
-    return value
-
-
-def _check_model(model) -> str:
-    if isinstance(model, Path):
-        model = str(model)
-    if not isinstance(model, str) or not model:
-        raise ValueError(f"モデル（model）は {list(MODEL_CHOICES.values())} のどれか、またはモデルのフォルダで"
-                         f"指定してください。 / model must be one of those or a model folder, got {model!r}")
-    if model in MODEL_CHOICES.values() or Path(model).is_dir():
-        return model
-    raise ValueError(f"モデル {model!r} は選べません。{list(MODEL_CHOICES.values())} のどれか、または"
-                     f"存在するモデルのフォルダを指定してください。 / unknown model {model!r}: use one of "
-                     f"{list(MODEL_CHOICES.values())} or an existing model folder")
-
-
-def _check_device(device) -> str:
-    devices = available_devices()
-    if device not in devices:
-        raise ValueError(f"デバイス {device!r} はこのマシンでは使えません（使えるのは {devices}）。"
-                         f" / device {device!r} is not available here; available: {devices}")
-    return device
-
-
 def check_settings(model="default", prompt_len=DEFAULTS["prompt_len"], output_len=DEFAULTS["output_len"],
                    concurrency=DEFAULTS["concurrency"], device="cpu") -> dict:
     """Validate every control of the lab; return the settings as a dict, or raise ValueError (日本語/English)."""
-    return dict(model=_check_model(model),
-                prompt_len=_check_int(prompt_len, "prompt_len", "プロンプト長", *PROMPT_LEN_RANGE),
-                output_len=_check_int(output_len, "output_len", "出力長", *OUTPUT_LEN_RANGE),
-                concurrency=_check_int(concurrency, "concurrency", "同時リクエスト数", *CONCURRENCY_RANGE),
-                device=_check_device(device))
+    return dict(model=check_model(model),
+                prompt_len=check_int(prompt_len, "prompt_len", "プロンプト長", *PROMPT_LEN_RANGE),
+                output_len=check_int(output_len, "output_len", "出力長", *OUTPUT_LEN_RANGE),
+                concurrency=check_int(concurrency, "concurrency", "同時リクエスト数", *CONCURRENCY_RANGE),
+                device=check_device(device))
 
 
 def check_concurrencies(concurrencies) -> list[int]:
@@ -121,86 +62,12 @@ def check_concurrencies(concurrencies) -> list[int]:
     if isinstance(concurrencies, (str, bytes)) or not hasattr(concurrencies, "__iter__"):
         raise ValueError(f"同時数の一覧（concurrencies）は整数のリストで指定してください。"
                          f" / concurrencies must be a list of integers, got {concurrencies!r}")
-    values = [_check_int(c, "concurrency", "同時リクエスト数", *CONCURRENCY_RANGE) for c in concurrencies]
+    values = [check_int(c, "concurrency", "同時リクエスト数", *CONCURRENCY_RANGE) for c in concurrencies]
     values = sorted(set(values))
     if not 1 <= len(values) <= MAX_SWEEP_POINTS:
         raise ValueError(f"同時数の一覧（concurrencies）は 1〜{MAX_SWEEP_POINTS} 個にしてください。"
                          f" / concurrencies must hold 1 to {MAX_SWEEP_POINTS} values, got {len(values)}")
     return values
-
-
-# ---------------------------------------------------------------- loaded models
-_LLM_CACHE: OrderedDict = OrderedDict()
-
-
-def _engine_model_arg(model: str):
-    """What LLM(model=...) gets: None (the shipped default model) for "default", unless the instructor
-    points COURSE_MODEL at another model folder."""
-    if model == "default":
-        return os.environ.get("COURSE_MODEL") or None
-    return model
-
-
-def _model_config(arg) -> ModelConfig:
-    """The model's shape, read without loading its weights (to size the KV pool)."""
-    if isinstance(arg, str) and arg.startswith("synthetic:"):
-        return synthetic_config(arg.split(":", 1)[1])
-    return ModelConfig.from_folder(resolve_model_path(arg if arg is not None else DEFAULT_MODEL))
-
-
-def max_model_len(model="default") -> int:
-    """Longest prompt + output (tokens) the lab allows for this model: its context length, at most
-    PROMPT_LEN_RANGE[1] + OUTPUT_LEN_RANGE[1]. Reads config.json only (no weights)."""
-    cfg = _model_config(_engine_model_arg(_check_model(model)))
-    return min(PROMPT_LEN_RANGE[1] + OUTPUT_LEN_RANGE[1], cfg.max_position_embeddings)
-
-
-def get_llm(model: str = "default", device: str = "cpu") -> LLM:
-    """Load a model once and keep it (the last LLM_CACHE_SIZE models); warm it up with a tiny request."""
-    model, device = _check_model(model), _check_device(device)
-    key = (model, device)
-    if key in _LLM_CACHE:
-        _LLM_CACHE.move_to_end(key)
-        return _LLM_CACHE[key]
-    while len(_LLM_CACHE) >= LLM_CACHE_SIZE:
-        _LLM_CACHE.popitem(last=False)
-    arg = _engine_model_arg(model)
-    if arg is None and not (DEFAULT_MODEL / "config.json").is_file():
-        raise ValueError("既定モデル（minimal_engine/default_model）が見つかりません。合成モデル"
-                         "（synthetic:...）を選ぶか、既定モデルを入れてください。 / the default model is missing")
-    cfg = _model_config(arg)
-    per_token = cfg.kv_bytes_per_token(torch.finfo(resolve_dtype(None, torch.device(device), cfg)).bits // 8)
-    max_len = min(PROMPT_LEN_RANGE[1] + OUTPUT_LEN_RANGE[1], cfg.max_position_embeddings)
-    need = CONCURRENCY_RANGE[1] * max_len * per_token
-    llm = LLM(arg, device=device, max_num_seqs=CONCURRENCY_RANGE[1], max_model_len=max_len,
-              kv_cache_memory=min(need, KV_POOL_LIMIT))
-    warm = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)   # first steps are slow: not measured
-    llm.generate(random_prompts(llm, min(32, max_len - 4), 2), warm, use_tqdm=False)
-    _LLM_CACHE[key] = llm
-    return llm
-
-
-def clear_llm_cache() -> None:
-    """Forget every loaded model (frees their memory)."""
-    _LLM_CACHE.clear()
-
-
-def random_prompts(llm: LLM, prompt_len: int, concurrency: int, seed: int = 0) -> list[list[int]]:
-    """``concurrency`` different prompts of ``prompt_len`` random token ids (no EOS, no shared prefix)."""
-    rng = random.Random(seed)
-    vocab = llm.model_config.vocab_size
-    banned = set(llm.model_config.eos_token_ids)
-    if llm.tokenizer.eos_token_id is not None:
-        banned.add(llm.tokenizer.eos_token_id)
-    prompts = []
-    for _ in range(concurrency):
-        ids = []
-        while len(ids) < prompt_len:
-            t = rng.randrange(vocab)
-            if t not in banned:
-                ids.append(t)
-        prompts.append(ids)
-    return prompts
 
 
 # ---------------------------------------------------------------- experiments
@@ -394,7 +261,7 @@ class Lab1App:
         import ipywidgets as w
         choices = list((model_choices or MODEL_CHOICES).items())
         if model not in [v for _, v in choices]:
-            choices.append((str(model), _check_model(model)))
+            choices.append((str(model), check_model(model)))
         devices = available_devices()
         self.concurrencies = check_concurrencies(sweep_concurrencies() if concurrencies is None else concurrencies)
         style, layout = {"description_width": "9em"}, w.Layout(width="32em")

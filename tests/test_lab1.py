@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from course import lab1  # noqa: E402
+from course import lab1, runtime  # noqa: E402
 from minimal_engine.llm import DEFAULT_MODEL  # noqa: E402
 
 
@@ -98,7 +98,7 @@ def test_out_of_range_settings_are_refused_in_japanese_and_english(kwargs, word)
 
 
 def test_unavailable_gpu_is_refused(monkeypatch):
-    monkeypatch.setattr(lab1, "available_devices", lambda: ["cpu"])
+    monkeypatch.setattr(runtime, "available_devices", lambda: ["cpu"])
     with pytest.raises(ValueError, match="cuda"):
         lab1.check_settings(device="cuda")
 
@@ -174,3 +174,20 @@ def test_widget_fits_length_sliders_to_the_model(model):
     assert app.output_len.max == min(lab1.OUTPUT_LEN_RANGE[1], 256 - lab1.PROMPT_LEN_RANGE[0])
     app.model.value = "synthetic:llama-125m"                 # 2048 positions: the lab's own limits apply
     assert app.prompt_len.max == lab1.PROMPT_LEN_RANGE[1]
+
+
+def test_llm_cache_keeps_the_most_recent_models(model, tmp_path, monkeypatch):
+    from conftest import save_tiny_model
+    other = str(save_tiny_model(tmp_path / "other", "qwen2"))
+    monkeypatch.setattr(runtime, "LLM_CACHE_SIZE", 1)
+    first = runtime.get_llm(model, "cpu")
+    second = runtime.get_llm(other, "cpu")
+    assert second is runtime.get_llm(other, "cpu")
+    assert runtime.get_llm(model, "cpu") is not first          # evicted, loaded again
+    assert len(runtime._LLM_CACHE) == 1
+
+
+def test_course_model_replaces_the_default_model(model, monkeypatch):
+    monkeypatch.setenv("COURSE_MODEL", model)
+    assert runtime.engine_model_arg("default") == model
+    assert runtime.max_model_len("default") == 256

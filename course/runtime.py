@@ -1,0 +1,161 @@
+"""Loaded models and devices, shared by the labs: one place that loads a model once and keeps it.
+
+    llm = get_llm("default", "cpu")          # the shipped model; "synthetic:llama-125m" etc. for real shapes
+    available_devices()                      # ["cpu"] plus "cuda" / "mps" where present
+
+Every lab's menus offer ``MODEL_CHOICES`` and ``available_devices()``; ``check_model`` / ``check_device``
+refuse anything else with a message in Japanese and English. ``get_llm`` keeps the last
+``LLM_CACHE_SIZE`` models loaded, so switching a lab's model menu back and forth does not reload weights.
+``COURSE_MODEL=/path/to/model`` replaces the default model (for instructors); ``COURSE_QUICK=1`` (set by
+``make test``) asks the labs for smaller experiments.
+"""
+from __future__ import annotations
+
+import os
+import random
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+from minimal_engine import LLM, SamplingParams
+from minimal_engine.config import ModelConfig
+from minimal_engine.llm import DEFAULT_MODEL
+from minimal_engine.models.loader import resolve_dtype, resolve_model_path
+from minimal_engine.synthetic import synthetic_config
+
+MAX_CONTEXT = 1280                 # prompt + output tokens the labs allow (less if the model has fewer positions)
+MAX_NUM_SEQS = 64                  # requests in one engine step (the engine's default)
+
+# label shown in the menu -> model spec ("default", "synthetic:NAME" or a model folder)
+MODEL_CHOICES = OrderedDict([
+    ("既定モデル（minimal-ja・学習済み）", "default"),
+    ("llama-125m の形（ランダム重み）", "synthetic:llama-125m"),
+    ("SmolLM2-135M の形（ランダム重み）", "synthetic:smollm2-135m"),
+    ("Qwen3-0.6B の形（ランダム重み・重い）", "synthetic:qwen3-0.6b"),
+    ("Llama-3.2-1B の形（ランダム重み・重い）", "synthetic:llama-3.2-1b"),
+])
+LLM_CACHE_SIZE = 2                 # models kept loaded (each synthetic shape takes memory)
+KV_POOL_LIMIT = 256 * 2**20        # at most 256 MiB of KV pool per model (beyond it: preemption, shown)
+
+
+def is_quick() -> bool:
+    """True when ``COURSE_QUICK=1`` (tests, CI): experiments use fewer and smaller runs."""
+    return os.environ.get("COURSE_QUICK", "") not in ("", "0")
+
+
+def available_devices() -> list[str]:
+    """Devices this machine can run: always "cpu", plus "cuda" / "mps" when present."""
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices.append("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        devices.append("mps")
+    return devices
+
+
+def check_int(value, name: str, ja: str, lo: int, hi: int) -> int:
+    """``value`` if it is an int in [lo, hi], else ValueError naming the control in Japanese and English."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{ja}（{name}）は {lo}〜{hi} の整数で指定してください。"
+                         f" / {name} must be an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+def check_model(model) -> str:
+    if isinstance(model, Path):
+        model = str(model)
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"モデル（model）は {list(MODEL_CHOICES.values())} のどれか、またはモデルのフォルダで"
+                         f"指定してください。 / model must be one of those or a model folder, got {model!r}")
+    if model in MODEL_CHOICES.values() or Path(model).is_dir():
+        return model
+    raise ValueError(f"モデル {model!r} は選べません。{list(MODEL_CHOICES.values())} のどれか、または"
+                     f"存在するモデルのフォルダを指定してください。 / unknown model {model!r}: use one of "
+                     f"{list(MODEL_CHOICES.values())} or an existing model folder")
+
+
+def check_device(device) -> str:
+    devices = available_devices()
+    if device not in devices:
+        raise ValueError(f"デバイス {device!r} はこのマシンでは使えません（使えるのは {devices}）。"
+                         f" / device {device!r} is not available here; available: {devices}")
+    return device
+
+
+_LLM_CACHE: OrderedDict = OrderedDict()
+
+
+def engine_model_arg(model: str):
+    """What LLM(model=...) gets: None (the shipped default model) for "default", unless the instructor
+    points COURSE_MODEL at another model folder."""
+    if model == "default":
+        return os.environ.get("COURSE_MODEL") or None
+    return model
+
+
+def model_config(arg) -> ModelConfig:
+    """The model's shape, read without loading its weights (to size the KV pool)."""
+    if isinstance(arg, str) and arg.startswith("synthetic:"):
+        return synthetic_config(arg.split(":", 1)[1])
+    return ModelConfig.from_folder(resolve_model_path(arg if arg is not None else DEFAULT_MODEL))
+
+
+def max_model_len(model="default") -> int:
+    """Longest prompt + output (tokens) the labs allow for this model: its context length, at most
+    MAX_CONTEXT. Reads config.json only (no weights)."""
+    cfg = model_config(engine_model_arg(check_model(model)))
+    return min(MAX_CONTEXT, cfg.max_position_embeddings)
+
+
+def get_llm(model: str = "default", device: str = "cpu") -> LLM:
+    """Load a model once and keep it (the last LLM_CACHE_SIZE models); warm it up with a tiny request."""
+    model, device = check_model(model), check_device(device)
+    key = (model, device)
+    if key in _LLM_CACHE:
+        _LLM_CACHE.move_to_end(key)
+        return _LLM_CACHE[key]
+    while len(_LLM_CACHE) >= LLM_CACHE_SIZE:
+        _LLM_CACHE.popitem(last=False)
+    arg = engine_model_arg(model)
+    if arg is None and not (DEFAULT_MODEL / "config.json").is_file():
+        raise ValueError("既定モデル（minimal_engine/default_model）が見つかりません。合成モデル"
+                         "（synthetic:...）を選ぶか、既定モデルを入れてください。 / the default model is missing")
+    cfg = model_config(arg)
+    per_token = cfg.kv_bytes_per_token(torch.finfo(resolve_dtype(None, torch.device(device), cfg)).bits // 8)
+    max_len = min(MAX_CONTEXT, cfg.max_position_embeddings)
+    need = MAX_NUM_SEQS * max_len * per_token
+    llm = LLM(arg, device=device, max_num_seqs=MAX_NUM_SEQS, max_model_len=max_len,
+              kv_cache_memory=min(need, KV_POOL_LIMIT))
+    warm = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)   # first steps are slow: not measured
+    llm.generate(random_prompts(llm, min(32, max_len - 4), 2), warm, use_tqdm=False)
+    _LLM_CACHE[key] = llm
+    return llm
+
+
+def clear_llm_cache() -> None:
+    """Forget every loaded model (frees their memory)."""
+    _LLM_CACHE.clear()
+
+
+def random_prompts(llm: LLM, prompt_len: int, concurrency: int, seed: int = 0) -> list[list[int]]:
+    """``concurrency`` different prompts of ``prompt_len`` random token ids (no EOS, no shared prefix)."""
+    rng = random.Random(seed)
+    vocab = llm.model_config.vocab_size
+    banned = set(llm.model_config.eos_token_ids)
+    if llm.tokenizer.eos_token_id is not None:
+        banned.add(llm.tokenizer.eos_token_id)
+    prompts = []
+    for _ in range(concurrency):
+        ids = []
+        while len(ids) < prompt_len:
+            t = rng.randrange(vocab)
+            if t not in banned:
+                ids.append(t)
+        prompts.append(ids)
+    return prompts
+
+
+__all__ = ["KV_POOL_LIMIT", "LLM_CACHE_SIZE", "MAX_CONTEXT", "MAX_NUM_SEQS", "MODEL_CHOICES", "available_devices",
+           "check_device", "check_int", "check_model", "clear_llm_cache", "engine_model_arg", "get_llm",
+           "is_quick", "max_model_len", "model_config", "random_prompts"]
