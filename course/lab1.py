@@ -221,8 +221,9 @@ def plot_timeline(res: dict, max_rows: int = 32):
     ax.invert_yaxis()
     ax.set_xlabel("到着からの時間 [ms]")
     ax.set_ylabel("リクエスト")
+    shown = "" if len(reqs) == len(res["requests"]) else f"（先頭の {len(reqs)} 件を表示）"
     ax.set_title(f"プロンプト {res['prompt_len']} トークン × 出力 {res['output_len']} トークン × "
-                 f"同時 {res['concurrency']} リクエスト\nTTFT {res['ttft_ms']:.0f} ms ・ TPOT {res['tpot_ms']:.1f} ms"
+                 f"同時 {res['concurrency']} リクエスト{shown}\nTTFT {res['ttft_ms']:.0f} ms ・ TPOT {res['tpot_ms']:.1f} ms"
                  f" ・ {res['tok_s']:.0f} tok/s ・ {res['tok_s_per_user']:.1f} tok/s/user")
     ax.set_xlim(0, max(r["token_times_ms"][-1] for r in reqs) * 1.02)
     fig.legend(loc="outside lower center", ncols=4, fontsize=8)
