@@ -13,12 +13,37 @@ from .config import EngineConfig
 from .sampler import sample
 from .scheduler import SchedulerOutput
 
+PACK_LIMIT_BYTES = 2 << 30   # pre-packing keeps a second copy of the weights: skip it for big models
+
+
+def pack_linear_weights(model: torch.nn.Module) -> bool:
+    """CPU + bfloat16 speed-up: give every Linear a copy of its weight pre-packed in oneDNN's blocked layout.
+
+    One decode token multiplies a vector by each weight matrix, so the step is bound by how fast the weights
+    stream from memory. PyTorch's plain bf16 `F.linear` re-lays the weight out on every call; a pre-packed
+    copy streams at about twice the speed here (lm_head of the 125M shape: ~9 GB/s -> ~23 GB/s, one core).
+    The results are the same numbers. The original weights stay (state_dict, tied embeddings), so this costs
+    a second copy of the weights: skipped above PACK_LIMIT_BYTES, on other devices and dtypes.
+    """
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    w0 = linears[0].weight
+    size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
+    if (w0.device.type != "cpu" or w0.dtype != torch.bfloat16 or size > PACK_LIMIT_BYTES
+            or not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    for m in linears:
+        packed = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), 1)
+        bias = None if m.bias is None else m.bias.detach()
+        m.forward = lambda x, p=packed, b=bias: torch.ops.mkldnn._linear_pointwise(x, p, b, "none", [], "")
+    return True
+
 
 class ModelRunner:
     def __init__(self, model, config: EngineConfig, num_blocks: int, dtype: torch.dtype, device: torch.device):
         cfg = model.config
         self.model, self.config, self.device, self.dtype = model, config, device, dtype
         self.block_size = config.block_size
+        self.packed_linears = pack_linear_weights(model)
         self.num_blocks = num_blocks
         slots = num_blocks * config.block_size
         self.kv_caches = [

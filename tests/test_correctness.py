@@ -94,3 +94,17 @@ def test_text_prompts_and_metrics(llama_dir):
     assert 0 < m.ttft <= m.e2e_latency
     assert m.tpot == pytest.approx((m.e2e_latency - m.ttft) / 4)
     assert m.itl == pytest.approx([m.token_times[i + 1] - m.token_times[i] for i in range(4)])
+
+
+def test_bf16_packed_linears_give_the_same_tokens(llama_dir, monkeypatch):
+    """The CPU bf16 fast path (pre-packed oneDNN weights) computes the same numbers as plain F.linear."""
+    import minimal_engine.model_runner as mr
+    p = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    fast = LLM(llama_dir, dtype="bfloat16", device="cpu")
+    monkeypatch.setattr(mr, "PACK_LIMIT_BYTES", 0)              # disable packing
+    plain = LLM(llama_dir, dtype="bfloat16", device="cpu")
+    if not fast.engine.runner.packed_linears:
+        pytest.skip("oneDNN weight packing is not available in this PyTorch build")
+    assert not plain.engine.runner.packed_linears
+    assert [o.token_ids for o in fast.generate(PROMPTS, p, use_tqdm=False)] == \
+           [o.token_ids for o in plain.generate(PROMPTS, p, use_tqdm=False)]

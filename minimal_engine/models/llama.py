@@ -28,10 +28,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()                                    # statistics in float32, as in the reference
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        # x / sqrt(mean(x^2) + eps) * weight, in one fused kernel (it accumulates in float32)
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -76,12 +74,12 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, kv_cache, batch: ForwardBatch):
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.h * self.dh, self.kvh * self.dh, self.kvh * self.dh], dim=-1)
-        q, k, v = q.view(t, self.h, self.dh), k.view(t, self.kvh, self.dh), v.view(t, self.kvh, self.dh)
+        qkv = self.qkv_proj(x).view(t, self.h + 2 * self.kvh, self.dh)  # heads: H query, KVH key, KVH value
+        qk, v = qkv[:, :self.h + self.kvh], qkv[:, self.h + self.kvh:]
         if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = q * cos + rotate_half(q) * sin                          # RoPE: cos/sin are [T, 1, Dh]
-        k = k * cos + rotate_half(k) * sin
+            qk = torch.cat((self.q_norm(qk[:, :self.h]), self.k_norm(qk[:, self.h:])), dim=1)
+        qk = qk * cos + rotate_half(qk) * sin                       # RoPE on q and k at once; cos/sin [T, 1, Dh]
+        q, k = qk[:, :self.h], qk[:, self.h:]
         o = paged_attention(q, k, v, kv_cache[0], kv_cache[1], batch, self.scale)  # [T, H, Dh]
         return self.o_proj(o.reshape(t, self.h * self.dh))
 
