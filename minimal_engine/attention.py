@@ -55,14 +55,16 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     d = batch.num_decodes
     if d:
         tables = batch.decode_block_tables                              # [D, nb]
-        kd = k_cache.view(-1, bs, kvh, dh)[tables].view(d, -1, kvh, dh).transpose(1, 2)  # [D, KVH, L, Dh]
-        vd = v_cache.view(-1, bs, kvh, dh)[tables].view(d, -1, kvh, dh).transpose(1, 2)
-        # One query per request: plain matmuls, each KV head serving its group of query heads (GQA).
+        slots = (tables[:, :, None] * bs + torch.arange(bs, device=q.device)).view(-1)   # [D * L] pool slots
+        kd = k_cache.index_select(0, slots).view(d, -1, kvh, dh)        # [D, L, KVH, Dh]: one gather, no transpose
+        vd = v_cache.index_select(0, slots).view(d, -1, kvh, dh)
+        # One query per request: plain matmuls, each KV head serving its group of G query heads (GQA).
         # (On the CPU, SDPA with a mask and one query row was ~10x slower at batch 32: see benchmarks/README.md.)
         qd = q[:d].view(d, kvh, q.shape[1] // kvh, dh)                 # [D, KVH, G, Dh]
-        scores = (qd @ kd.transpose(-1, -2)).float() * scale            # [D, KVH, G, L], softmax in float32
+        scores = torch.einsum("dkgh,dlkh->dkgl", qd, kd).float() * scale  # [D, KVH, G, L], softmax in float32
         scores = scores.masked_fill(~batch.decode_mask, float("-inf"))  # mask [D, 1, 1, L] broadcasts
-        out[:d] = (scores.softmax(-1).to(q.dtype) @ vd).view(d, -1, dh)  # [D, KVH, G, Dh] -> [D, H, Dh]
+        o = torch.einsum("dkgl,dlkh->dkgh", scores.softmax(-1).to(q.dtype), vd)  # [D, KVH, G, Dh]
+        out[:d] = o.reshape(d, -1, dh)                                  # [D, H, Dh]
 
     for c in batch.prefills:
         qp = q[c.start:c.end].transpose(0, 1)                           # [H, n, Dh]

@@ -82,7 +82,9 @@ def run_engine(args, machine, tqdm) -> tuple[list, dict]:
         d = decode_step_time(llm, b, args.decode_step_prompt)
         if machine:
             cost = step_cost(llm.model_config, llm.dtype.itemsize, [d["mean_context"]] * b, machine=machine)
-            d.update(bound_ms=cost["t_bound"] * 1000, weight_bytes=cost["weight_bytes"], kv_bytes=cost["kv_bytes"],
+            d.update(bound_ms=cost["t_bound"] * 1000, bound_memory_ms=cost["t_memory"] * 1000,
+                     bound_compute_ms=cost["t_compute"] * 1000, weight_bytes=cost["weight_bytes"],
+                     kv_bytes=cost["kv_bytes"], flops=cost["flops"],
                      ratio_to_bound=d["median_step_ms"] / (cost["t_bound"] * 1000))
         steps.append(d)
     if steps:
@@ -130,7 +132,8 @@ def main(argv=None) -> int:
     if rs:
         print(format_ratios(rs))
     for d in extra.get("decode_steps", []):
-        bound = f", bound {d['bound_ms']:.1f} ms ({d['ratio_to_bound']:.2f}x)" if "bound_ms" in d else ""
+        bound = (f", bound {d['bound_ms']:.1f} ms ({d['ratio_to_bound']:.2f}x; bytes/bandwidth "
+                 f"{d['bound_memory_ms']:.1f} ms, FLOPs/peak {d['bound_compute_ms']:.1f} ms)") if "bound_ms" in d else ""
         print(f"decode step, batch {d['batch_size']}, context ~{d['mean_context']}: "
               f"median {d['median_step_ms']:.1f} ms{bound}")
     if args.out:
