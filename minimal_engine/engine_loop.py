@@ -98,3 +98,7 @@ class EngineLoop:
                         if out.finished:
                             del self._streams[out.request_id]
             self.stats = self._snapshot()     # one new dict each time: readers never see a half-update
+        for rid in list(self._streams):       # stopped: no client may wait forever
+            self.engine.abort_request(rid)
+            self._push(rid, ("error", "the server is shutting down"))
+        self._streams.clear()
