@@ -191,3 +191,24 @@ def test_course_model_replaces_the_default_model(model, monkeypatch):
     monkeypatch.setenv("COURSE_MODEL", model)
     assert runtime.engine_model_arg("default") == model
     assert runtime.max_model_len("default") == 256
+
+
+NOTEBOOKS = ["lessons/00_course_guide.ipynb", "lessons/01_inference_basics.ipynb", "labs/01_prefill_decode_lab.ipynb"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS)
+def test_notebook_links_resolve_and_cells_are_tagged_not_commented(path):
+    import re
+    from pathlib import Path
+
+    import nbformat
+    nb_path = Path(__file__).resolve().parents[1] / path
+    nb = nbformat.read(nb_path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for target in re.findall(r"\]\(([^)#]+)\)", cell.source):
+                if not target.startswith("http"):
+                    assert (nb_path.parent / target).exists(), f"{path}: broken link {target}"
+        else:
+            assert "nbval-ignore-output" not in cell.source, "use the cell tag, not a comment"
+            assert cell.execution_count is not None, f"{path} is saved without executing every cell"
