@@ -1,6 +1,6 @@
 """Paged attention: write this step's K and V into the block pool, then attend over each request's context.
 
-The KV pool of one layer is a tensor [num_blocks * block_size, kv_heads, head_dim] (one for K, one for V).
+The KV pool of one layer is a tensor [kv_heads, num_blocks * block_size, head_dim] (one for K, one for V).
 `ForwardBatch` says where things are, so the model needs no hidden global state:
   * tokens of the step are laid out decode tokens first (one per request), then prefill chunks;
   * `slot_mapping[t]` is the pool slot where token t's K and V go;
@@ -20,7 +20,7 @@ class PrefillChunk:
     start: int                  # first row of this chunk in the step's tokens
     end: int                    # one past the last row
     context_len: int            # tokens of the request in the cache after this step
-    block_table: torch.Tensor | None  # [blocks] needed only when earlier tokens are cached
+    slots: torch.Tensor | None  # [context_len] pool slots of the request; needed only when tokens are cached
 
     @property
     def num_cached(self) -> int:
@@ -34,8 +34,8 @@ class ForwardBatch:
     positions: torch.Tensor             # [T] position of each token in its request
     slot_mapping: torch.Tensor          # [T] pool slot for each token's K/V
     num_decodes: int                    # the first num_decodes tokens are decode tokens
-    decode_block_tables: torch.Tensor | None  # [D, max_blocks]
-    decode_mask: torch.Tensor | None    # [D, 1, 1, max_blocks * block_size]: True = may attend
+    decode_slots: torch.Tensor | None   # [D * L] pool slots of each decode request's context, padded to L
+    decode_mask: torch.Tensor | None    # [D, 1, L]: True = a real context token (may attend)
     prefills: list[PrefillChunk]
     logits_indices: torch.Tensor        # [S] rows whose next-token logits are needed
     block_size: int
@@ -44,39 +44,41 @@ class ForwardBatch:
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     k_cache: torch.Tensor, v_cache: torch.Tensor, batch: ForwardBatch,
                     scale: float) -> torch.Tensor:
-    """q: [T, H, Dh]; k, v: [T, KVH, Dh]; caches: [slots, KVH, Dh]. Returns [T, H, Dh]."""
-    k_cache.index_copy_(0, batch.slot_mapping, k)
-    v_cache.index_copy_(0, batch.slot_mapping, v)
+    """q: [T, H, Dh]; k, v: [T, KVH, Dh]; caches: [KVH, slots, Dh] (head-major). Returns [T, H, Dh].
+
+    The pool is head-major so that gathering a request's slots gives, for each KV head, its context as one
+    [tokens, Dh] matrix: the matmuls below read the gathered K and V in place, with no further copies.
+    """
+    k_cache.index_copy_(1, batch.slot_mapping, k.transpose(0, 1))
+    v_cache.index_copy_(1, batch.slot_mapping, v.transpose(0, 1))
     out = torch.empty_like(q)
-    kvh, dh = k.shape[1], k.shape[2]
-    bs = batch.block_size
-    gqa = q.shape[1] != kvh
+    h, kvh, dh = q.shape[1], k.shape[1], k.shape[2]
+    g = h // kvh                                                        # query heads per KV head (GQA)
 
     d = batch.num_decodes
     if d:
-        tables = batch.decode_block_tables                              # [D, nb]
-        slots = (tables[:, :, None] * bs + torch.arange(bs, device=q.device)).view(-1)   # [D * L] pool slots
-        kd = k_cache.index_select(0, slots).view(d, -1, kvh, dh)        # [D, L, KVH, Dh]: one gather, no transpose
-        vd = v_cache.index_select(0, slots).view(d, -1, kvh, dh)
-        # One query per request: plain matmuls, each KV head serving its group of G query heads (GQA).
-        # (On the CPU, SDPA with a mask and one query row was ~10x slower at batch 32: see benchmarks/README.md.)
-        qd = q[:d].view(d, kvh, q.shape[1] // kvh, dh)                 # [D, KVH, G, Dh]
-        scores = torch.einsum("dkgh,dlkh->dkgl", qd, kd).float() * scale  # [D, KVH, G, L], softmax in float32
-        scores = scores.masked_fill(~batch.decode_mask, float("-inf"))  # mask [D, 1, 1, L] broadcasts
-        o = torch.einsum("dkgl,dlkh->dkgh", scores.softmax(-1).to(q.dtype), vd)  # [D, KVH, G, Dh]
-        out[:d] = o.reshape(d, -1, dh)                                  # [D, H, Dh]
+        slots = batch.decode_slots                                      # [D * L] pool slots, padded per request
+        kd = k_cache.index_select(1, slots).view(kvh * d, -1, dh)       # [KVH*D, L, Dh]: one gather
+        vd = v_cache.index_select(1, slots).view(kvh * d, -1, dh)
+        # One query row per request: plain batched matmuls, batch = (KV head, request), G query heads per
+        # KV head. (On the CPU, SDPA with a mask and one query row was ~10x slower at batch 32.)
+        qd = q[:d].view(d, kvh, g, dh).transpose(0, 1).reshape(kvh * d, g, dh)   # [KVH*D, G, Dh]
+        scores = torch.bmm(qd, kd.transpose(1, 2)).float() * scale      # [KVH*D, G, L], softmax in float32
+        scores = scores.view(kvh, d, g, -1).masked_fill(~batch.decode_mask, float("-inf"))  # mask [D, 1, L]
+        o = torch.bmm(scores.softmax(-1).to(q.dtype).view(kvh * d, g, -1), vd)  # [KVH*D, G, Dh]
+        out[:d] = o.view(kvh, d, g, dh).transpose(0, 1).reshape(d, h, dh)
 
     for c in batch.prefills:
         qp = q[c.start:c.end].transpose(0, 1)                           # [H, n, Dh]
         if c.num_cached == 0:   # whole prompt in this step: plain causal attention
             kp = k[c.start:c.end].transpose(0, 1)                       # [KVH, n, Dh]
             vp = v[c.start:c.end].transpose(0, 1)
-            o = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, scale=scale, enable_gqa=gqa)
+            o = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, scale=scale, enable_gqa=g > 1)
         else:                   # a later chunk: earlier tokens come from the pool
-            kp = k_cache.view(-1, bs, kvh, dh)[c.block_table].view(-1, kvh, dh)[:c.context_len].transpose(0, 1)
-            vp = v_cache.view(-1, bs, kvh, dh)[c.block_table].view(-1, kvh, dh)[:c.context_len].transpose(0, 1)
+            kp = k_cache.index_select(1, c.slots)                       # [KVH, ctx, Dh]
+            vp = v_cache.index_select(1, c.slots)
             q_pos = torch.arange(c.num_cached, c.context_len, device=q.device)
             mask = torch.arange(c.context_len, device=q.device)[None, :] <= q_pos[:, None]  # [n, ctx]
-            o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, scale=scale, enable_gqa=gqa)
+            o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, scale=scale, enable_gqa=g > 1)
         out[c.start:c.end] = o.transpose(0, 1)
     return out

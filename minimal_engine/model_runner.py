@@ -46,9 +46,9 @@ class ModelRunner:
         self.packed_linears = pack_linear_weights(model)
         self.num_blocks = num_blocks
         slots = num_blocks * config.block_size
-        self.kv_caches = [
-            (torch.zeros(slots, cfg.num_kv_heads, cfg.head_dim, dtype=dtype, device=device),
-             torch.zeros(slots, cfg.num_kv_heads, cfg.head_dim, dtype=dtype, device=device))
+        self.kv_caches = [   # per layer (K, V), each [kv_heads, slots, head_dim]: see attention.py
+            (torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device),
+             torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device))
             for _ in range(cfg.num_layers)]
 
     @property
@@ -74,19 +74,23 @@ class ModelRunner:
         def tensor(x):
             return torch.tensor(x, dtype=torch.long, device=dev)
 
-        decode_tables = decode_mask = None
+        def context_slots(table: list[int]) -> torch.Tensor:   # every slot of the blocks, in token order
+            return (tensor(table)[..., None] * bs + torch.arange(bs, device=dev)).flatten(-2)
+
+        decode_slots = decode_mask = None
         if decodes:
             width = max(len(s.seq.block_table) for s in decodes)
-            decode_tables = tensor([s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in decodes])
+            decode_slots = context_slots([s.seq.block_table + [0] * (width - len(s.seq.block_table))
+                                          for s in decodes]).view(-1)          # [D * width * bs]
             context = tensor([s.start + 1 for s in decodes])
-            decode_mask = (torch.arange(width * bs, device=dev)[None, :] < context[:, None])[:, None, None, :]
+            decode_mask = (torch.arange(width * bs, device=dev)[None, :] < context[:, None])[:, None, :]
         chunks, row = [], len(decodes)
         for s in prefills:
-            table = tensor(s.seq.block_table) if s.start > 0 else None
-            chunks.append(PrefillChunk(row, row + s.num_tokens, s.start + s.num_tokens, table))
+            cached = context_slots(s.seq.block_table)[:s.start + s.num_tokens] if s.start > 0 else None
+            chunks.append(PrefillChunk(row, row + s.num_tokens, s.start + s.num_tokens, cached))
             row += s.num_tokens
         batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
-                             decode_block_tables=decode_tables, decode_mask=decode_mask, prefills=chunks,
+                             decode_slots=decode_slots, decode_mask=decode_mask, prefills=chunks,
                              logits_indices=tensor(logits_rows), block_size=bs)
         return tensor(input_ids), batch, decodes + prefills
 
