@@ -70,7 +70,7 @@ class ModelShape:
 _HF = "https://huggingface.co/{}/blob/main/config.json"
 MODEL_SHAPES = {m.name: m for m in [
     ModelShape("course-125M", 12, 12, 4, 64, 124.67e6,
-               "this course's model: hidden 768, intermediate 2048, vocab 32000, untied lm_head"),
+               "the course's ~125M benchmark shape (COURSE.md; synthetic:llama-125m): hidden 768, intermediate 2048, vocab 32000, untied lm_head"),
     ModelShape("Llama 3.1 8B", 32, 32, 8, 128, 8.03e9, _HF.format("meta-llama/Llama-3.1-8B")),
     ModelShape("Llama 3.3 70B", 80, 64, 8, 128, 70.6e9,
                _HF.format("meta-llama/Llama-3.3-70B-Instruct")),
