@@ -12,7 +12,6 @@ setup: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10 以上が必要です (今は %s)" % sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -r requirements.txt
 	$(BIN)/python -m pip install --no-deps -e .
 	touch $(STAMP)

@@ -33,22 +33,6 @@ class TimingStreamer:
         pass
 
 
-def hf_model_like(llm):
-    """A transformers model with exactly the engine's (random) weights."""
-    import transformers
-    from minimal_engine.models.loader import hf_state_dict
-    mc = llm.model_config
-    cls = transformers.Qwen3Config if mc.variant == "qwen3" else transformers.LlamaConfig
-    cfg = cls(vocab_size=mc.vocab_size, hidden_size=mc.hidden_size, intermediate_size=mc.intermediate_size,
-              num_hidden_layers=mc.num_layers, num_attention_heads=mc.num_heads, num_key_value_heads=mc.num_kv_heads,
-              head_dim=mc.head_dim, rms_norm_eps=mc.rms_norm_eps, rope_theta=mc.rope_theta,
-              rope_scaling=mc.rope_scaling, max_position_embeddings=mc.max_position_embeddings,
-              tie_word_embeddings=mc.tie_word_embeddings)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=llm.dtype)
-    model.load_state_dict(hf_state_dict(llm.engine.runner.model), strict=False)
-    return model.eval()
-
-
 def hf_tpot(model, prompt: list[int], new_tokens: int) -> tuple[float, float]:
     ids = torch.tensor([prompt])
     streamer = TimingStreamer()
@@ -68,6 +52,7 @@ def engine_tpot(llm, prompt: list[int], new_tokens: int) -> tuple[float, float]:
 
 def main():
     from minimal_engine import LLM
+    from minimal_engine.bench.hf_baselines import hf_model_for
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="llama-125m")
     ap.add_argument("--prompt-len", type=int, default=128)
@@ -76,7 +61,7 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     llm = LLM(f"synthetic:{args.shape}", dtype="bfloat16", device="cpu", max_model_len=2048, max_num_seqs=8)
-    hf = hf_model_like(llm)
+    hf = hf_model_for(llm)                       # transformers model with the very same weights
     prompt = torch.randint(0, llm.model_config.vocab_size, (args.prompt_len,)).tolist()
     engine_tpot(llm, prompt, 8), hf_tpot(hf, prompt, 8)                       # warm-up
     eng, ref = [], []
