@@ -16,8 +16,13 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --no-deps -e .
 	touch $(STAMP)
 
+# リポジトリ全体をルートにして (lessons・labs・quizzes を行き来できる) コースガイドを開く。
+# root (Docker や一部のクラウド環境) では JupyterLab が --allow-root を求める
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
+
 lab: $(STAMP)
-	$(BIN)/python -m jupyter lab lessons/00_course_guide.ipynb
+	$(BIN)/python -m jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=. \
+		--LabApp.default_url=/lab/tree/lessons/00_course_guide.ipynb
 
 # COURSE_QUICK=1: ラボの掃引を小さくする (CI でも手元でも同じコマンド)
 test: $(STAMP)

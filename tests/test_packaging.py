@@ -41,3 +41,43 @@ def test_engine_is_small_enough_to_read():
         assert n <= 400, f"{f.relative_to(ROOT)} has {n} lines"
     text = "\n".join(f.read_text() for f in core)
     assert "ipywidgets" not in text and "import matplotlib" not in text, "the engine imports no course UI"
+
+
+def test_make_lab_serves_the_whole_course(tmp_path):
+    """`make lab`'s JupyterLab command serves the repository root (lessons, labs, quizzes) and opens the
+    course guide. Started on a free loopback port, polled for at most 60 s, then stopped."""
+    import json
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    dry = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    line = next(l for l in dry.stdout.replace("\\\n", " ").splitlines() if "jupyter lab" in l)
+    args = line.split()[3:]                                         # after ".venv/bin/python -m jupyter"
+    assert "--LabApp.default_url=/lab/tree/lessons/00_course_guide.ipynb" in args
+    with socket.socket() as sock:                                   # a free loopback port
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "jupyter", *args, "--no-browser", f"--port={port}", "--ServerApp.token=test",
+           f"--ServerApp.runtime_dir={tmp_path}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, env={**os.environ, "JUPYTER_PLATFORM_DIRS": "1"})
+    try:
+        url, listing, deadline = f"http://127.0.0.1:{port}", None, time.time() + 60
+        while listing is None and time.time() < deadline and proc.poll() is None:
+            try:
+                listing = json.load(urllib.request.urlopen(f"{url}/api/contents?token=test", timeout=5))
+            except OSError:
+                time.sleep(0.5)
+        assert listing, "JupyterLab did not serve within 60 s"
+        assert {"lessons", "labs", "quizzes"} <= {c["name"] for c in listing["content"]}
+        guide = json.load(urllib.request.urlopen(f"{url}/api/contents/lessons/00_course_guide.ipynb?token=test",
+                                                 timeout=10))
+        assert guide["type"] == "notebook"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
