@@ -42,11 +42,11 @@ def synthetic_config(name: str) -> ModelConfig:
 
 
 def num_parameters(cfg: ModelConfig) -> int:
-    attn = cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim + cfg.num_heads * cfg.head_dim * cfg.hidden_size
-    mlp = 3 * cfg.hidden_size * cfg.intermediate_size
-    emb = cfg.vocab_size * cfg.hidden_size * (1 if cfg.tie_word_embeddings else 2)
-    norms = 2 * cfg.hidden_size + (2 * cfg.head_dim if cfg.qk_norm else 0)
-    return cfg.num_layers * (attn + mlp + norms) + emb + cfg.hidden_size
+    """Parameters of a model of this shape (biases aside): layers, norms, embedding, lm_head unless tied."""
+    from .roofline import weight_counts
+    w = weight_counts(cfg)
+    qk_norms = cfg.num_layers * 2 * cfg.head_dim if cfg.qk_norm else 0
+    return w["layers"] + w["norms"] + qk_norms + w["embedding"] + (0 if cfg.tie_word_embeddings else w["lm_head"])
 
 
 def build_synthetic(name: str, dtype, device: torch.device, seed: int = 0):
