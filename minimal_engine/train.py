@@ -124,6 +124,24 @@ def make_model(vocab_size, d=320, layers=6, heads=5, ff=864, ctx=512, eos_id=0):
     return LlamaForCausalLM(cfg)
 
 
+def lm_loss(model, x):
+    """Next-token cross-entropy of a [B, T+1] batch under bf16 autocast (the loss itself in float32)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(x[:, :-1]).logits
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
+
+
+def make_optimizers(model, kind="adamw", lr=2e-3):
+    """AdamW for everything, or Muon for the 2-D weights inside the decoder layers and AdamW for the
+    embedding (tied with the output layer) and the norm weights."""
+    if kind == "adamw":
+        return [torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)]
+    hidden = [p for n, p in model.named_parameters() if p.ndim == 2 and ".layers." in n]
+    rest = [p for n, p in model.named_parameters() if not (p.ndim == 2 and ".layers." in n)]
+    return [torch.optim.Muon(hidden, lr=lr, weight_decay=0.1, adjust_lr_fn="match_rms_adamw"),
+            torch.optim.AdamW(rest, lr=lr, betas=(0.9, 0.95), weight_decay=0.1)]
+
+
 @torch.no_grad()
 def model_nats_per_char(model, ids, mask, n_chars, seq_len=512, batch=8):
     """Sum of token NLL over work tokens / number of characters (windows of seq_len+1 overlapping by 1)."""
@@ -226,6 +244,10 @@ def main(argv=None):
     ap.add_argument("--eval-docs", type=int, default=4, help="held-out works used for periodic eval")
     ap.add_argument("--threads", type=int, default=2); ap.add_argument("--resume", action="store_true")
     ap.add_argument("--tokenizer-only", action="store_true"); ap.add_argument("--card", action="store_true")
+    ap.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the loss (about 1.2x on CPU)")
+    ap.add_argument("--init-from", help="a finished run's output folder: continue from its weights and history "
+                                        "with a fresh optimizer and schedule")
     a = ap.parse_args(argv)
     if a.card:
         print(fill_card(a.out)); return
@@ -236,7 +258,9 @@ def main(argv=None):
 
     from tokenizers import Tokenizer
     tok_path = os.path.join(work, "tokenizer.json")
-    if a.resume and os.path.exists(tok_path):
+    if a.init_from:     # the weights come with their tokenizer
+        tok = Tokenizer.from_file(os.path.join(a.init_from, "tokenizer.json"))
+    elif a.resume and os.path.exists(tok_path):
         tok = Tokenizer.from_file(tok_path)
     else:
         tok = train_tokenizer(train_texts, a.vocab); tok.save(tok_path)
@@ -259,14 +283,27 @@ def main(argv=None):
     eos_id = tok.token_to_id(EOS)
     model = make_model(tok.get_vocab_size(), a.d, a.layers, a.heads, a.ff, a.ctx, eos_id)
     n_params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    opts = make_optimizers(model, a.optimizer, a.lr)
     rng = np.random.default_rng(a.seed)
-    step, elapsed, log = 0, 0.0, dict(curve=[], train_loss=[])
+    step, elapsed, log = 0, 0.0, dict(curve=[], train_loss=[], phases=[])
+    base = dict(step=0, tokens=0, minutes=0.0)  # where this phase starts in the whole history
+    if a.init_from:  # continue a finished run: its weights and history, a fresh optimizer and schedule
+        from safetensors.torch import load_file
+        model.load_state_dict(load_file(os.path.join(a.init_from, "model.safetensors")), strict=False)
+        model.tie_weights()
+        prev = json.load(open(os.path.join(a.init_from, "train_log.json"), encoding="utf-8"))
+        log = dict(curve=prev["curve"], train_loss=prev["train_loss"], phases=prev.get("phases") or [
+            dict(command=prev["command"], steps=prev["steps"], tokens=prev["tokens_seen"], minutes=prev["minutes"])])
+        base = dict(step=prev["steps"], tokens=prev["tokens_seen"], minutes=prev["minutes"])
+    log["base"] = log.get("base", base)
     ckpt = os.path.join(work, "ckpt.pt")
     if a.resume and os.path.exists(ckpt):
         st = torch.load(ckpt, weights_only=False)
-        model.load_state_dict(st["model"]); opt.load_state_dict(st["opt"]); rng.bit_generator.state = st["rng"]
+        model.load_state_dict(st["model"]); rng.bit_generator.state = st["rng"]
+        for o, so in zip(opts, st["opt"] if isinstance(st["opt"], list) else [st["opt"]]):
+            o.load_state_dict(so)
         step, elapsed, log = st["step"], st["elapsed"], st["log"]
+    base = log["base"]
     tokens_per_step = a.micro_batch * a.accum * a.seq_len
     budget = a.minutes * 60 if a.minutes else None
 
@@ -275,52 +312,55 @@ def main(argv=None):
 
     def evaluate():
         v = model_nats_per_char(model, sva, svm, n_sub_chars, a.seq_len)
-        log["curve"].append(dict(step=step, tokens=step * tokens_per_step, minutes=elapsed / 60,
-                                 val_nats_per_char_subset=v))
+        log["curve"].append(dict(step=base["step"] + step, tokens=base["tokens"] + step * tokens_per_step,
+                                 minutes=base["minutes"] + elapsed / 60, val_nats_per_char_subset=v))
         print(f"\nstep {step} ({elapsed / 60:.1f} min): held-out subset {v:.4f} nats/char", file=sys.stderr)
 
     from tqdm import tqdm
     bar = tqdm(total=a.steps if not budget else int(budget), unit="step" if not budget else "s", initial=0)
     model.train()
     last_eval, t0 = elapsed, time.time() - elapsed
-    if step == 0:
+    if step == 0 and not a.init_from:
         evaluate()
+    loss_fn = torch.compile(lm_loss) if a.compile else lm_loss
     while progress() < 1:
         p = progress()
         lr = a.lr * min(1.0, (step + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
-        for g in opt.param_groups:
-            g["lr"] = lr
+        for o in opts:
+            for g in o.param_groups:
+                g["lr"] = lr
         tot = 0.0
         for _ in range(a.accum):
             s = rng.integers(0, len(tr) - a.seq_len - 1, a.micro_batch)
             x = torch.from_numpy(np.stack([tr[i:i + a.seq_len + 1] for i in s]).astype(np.int64))
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                logits = model(x[:, :-1]).logits
-            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
+            loss = loss_fn(model, x)
             (loss / a.accum).backward(); tot += loss.item() / a.accum
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step(); opt.zero_grad(set_to_none=True)
+        for o in opts:
+            o.step(); o.zero_grad(set_to_none=True)
         step += 1
         prev, elapsed = elapsed, time.time() - t0
-        log["train_loss"].append([step, round(tot, 4)])
+        log["train_loss"].append([base["step"] + step, round(tot, 4)])
         bar.update(1 if not budget else int(elapsed) - int(prev))
         bar.set_postfix(loss=f"{tot:.3f}", lr=f"{lr:.1e}", step=step)
         if elapsed - last_eval >= a.eval_every:
             evaluate(); last_eval = elapsed
-            torch.save(dict(model=model.state_dict(), opt=opt.state_dict(), rng=rng.bit_generator.state,
+            torch.save(dict(model=model.state_dict(), opt=[o.state_dict() for o in opts], rng=rng.bit_generator.state,
                             step=step, elapsed=elapsed, log=log), ckpt)
     bar.close()
     evaluate()
+    command = "python -m minimal_engine.train " + " ".join(argv if argv is not None else sys.argv[1:])
     final = model_nats_per_char(model, va, vm, n_val_chars, a.seq_len)
     log.update(final=dict(model_nats_per_char=final, bigram_nats_per_char=bigram,
                           reduction_pct=100 * (1 - final / bigram), val_works=len(val_texts),
                           val_chars=n_val_chars, val_tokens=int(vm.sum()), train_works=len(train_texts),
                           train_tokens=len(tr), chars_per_token=n_val_chars / int(vm.sum())),
                bigram_nats_per_char=bigram, units="nats per character (natural log)",
-               steps=step, tokens_seen=step * tokens_per_step, tokens_per_step=tokens_per_step,
-               minutes=elapsed / 60, n_params=n_params, args=vars(a),
-               command="python -m minimal_engine.train " + " ".join(argv if argv is not None else sys.argv[1:]),
+               steps=base["step"] + step, tokens_seen=base["tokens"] + step * tokens_per_step,
+               tokens_per_step=tokens_per_step, minutes=base["minutes"] + elapsed / 60, n_params=n_params,
+               args=vars(a), command=command,
                hardware=f"{cpu_name()}, {a.threads} CPU threads, torch {torch.__version__}")
+    log["phases"].append(dict(command=command, steps=step, tokens=step * tokens_per_step, minutes=elapsed / 60))
     print(json.dumps(log["final"], indent=1), file=sys.stderr)
     model.generation_config.update(bos_token_id=None, eos_token_id=eos_id, pad_token_id=eos_id)
     model.save_pretrained(a.out)

@@ -14,6 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from minimal_engine import train  # noqa: E402
@@ -165,6 +166,17 @@ def test_smoke_training_run(tmp_path):
     assert tok.decode(tok("東京の空は\n").input_ids) == "東京の空は\n"
     log = json.loads((out / "train_log.json").read_text(encoding="utf-8"))
     assert log["steps"] == 3 and log["final"]["model_nats_per_char"] > 0
+    # 第 2 段: --init-from で重みと履歴を引き継ぎ、新しい最適化 (Muon) で続ける。学習率 0 なら重みは変わらない
+    out2 = tmp_path / "out2"
+    train.main(["--corpus", str(corpus), "--out", str(out2), "--init-from", str(out), "--optimizer", "muon",
+                "--lr", "0", "--vocab", "300", "--d", "32", "--layers", "1", "--heads", "2", "--ff", "64",
+                "--ctx", "512", "--seq-len", "32", "--micro-batch", "2", "--accum", "1", "--steps", "2",
+                "--warmup", "1", "--val-frac", "0.1", "--eval-docs", "1"])
+    w1, w2 = load_file(out / "model.safetensors"), load_file(out2 / "model.safetensors")
+    assert w1.keys() == w2.keys() and all(torch.equal(w1[k], w2[k]) for k in w1)
+    log2 = json.loads((out2 / "train_log.json").read_text(encoding="utf-8"))
+    assert log2["steps"] == 5 and [p["steps"] for p in log2["phases"]] == [3, 2]
+    assert log2["curve"][-1]["tokens"] == 5 * 2 * 32 and log2["curve"][:len(log["curve"])] == log["curve"]
     # --card はマーカーの間だけを書き換える
     (out / "README.md").write_text("前\n<!-- metrics:begin -->\n古い\n<!-- metrics:end -->\n中\n"
                                    "<!-- samples:begin -->\n<!-- samples:end -->\n後\n", encoding="utf-8")
