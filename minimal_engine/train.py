@@ -9,9 +9,11 @@ Steps:
    so ``decode(encode(s)) == s`` for any string (full/half width, kana, kanji, ASCII, spaces, newlines).
    The only special token is ``<|endoftext|>`` (EOS, also used as pad); the tokenizer adds NO BOS.
 3. Pre-tokenize once (cached as numpy arrays in ``--work``), pack all training works separated by EOS into
-   one token stream, and train ``LlamaForCausalLM`` on random ``--seq-len`` windows of it with AdamW,
-   linear warmup and cosine decay to 10 %. With ``--minutes`` the schedule runs on elapsed wall time
-   (progress = elapsed / budget), otherwise on ``--steps``. Checkpoints (``ckpt.pt``) allow ``--resume``.
+   one token stream, and train ``LlamaForCausalLM`` on random ``--seq-len`` windows of it with AdamW
+   (``--optimizer muon``: Muon for the layers' weight matrices, AdamW for the rest), linear warmup and
+   cosine decay to 10 %. With ``--minutes`` the schedule runs on elapsed wall time (progress = elapsed /
+   budget), otherwise on ``--steps``. Checkpoints (``ckpt.pt``) allow ``--resume``; ``--init-from DIR``
+   starts a new phase from a finished run's weights and history with a fresh optimizer and schedule.
 4. Evaluate held-out cross-entropy in NATS PER CHARACTER: the held-out works are joined as
    ``EOS w1 EOS w2 ...``, cut into windows of ``--seq-len`` tokens (each window starts with fresh
    context), and the NLL of every token of the works (not of the EOS separators) is summed and divided
@@ -181,6 +183,11 @@ def plot_curve(log, path):
     ax.plot([p["tokens"] / 1e6 for p in pts], [p["val_nats_per_char_subset"] for p in pts], "o-",
             label="モデル (検証用作品の一部)")
     ax.axhline(log["bigram_nats_per_char"], ls="--", color="gray", label="文字バイグラム (加算スムージング)")
+    ax.axhline(0.75 * log["bigram_nats_per_char"], ls=":", color="gray", label="目標 (バイグラムの 75 %)")
+    edge = 0
+    for i, ph in enumerate(log.get("phases", [])[:-1]):   # where a later phase (--init-from) started
+        edge += ph["tokens"]
+        ax.axvline(edge / 1e6, color="tab:orange", lw=1, label="段の切り替え (--init-from)" if i == 0 else None)
     ax.set_xlabel("学習トークン数 (百万)"); ax.set_ylabel("検証交差エントロピー (nats/文字)")
     ax.set_title("検証損失の推移"); ax.grid(alpha=.3); ax.legend()
     fig.tight_layout(); fig.savefig(path, dpi=110); plt.close(fig)
