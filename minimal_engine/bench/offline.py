@@ -100,15 +100,17 @@ def run_sweep(llm, concurrencies, input_len: int, output_len: int, range_ratio: 
     return rows
 
 
-def decode_step_time(llm, batch_size: int, prompt_len: int, num_steps: int = 10, seed: int = 0) -> dict:
-    """Median wall time of a pure decode step with batch_size requests whose prompts have prompt_len tokens.
-    Prefill runs first (not timed); then each engine.step() is one decode token for every request."""
+def decode_step_time(llm, batch_size: int, prompt_len: int, num_steps: int = 10, seed: int = 0,
+                     range_ratio: float = 1.0) -> dict:
+    """Median wall time of a pure decode step with batch_size requests whose prompts have prompt_len tokens
+    (or lengths uniform in [range_ratio * prompt_len, prompt_len]). Prefill runs first (not timed); then each
+    engine.step() is one decode token for every request."""
     engine = llm.engine
     if engine.has_unfinished_requests():
         raise RuntimeError("the engine still has requests: a measurement needs an idle engine")
     if batch_size > llm.config.max_num_seqs:
         raise ValueError(f"batch_size {batch_size} > max_num_seqs {llm.config.max_num_seqs}")
-    reqs = random_requests(batch_size, prompt_len, 1, llm.model_config.vocab_size, seed=seed)
+    reqs = random_requests(batch_size, prompt_len, 1, llm.model_config.vocab_size, range_ratio, seed=seed)
     params = SamplingParams(temperature=0, max_tokens=num_steps + 16, ignore_eos=True)
     ids = [engine.add_request(r.prompt_ids, params) for r in reqs]
     try:
@@ -125,6 +127,6 @@ def decode_step_time(llm, batch_size: int, prompt_len: int, num_steps: int = 10,
         for i in ids:
             engine.abort_request(i)
     times.sort()
-    context = prompt_len + 2 + num_steps // 2
+    context = round(sum(len(r.prompt_ids) for r in reqs) / len(reqs) + 2 + num_steps // 2, 1)
     return {"batch_size": batch_size, "prompt_len": prompt_len, "median_step_ms": times[len(times) // 2] * 1000,
             "min_step_ms": times[0] * 1000, "mean_context": context}
