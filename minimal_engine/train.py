@@ -4,7 +4,8 @@
 
 Steps:
 1. Read the corpus (gzip JSON lines, one work per line, field ``text``) and hold out whole works for
-   validation: a seeded shuffle of the works, the first ``--val-frac`` of them (at least one) are held out.
+   validation: a shuffle of the works seeded by ``--split-seed`` (default 0; ``--seed`` only drives the
+   training), the first ``--val-frac`` of them (at least one) are held out.
 2. Train a byte-level BPE tokenizer (``tokenizers``) on the training works only. There is no normalizer,
    so ``decode(encode(s)) == s`` for any string (full/half width, kana, kanji, ASCII, spaces, newlines).
    The only special token is ``<|endoftext|>`` (EOS, also used as pad); the tokenizer adds NO BOS.
@@ -232,6 +233,32 @@ def fill_card(out):
     return samples
 
 
+def evaluate_folder(out, train_texts, val_texts, seq_len=512, eval_docs=4):
+    """Held-out nats/char of the saved model in OUT against the bigram; rewrites train_log.json["final"]
+    and the last curve point (the subset value at the end of training)."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+    tok = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    va, vm = encode_stream(tok, val_texts)
+    sva, svm = encode_stream(tok, val_texts[:eval_docs])
+    n_val_chars = sum(map(len, val_texts))
+    final = model_nats_per_char(model, va, vm, n_val_chars, seq_len)
+    sub = model_nats_per_char(model, sva, svm, sum(map(len, val_texts[:eval_docs])), seq_len)
+    bigram = bigram_nats_per_char(fit_bigram(train_texts), val_texts)
+    path = os.path.join(out, "train_log.json")
+    log = json.load(open(path, encoding="utf-8"))
+    log["final"].update(model_nats_per_char=final, bigram_nats_per_char=bigram,
+                        reduction_pct=100 * (1 - final / bigram), val_works=len(val_texts),
+                        val_chars=n_val_chars, val_tokens=int(vm.sum()), chars_per_token=n_val_chars / int(vm.sum()))
+    log["bigram_nats_per_char"] = bigram
+    log["curve"][-1]["val_nats_per_char_subset"] = sub
+    json.dump(log, open(path, "w", encoding="utf-8"), ensure_ascii=False, indent=1)
+    plot_curve(log, os.path.join(out, "loss_curve.png"))
+    print(json.dumps(log["final"], indent=1), file=sys.stderr)
+    return log["final"]
+
+
 # ---------------------------------------------------------------- training
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -251,6 +278,10 @@ def main(argv=None):
     ap.add_argument("--eval-docs", type=int, default=4, help="held-out works used for periodic eval")
     ap.add_argument("--threads", type=int, default=2); ap.add_argument("--resume", action="store_true")
     ap.add_argument("--tokenizer-only", action="store_true"); ap.add_argument("--card", action="store_true")
+    ap.add_argument("--split-seed", type=int, default=0,
+                    help="seed of the train/validation split of works (--seed only drives the training)")
+    ap.add_argument("--evaluate", action="store_true",
+                    help="only evaluate the finished run in --out on the held-out works; rewrites its final metrics")
     ap.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw")
     ap.add_argument("--compile", action="store_true", help="torch.compile the loss (about 1.2x on CPU)")
     ap.add_argument("--init-from", help="a finished run's output folder: continue from its weights and history "
@@ -260,7 +291,9 @@ def main(argv=None):
         print(fill_card(a.out)); return
     torch.set_num_threads(a.threads); torch.manual_seed(a.seed)
     work = a.work or os.path.join(a.out, "work"); os.makedirs(work, exist_ok=True); os.makedirs(a.out, exist_ok=True)
-    train_texts, val_texts = split_works(load_works(a.corpus), a.seed, a.val_frac)
+    train_texts, val_texts = split_works(load_works(a.corpus), a.split_seed, a.val_frac)
+    if a.evaluate:
+        return evaluate_folder(a.out, train_texts, val_texts, a.seq_len, a.eval_docs)
     print(f"works: {len(train_texts)} train, {len(val_texts)} held out", file=sys.stderr)
 
     from tokenizers import Tokenizer
@@ -277,6 +310,9 @@ def main(argv=None):
     cache = os.path.join(work, "tokens.npz")
     if a.resume and os.path.exists(cache):
         z = np.load(cache); tr, va, vm = z["tr"], z["va"], z["vm"]
+        if not np.array_equal(va, encode_stream(tok, val_texts)[0]):   # cached tokens of another split
+            raise ValueError(f"{cache} was made from another train/validation split (--split-seed, --val-frac) "
+                             "or tokenizer: delete it or use the split it was made from")
     else:
         tr, _ = encode_stream(tok, train_texts); va, vm = encode_stream(tok, val_texts)
         np.savez(cache, tr=tr, va=va, vm=vm)

@@ -97,8 +97,6 @@ def test_train_log_metrics():
     assert f"{f['model_nats_per_char']:.4f}" in card and f"{f['bigram_nats_per_char']:.4f}" in card
 
 
-@pytest.mark.xfail(reason="目標 (バイグラムより 25 % 以上低い) には、共有 CPU 2 コアでの約 80 分の学習では届いていない。"
-                          "README.md の「目標との差」を参照", strict=False)
 def test_model_is_25_percent_better_than_bigram():
     f = _final_metrics()
     assert f["model_nats_per_char"] <= 0.75 * f["bigram_nats_per_char"]
