@@ -4,8 +4,7 @@ The KV pool of one layer is a tensor [kv_heads, num_blocks * block_size, head_di
 `ForwardBatch` says where things are, so the model needs no hidden global state:
   * tokens of the step are laid out decode tokens first (one per request), then prefill chunks;
   * `slot_mapping[t]` is the pool slot where token t's K and V go;
-  * decode requests attend over their whole cached context, in groups of similar length (each group
-    padded to its longest request and masked), so a short request does not pay for the longest one;
+  * decode requests attend over their whole cached context at once (padded to the longest, masked);
   * each prefill chunk attends causally over its own context (earlier chunks come from the pool).
 """
 from __future__ import annotations
@@ -29,21 +28,14 @@ class PrefillChunk:
 
 
 @dataclass
-class DecodeGroup:
-    start: int                  # first decode row of the group (decode rows are sorted by context length)
-    end: int                    # one past the last row
-    slots: torch.Tensor         # [n * L] pool slots of each request's context, padded to the group's L
-    mask: torch.Tensor          # [n, 1, L]: True = a real context token (may attend)
-
-
-@dataclass
 class ForwardBatch:
     """Everything one forward pass needs to know about the step's layout."""
 
     positions: torch.Tensor             # [T] position of each token in its request
     slot_mapping: torch.Tensor          # [T] pool slot for each token's K/V
     num_decodes: int                    # the first num_decodes tokens are decode tokens
-    decodes: list[DecodeGroup]          # those tokens in groups of similar context length
+    decode_slots: torch.Tensor | None   # [D * L] pool slots of each decode request's context, padded to L
+    decode_mask: torch.Tensor | None    # [D, 1, L]: True = a real context token (may attend)
     prefills: list[PrefillChunk]
     logits_indices: torch.Tensor        # [S] rows whose next-token logits are needed
     block_size: int
@@ -63,17 +55,18 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     h, kvh, dh = q.shape[1], k.shape[1], k.shape[2]
     g = h // kvh                                                        # query heads per KV head (GQA)
 
-    for grp in batch.decodes:
-        a, d = grp.start, grp.end - grp.start
-        kd = k_cache.index_select(1, grp.slots).view(kvh * d, -1, dh)  # [KVH*D, L, Dh]: one gather
-        vd = v_cache.index_select(1, grp.slots).view(kvh * d, -1, dh)
+    d = batch.num_decodes
+    if d:
+        slots = batch.decode_slots                                      # [D * L] pool slots, padded per request
+        kd = k_cache.index_select(1, slots).view(kvh * d, -1, dh)       # [KVH*D, L, Dh]: one gather
+        vd = v_cache.index_select(1, slots).view(kvh * d, -1, dh)
         # One query row per request: plain batched matmuls, batch = (KV head, request), G query heads per
         # KV head. (On the CPU, SDPA with a mask and one query row was ~10x slower at batch 32.)
-        qd = q[a:a + d].view(d, kvh, g, dh).transpose(0, 1).reshape(kvh * d, g, dh)   # [KVH*D, G, Dh]
+        qd = q[:d].view(d, kvh, g, dh).transpose(0, 1).reshape(kvh * d, g, dh)   # [KVH*D, G, Dh]
         scores = torch.bmm(qd, kd.transpose(1, 2)).float() * scale      # [KVH*D, G, L], softmax in float32
-        scores = scores.view(kvh, d, g, -1).masked_fill(~grp.mask, float("-inf"))  # mask [D, 1, L]
+        scores = scores.view(kvh, d, g, -1).masked_fill(~batch.decode_mask, float("-inf"))  # mask [D, 1, L]
         o = torch.bmm(scores.softmax(-1).to(q.dtype).view(kvh * d, g, -1), vd)  # [KVH*D, G, Dh]
-        out[a:a + d] = o.view(kvh, d, g, dh).transpose(0, 1).reshape(d, h, dh)
+        out[:d] = o.view(kvh, d, g, dh).transpose(0, 1).reshape(d, h, dh)
 
     for c in batch.prefills:
         qp = q[c.start:c.end].transpose(0, 1)                           # [H, n, Dh]

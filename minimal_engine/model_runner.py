@@ -8,23 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from .attention import DecodeGroup, ForwardBatch, PrefillChunk
+from .attention import ForwardBatch, PrefillChunk
 from .config import EngineConfig
 from .sampler import sample
 from .scheduler import SchedulerOutput
 
 PACK_LIMIT_BYTES = 2 << 30   # pre-packing keeps a second copy of the weights: skip it for big models
-GROUP_COST_TOKENS = 256      # one more decode group costs about as much as attending over this many tokens
-
-
-def group_by_length(widths: list[int], cost: int) -> list[tuple[int, int]]:
-    """Split ascending context widths into runs [start, end): start a new group when padding the group so far
-    up to the next (longer) width would cost more than `cost` extra padded positions."""
-    groups, start = [], 0
-    for i in range(1, len(widths)):
-        if (widths[i] - widths[i - 1]) * (i - start) > cost:
-            groups.append((start, i)); start = i
-    return groups + [(start, len(widths))] if widths else []
 
 
 def pack_linear_weights(model: torch.nn.Module) -> bool:
@@ -69,7 +58,7 @@ class ModelRunner:
     def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, ForwardBatch]:
         """Lay out the step: decode tokens first, then prefill chunks; build positions and slots."""
         bs = self.block_size
-        decodes = sorted((s for s in out.scheduled if s.num_tokens == 1), key=lambda s: len(s.seq.block_table))
+        decodes = [s for s in out.scheduled if s.num_tokens == 1]
         prefills = [s for s in out.scheduled if s.num_tokens > 1]
         input_ids, positions, slots, logits_rows = [], [], [], []
         for s in decodes + prefills:
@@ -88,22 +77,20 @@ class ModelRunner:
         def context_slots(table: list[int]) -> torch.Tensor:   # every slot of the blocks, in token order
             return (tensor(table)[..., None] * bs + torch.arange(bs, device=dev)).flatten(-2)
 
-        groups = []   # decodes in groups of similar length, each padded to its longest (see attention.py)
-        widths = [len(s.seq.block_table) for s in decodes]
-        for a, b in group_by_length(widths, GROUP_COST_TOKENS // bs):
-            width, members = widths[b - 1], decodes[a:b]
-            slots_ = context_slots([s.seq.block_table + [0] * (width - len(s.seq.block_table))
-                                    for s in members]).view(-1)                  # [n * width * bs]
-            context = tensor([s.start + 1 for s in members])
-            mask = (torch.arange(width * bs, device=dev)[None, :] < context[:, None])[:, None, :]
-            groups.append(DecodeGroup(a, b, slots_, mask))
+        decode_slots = decode_mask = None
+        if decodes:
+            width = max(len(s.seq.block_table) for s in decodes)
+            decode_slots = context_slots([s.seq.block_table + [0] * (width - len(s.seq.block_table))
+                                          for s in decodes]).view(-1)          # [D * width * bs]
+            context = tensor([s.start + 1 for s in decodes])
+            decode_mask = (torch.arange(width * bs, device=dev)[None, :] < context[:, None])[:, None, :]
         chunks, row = [], len(decodes)
         for s in prefills:
             cached = context_slots(s.seq.block_table)[:s.start + s.num_tokens] if s.start > 0 else None
             chunks.append(PrefillChunk(row, row + s.num_tokens, s.start + s.num_tokens, cached))
             row += s.num_tokens
         batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
-                             decodes=groups, prefills=chunks,
+                             decode_slots=decode_slots, decode_mask=decode_mask, prefills=chunks,
                              logits_indices=tensor(logits_rows), block_size=bs)
         return tensor(input_ids), batch, decodes + prefills
 

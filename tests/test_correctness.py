@@ -108,28 +108,3 @@ def test_bf16_packed_linears_give_the_same_tokens(llama_dir, monkeypatch):
     assert not plain.engine.runner.packed_linears
     assert [o.token_ids for o in fast.generate(PROMPTS, p, use_tqdm=False)] == \
            [o.token_ids for o in plain.generate(PROMPTS, p, use_tqdm=False)]
-
-
-def test_group_by_length():
-    from minimal_engine.model_runner import group_by_length
-    assert group_by_length([], 4) == []
-    assert group_by_length([3, 3, 3], 0) == [(0, 3)]                       # equal widths never split
-    assert group_by_length([1, 2, 9, 10, 30], 0) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
-    # padding 2 requests from width 2 up to 9 costs 7 x 2 = 14 > 4: split there; 9 -> 10 costs 1 x 1 = 1 <= 4
-    assert group_by_length([1, 2, 9, 10], 4) == [(0, 2), (2, 4)]
-    assert group_by_length([1, 2, 9, 10], 100) == [(0, 4)]
-
-
-def test_greedy_with_decode_groups(reference, monkeypatch):
-    """Decodes sorted by context length and split into many groups give the same tokens as one group."""
-    from minimal_engine import model_runner
-    folder, expected = reference
-    monkeypatch.setattr(model_runner, "GROUP_COST_TOKENS", 0)              # every distinct width: its own group
-    seen = []
-    real = model_runner.group_by_length
-    monkeypatch.setattr(model_runner, "group_by_length", lambda w, c: seen.append(real(w, c)) or seen[-1])
-    llm = LLM(folder, dtype="float32", device="cpu", block_size=4)
-    outs = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
-    assert [o.token_ids for o in outs] == expected
-    assert max(len(g) for g in seen) >= 3, "the prompts' lengths should give several decode groups"
-    assert_all_free(llm)
