@@ -176,6 +176,14 @@ def cpu_name():
         return platform.processor() or platform.machine()
 
 
+def held_out_metrics(model, va, vm, val_texts, bigram, seq_len=512):
+    """The figures the model card reports: model vs bigram nats/char on all held-out works."""
+    n_chars, n_tokens = sum(map(len, val_texts)), int(vm.sum())
+    final = model_nats_per_char(model, va, vm, n_chars, seq_len)
+    return dict(model_nats_per_char=final, bigram_nats_per_char=bigram, reduction_pct=100 * (1 - final / bigram),
+                val_works=len(val_texts), val_chars=n_chars, val_tokens=n_tokens, chars_per_token=n_chars / n_tokens)
+
+
 def evaluate_folder(out, train_texts, val_texts, seq_len=512, eval_docs=4):
     """Held-out nats/char of the saved model in OUT against the bigram; rewrites train_log.json["final"]
     and the last curve point (the subset value at the end of training)."""
@@ -185,15 +193,11 @@ def evaluate_folder(out, train_texts, val_texts, seq_len=512, eval_docs=4):
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     va, vm = encode_stream(tok, val_texts)
     sva, svm = encode_stream(tok, val_texts[:eval_docs])
-    n_val_chars = sum(map(len, val_texts))
-    final = model_nats_per_char(model, va, vm, n_val_chars, seq_len)
     sub = model_nats_per_char(model, sva, svm, sum(map(len, val_texts[:eval_docs])), seq_len)
     bigram = bigram_nats_per_char(fit_bigram(train_texts), val_texts)
     path = os.path.join(out, "train_log.json")
     log = json.load(open(path, encoding="utf-8"))
-    log["final"].update(model_nats_per_char=final, bigram_nats_per_char=bigram,
-                        reduction_pct=100 * (1 - final / bigram), val_works=len(val_texts),
-                        val_chars=n_val_chars, val_tokens=int(vm.sum()), chars_per_token=n_val_chars / int(vm.sum()))
+    log["final"].update(held_out_metrics(model, va, vm, val_texts, bigram, seq_len))
     log["bigram_nats_per_char"] = bigram
     log["curve"][-1]["val_nats_per_char_subset"] = sub
     json.dump(log, open(path, "w", encoding="utf-8"), ensure_ascii=False, indent=1)
@@ -281,7 +285,7 @@ def main(argv=None):
         log = dict(curve=prev["curve"], train_loss=prev["train_loss"], phases=prev.get("phases") or [
             dict(command=prev["command"], steps=prev["steps"], tokens=prev["tokens_seen"], minutes=prev["minutes"])])
         base = dict(step=prev["steps"], tokens=prev["tokens_seen"], minutes=prev["minutes"])
-    log["base"] = log.get("base", base)
+    log["base"] = base
     ckpt = os.path.join(work, "ckpt.pt")
     if a.resume and os.path.exists(ckpt):
         st = torch.load(ckpt, weights_only=False)
@@ -336,11 +340,8 @@ def main(argv=None):
     bar.close()
     evaluate()
     command = "python -m minimal_engine.train " + " ".join(argv if argv is not None else sys.argv[1:])
-    final = model_nats_per_char(model, va, vm, n_val_chars, a.seq_len)
-    log.update(final=dict(model_nats_per_char=final, bigram_nats_per_char=bigram,
-                          reduction_pct=100 * (1 - final / bigram), val_works=len(val_texts),
-                          val_chars=n_val_chars, val_tokens=int(vm.sum()), train_works=len(train_texts),
-                          train_tokens=len(tr), chars_per_token=n_val_chars / int(vm.sum())),
+    log.update(final=dict(held_out_metrics(model, va, vm, val_texts, bigram, a.seq_len),
+                          train_works=len(train_texts), train_tokens=len(tr)),
                bigram_nats_per_char=bigram, units="nats per character (natural log)",
                steps=base["step"] + step, tokens_seen=base["tokens"] + step * tokens_per_step,
                tokens_per_step=tokens_per_step, minutes=base["minutes"] + elapsed / 60, n_params=n_params,

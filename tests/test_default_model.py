@@ -164,6 +164,17 @@ def test_smoke_training_run(tmp_path):
     assert tok.decode(tok("東京の空は\n").input_ids) == "東京の空は\n"
     log = json.loads((out / "train_log.json").read_text(encoding="utf-8"))
     assert log["steps"] == 3 and log["final"]["model_nats_per_char"] > 0
+    # --evaluate は保存済みのモデルを同じ検証用作品で測り直す: 学習の最後の値と一致する
+    before = log["final"]
+    train.main(["--corpus", str(corpus), "--out", str(out), "--evaluate", "--seq-len", "32", "--val-frac", "0.1",
+                "--eval-docs", "1"])
+    after = json.loads((out / "train_log.json").read_text(encoding="utf-8"))["final"]
+    assert after["model_nats_per_char"] == pytest.approx(before["model_nats_per_char"], rel=1e-5)
+    assert after["bigram_nats_per_char"] == before["bigram_nats_per_char"]
+    # 別の分け方 (--split-seed) で前処理済みトークンを使い回そうとすると、学習の前に止まる
+    with pytest.raises(ValueError, match="another train/validation split"):
+        train.main(["--corpus", str(corpus), "--out", str(out), "--resume", "--split-seed", "1",
+                    "--val-frac", "0.1", "--seq-len", "32", "--steps", "1"])
     # 第 2 段: --init-from で重みと履歴を引き継ぎ、新しい最適化 (Muon) で続ける。学習率 0 なら重みは変わらない
     out2 = tmp_path / "out2"
     train.main(["--corpus", str(corpus), "--out", str(out2), "--init-from", str(out), "--optimizer", "muon",
