@@ -1,8 +1,8 @@
 """ModelRunner: owns the model and the KV pool; turns a SchedulerOutput into tensors, runs one forward
 pass and samples the next tokens.
 
-The KV pool is allocated once: for each layer a K and a V tensor of [num_blocks * block_size, kv_heads,
-head_dim]. Each step only writes into it; nothing grows.
+The KV pool is allocated once: for each layer a K and a V tensor of [kv_heads, num_blocks * block_size,
+head_dim] (layout: attention.py). Each step only writes into it; nothing grows.
 """
 from __future__ import annotations
 
@@ -74,23 +74,26 @@ class ModelRunner:
         def tensor(x):
             return torch.tensor(x, dtype=torch.long, device=dev)
 
-        def context_slots(table: list[int]) -> torch.Tensor:   # every slot of the blocks, in token order
-            return (tensor(table)[..., None] * bs + torch.arange(bs, device=dev)).flatten(-2)
+        kv_heads = self.model.config.num_kv_heads
 
-        decode_slots = decode_mask = None
+        def block_rows(blocks: list[int]) -> torch.Tensor:   # rows of the pool's [KVH * num_blocks, ...] view
+            return (torch.arange(kv_heads, device=dev)[:, None] * self.num_blocks + tensor(blocks)).flatten()
+
+        decode_rows = decode_mask = None
         if decodes:
             width = max(len(s.seq.block_table) for s in decodes)
-            decode_slots = context_slots([s.seq.block_table + [0] * (width - len(s.seq.block_table))
-                                          for s in decodes]).view(-1)          # [D * width * bs]
+            decode_rows = block_rows([b for s in decodes                      # [KVH * D * width]
+                                      for b in s.seq.block_table + [0] * (width - len(s.seq.block_table))])
             context = tensor([s.start + 1 for s in decodes])
             decode_mask = (torch.arange(width * bs, device=dev)[None, :] < context[:, None])[:, None, :]
         chunks, row = [], len(decodes)
         for s in prefills:
-            cached = context_slots(s.seq.block_table)[:s.start + s.num_tokens] if s.start > 0 else None
-            chunks.append(PrefillChunk(row, row + s.num_tokens, s.start + s.num_tokens, cached))
+            context_len = s.start + s.num_tokens
+            cached = block_rows(s.seq.block_table[:(context_len + bs - 1) // bs]) if s.start > 0 else None
+            chunks.append(PrefillChunk(row, row + s.num_tokens, context_len, cached))
             row += s.num_tokens
         batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
-                             decode_slots=decode_slots, decode_mask=decode_mask, prefills=chunks,
+                             decode_rows=decode_rows, decode_mask=decode_mask, prefills=chunks,
                              logits_indices=tensor(logits_rows), block_size=bs)
         return tensor(input_ids), batch, decodes + prefills
 
