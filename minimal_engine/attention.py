@@ -36,8 +36,8 @@ class ForwardBatch:
     positions: torch.Tensor             # [T] position of each token in its request
     slot_mapping: torch.Tensor          # [T] pool slot for each token's K/V
     num_decodes: int                    # the first num_decodes tokens are decode tokens
-    decode_rows: torch.Tensor | None    # [KVH * D * W] block rows of the decodes' contexts, each padded to W blocks
-    decode_mask: torch.Tensor | None    # [D, 1, W * block_size]: True = a real context token (may attend)
+    decode_rows: torch.Tensor | None    # [D * KVH * W] block rows of the decodes' contexts, each padded to W blocks
+    decode_padding: torch.Tensor | None  # [D, 1, 1, W * block_size]: True = padding, not context (masked out)
     prefills: list[PrefillChunk]
     logits_indices: torch.Tensor        # [S] rows whose next-token logits are needed
     block_size: int
@@ -60,21 +60,22 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     bs = batch.block_size
     k_cache.index_copy_(1, batch.slot_mapping, k.transpose(0, 1))
     v_cache.index_copy_(1, batch.slot_mapping, v.transpose(0, 1))
-    out = torch.empty_like(q)
     h, kvh, dh = q.shape[1], k.shape[1], k.shape[2]
     g = h // kvh                                                        # query heads per KV head (GQA)
 
+    parts = []                                                          # outputs, in the order of the rows
     d = batch.num_decodes
     if d:
-        kd = gather_blocks(k_cache, batch.decode_rows, bs).view(kvh * d, -1, dh)  # [KVH*D, L, Dh]: one gather
-        vd = gather_blocks(v_cache, batch.decode_rows, bs).view(kvh * d, -1, dh)
-        # One query row per request: plain batched matmuls, batch = (KV head, request), G query heads per
-        # KV head. (On the CPU, SDPA with a mask and one query row was ~10x slower at batch 32.)
-        qd = q[:d].view(d, kvh, g, dh).transpose(0, 1).reshape(kvh * d, g, dh)   # [KVH*D, G, Dh]
-        scores = torch.bmm(qd, kd.transpose(1, 2)).float() * scale      # [KVH*D, G, L], softmax in float32
-        scores = scores.view(kvh, d, g, -1).masked_fill(~batch.decode_mask, float("-inf"))  # mask [D, 1, L]
-        o = torch.bmm(scores.softmax(-1).to(q.dtype).view(kvh * d, g, -1), vd)  # [KVH*D, G, Dh]
-        out[:d] = o.view(kvh, d, g, dh).transpose(0, 1).reshape(d, h, dh)
+        # One query row per request: plain batched matmuls with batch = (request, KV head) and the G query
+        # heads of a KV head as the rows. (On the CPU, SDPA with a mask and one query row was ~10x slower
+        # at batch 32.) The gather lays the context out as [D*KVH, L, Dh], and q[:d] viewed as [D*KVH, G, Dh]
+        # matches it without a copy, because the query heads of one KV head are adjacent.
+        kd = gather_blocks(k_cache, batch.decode_rows, bs).view(d * kvh, -1, dh)  # [D*KVH, L, Dh]: one gather
+        vd = gather_blocks(v_cache, batch.decode_rows, bs).view(d * kvh, -1, dh)
+        scores = torch.bmm(q[:d].reshape(d * kvh, g, dh), kd.transpose(1, 2)).float() * scale  # [D*KVH, G, L]
+        scores = scores.view(d, kvh, g, -1).masked_fill_(batch.decode_padding, float("-inf"))  # softmax in fp32
+        o = torch.bmm(scores.softmax(-1).to(q.dtype).view(d * kvh, g, -1), vd)  # [D*KVH, G, Dh]
+        parts.append(o.view(d, h, dh))
 
     # Prefill: SDPA on 4-D tensors [1, heads, tokens, Dh]. (On the CPU only 4-D inputs reach the fused flash
     # kernel; 3-D ones fall back to the unfused math path, ~3x slower for a 512-token prompt.)
@@ -90,5 +91,5 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             q_pos = torch.arange(c.num_cached, c.context_len, device=q.device)
             mask = torch.arange(c.context_len, device=q.device)[None, :] <= q_pos[:, None]  # [n, ctx]
             o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, scale=scale, enable_gqa=g > 1)
-        out[c.start:c.end] = o[0].transpose(0, 1)
-    return out
+        parts.append(o[0].transpose(0, 1))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)

@@ -76,24 +76,26 @@ class ModelRunner:
 
         kv_heads = self.model.config.num_kv_heads
 
-        def block_rows(blocks: list[int]) -> torch.Tensor:   # rows of the pool's [KVH * num_blocks, ...] view
-            return (torch.arange(kv_heads, device=dev)[:, None] * self.num_blocks + tensor(blocks)).flatten()
+        def block_rows(tables: list[list[int]]) -> torch.Tensor:
+            """Rows of the pool's [KVH * num_blocks, block_size * Dh] view, ordered (request, KV head, block)."""
+            heads = torch.arange(kv_heads, device=dev)[None, :, None] * self.num_blocks     # [1, KVH, 1]
+            return (heads + tensor(tables)[:, None, :]).flatten()
 
-        decode_rows = decode_mask = None
+        decode_rows = decode_padding = None
         if decodes:
             width = max(len(s.seq.block_table) for s in decodes)
-            decode_rows = block_rows([b for s in decodes                      # [KVH * D * width]
-                                      for b in s.seq.block_table + [0] * (width - len(s.seq.block_table))])
+            decode_rows = block_rows([s.seq.block_table + [0] * (width - len(s.seq.block_table))
+                                      for s in decodes])                    # [D * KVH * width]
             context = tensor([s.start + 1 for s in decodes])
-            decode_mask = (torch.arange(width * bs, device=dev)[None, :] < context[:, None])[:, None, :]
+            decode_padding = (torch.arange(width * bs, device=dev) >= context[:, None]).view(len(decodes), 1, 1, -1)
         chunks, row = [], len(decodes)
         for s in prefills:
             context_len = s.start + s.num_tokens
-            cached = block_rows(s.seq.block_table[:(context_len + bs - 1) // bs]) if s.start > 0 else None
+            cached = block_rows([s.seq.block_table[:(context_len + bs - 1) // bs]]) if s.start > 0 else None
             chunks.append(PrefillChunk(row, row + s.num_tokens, context_len, cached))
             row += s.num_tokens
         batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
-                             decode_rows=decode_rows, decode_mask=decode_mask, prefills=chunks,
+                             decode_rows=decode_rows, decode_padding=decode_padding, prefills=chunks,
                              logits_indices=tensor(logits_rows), block_size=bs)
         return tensor(input_ids), batch, decodes + prefills
 
