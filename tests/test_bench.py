@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.bench import (dataset_requests, decode_step_time, hf_model_for, plot_throughput_vs_interactivity,
-                                  random_requests, ratios, run_hf_static, run_offline, run_sweep, save_results)
+from minimal_engine.bench import (dataset_requests, decode_step_time, format_median_ratios, hf_model_for,
+                                  median_ratios, plot_throughput_vs_interactivity, random_requests, ratios,
+                                  run_hf_static, run_offline, run_sweep, save_results)
 from minimal_engine.bench.__main__ import main as bench_main
 from minimal_engine.roofline import measure_machine, step_cost, weight_counts
 
@@ -130,13 +131,34 @@ def test_roofline_readout(llm, machine):
 def test_cli_with_hf_baseline(llama_dir, tmp_path, capsys):
     rc = bench_main(["--model", str(llama_dir), "--dtype", "float32", "--device", "cpu", "--input-len", "16",
                      "--output-len", "4", "--max-concurrency", "2", "--num-prompts", "4", "--compare", "hf",
-                     "--decode-step-batch", "2", "--no-tqdm", "--out", str(tmp_path), "--name", "cli"])
+                     "--repeats", "2", "--decode-step-batch", "2", "--no-tqdm", "--out", str(tmp_path), "--name", "cli"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "hf_generate_static" in text and "engine / baseline" in text and "decode step" in text
+    assert "median over repeats" in text
     data = json.loads((tmp_path / "cli.json").read_text())
-    assert {r["backend"] for r in data["results"]} == {"minimal_engine", "hf_generate_static"}
+    assert [(r["backend"], r["repeat"]) for r in data["results"]] == [   # alternating: engine, baseline, ...
+        ("minimal_engine", 0), ("hf_generate_static", 0), ("minimal_engine", 1), ("hf_generate_static", 1)]
+    assert [r["repeat"] for r in data["meta"]["ratios"]] == [0, 1]
+    assert data["meta"]["median_ratios"][0]["runs"] == 2
     assert (tmp_path / "cli.csv").exists() and (tmp_path / "cli.png").exists()
+
+
+def test_median_ratios_pair_runs_of_the_same_repeat():
+    rows = []
+    for rep, (ours, theirs) in enumerate([(300, 100), (200, 100), (250, 50)]):   # ratios 3, 2, 5
+        for backend, tput in (("minimal_engine", ours), ("hf_generate_static", theirs)):
+            rows.append({"backend": backend, "max_concurrency": 32, "repeat": rep, "output_throughput": tput,
+                         "median_ttft_ms": 10.0, "median_tpot_ms": 1000 / tput})
+    rs = ratios(rows)
+    assert [r["output_throughput_ratio"] for r in rs] == [3.0, 2.0, 5.0]   # not 300 / 50 across repeats
+    (med,) = median_ratios(rs)
+    assert med["runs"] == 3 and med["output_throughput_ratio"] == 3.0
+    assert (med["output_throughput_min"], med["output_throughput_max"]) == (2.0, 5.0)
+    assert abs(med["median_tpot_ratio"] - 1 / 3) < 1e-12
+    assert median_ratios(rs[:2])[0]["output_throughput_ratio"] == 2.5      # even count: mean of the middle two
+    assert "3.00x (2.00-5.00)" in format_median_ratios([med])
+    assert bench_main(["--model", "x", "--repeats", "0"]) == 2
 
 
 def test_engine_modules_do_not_import_matplotlib():

@@ -11,9 +11,11 @@ workload.py (the requests) -> offline.py (our engine) / hf_baselines.py (transfo
 from .hf_baselines import hf_model_for, run_hf_continuous, run_hf_static
 from .offline import add_bounds, decode_step_time, run_offline, run_sweep
 from .online import run_online
-from .report import format_ratios, format_table, plot_throughput_vs_interactivity, ratios, save_results
+from .report import (format_median_ratios, format_ratios, format_table, median_ratios,
+                     plot_throughput_vs_interactivity, ratios, save_results)
 from .workload import BenchRequest, dataset_requests, prompt_texts, random_requests
 
 __all__ = ["BenchRequest", "random_requests", "dataset_requests", "prompt_texts", "run_offline", "run_sweep",
            "add_bounds", "decode_step_time", "hf_model_for", "run_hf_static", "run_hf_continuous", "run_online",
-           "save_results", "format_table", "ratios", "format_ratios", "plot_throughput_vs_interactivity"]
+           "save_results", "format_table", "ratios", "format_ratios", "median_ratios", "format_median_ratios",
+           "plot_throughput_vs_interactivity"]

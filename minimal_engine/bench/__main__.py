@@ -9,8 +9,8 @@ import sys
 import torch
 
 from ..roofline import format_machine, measure_machine, step_cost
-from . import (dataset_requests, decode_step_time, format_ratios, format_table, plot_throughput_vs_interactivity,
-               prompt_texts, random_requests, ratios, run_online, save_results)
+from . import (dataset_requests, decode_step_time, format_median_ratios, format_ratios, format_table, median_ratios,
+               plot_throughput_vs_interactivity, prompt_texts, random_requests, ratios, run_online, save_results)
 from .offline import add_bounds, run_offline
 
 
@@ -31,6 +31,8 @@ def parse_args(argv):
     p.add_argument("--request-rate", type=float, default=float("inf"), help="online: Poisson rate, req/s")
     p.add_argument("--compare", nargs="*", default=[], choices=["hf", "hf-cb"],
                    help="hf: transformers generate, static batches; hf-cb: transformers continuous batching")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run the engine and the baselines this many times, alternating; ratios: median of the runs")
     p.add_argument("--decode-step-batch", type=int, nargs="*", default=[], help="also time pure decode steps")
     p.add_argument("--decode-step-prompt", type=int, default=128)
     p.add_argument("--base-url", default="http://127.0.0.1:8000")
@@ -61,16 +63,21 @@ def run_engine(args, machine, tqdm) -> tuple[list, dict]:
     rows, extra = [], {"model": llm.model_name, "dtype": str(llm.dtype), "device": str(llm.device)}
     for c in args.max_concurrency:
         reqs = make_requests(args, c, llm.model_config.vocab_size, llm.tokenizer)
-        group = [run_offline(llm, reqs, c, use_tqdm=tqdm)]
-        if "hf" in args.compare:
-            group.append(run_hf_static(hf, reqs, c, use_tqdm=tqdm))
-        if "hf-cb" in args.compare:
-            try:
-                group.append(run_hf_continuous(hf, reqs, c, use_tqdm=tqdm))
-            except Exception as e:     # say so in the output instead of hiding the baseline
-                print(f"transformers continuous batching failed at C={c}: {type(e).__name__}: {e}", file=sys.stderr)
-                extra.setdefault("failed_baselines", []).append({"backend": "hf_generate_batch", "max_concurrency": c,
-                                                                 "error": f"{type(e).__name__}: {e}"})
+        group = []
+        for rep in range(args.repeats):   # engine, baselines, engine, baselines, ...: they meet the same load
+            runs = [run_offline(llm, reqs, c, use_tqdm=tqdm)]
+            if "hf" in args.compare:
+                runs.append(run_hf_static(hf, reqs, c, use_tqdm=tqdm))
+            if "hf-cb" in args.compare:
+                try:
+                    runs.append(run_hf_continuous(hf, reqs, c, use_tqdm=tqdm))
+                except Exception as e:     # say so in the output instead of hiding the baseline
+                    print(f"transformers continuous batching failed at C={c}: {type(e).__name__}: {e}", file=sys.stderr)
+                    extra.setdefault("failed_baselines", []).append(
+                        {"backend": "hf_generate_batch", "max_concurrency": c, "error": f"{type(e).__name__}: {e}"})
+            for r in runs:
+                r["repeat"] = rep
+            group += runs
         for r in group:
             r.update(model=llm.model_name, input_len=args.input_len, output_len=args.output_len,
                      range_ratio=args.range_ratio, dataset=args.dataset)
@@ -110,6 +117,9 @@ def run_openai(args, tqdm) -> tuple[list, dict]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.repeats < 1:
+        print(f"error: --repeats must be >= 1, got {args.repeats}", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     machine = None
@@ -131,6 +141,9 @@ def main(argv=None) -> int:
     rs = ratios(rows)
     if rs:
         print(format_ratios(rs))
+    med = median_ratios(rs) if args.repeats > 1 else []
+    if med:
+        print(format_median_ratios(med))
     for d in extra.get("decode_steps", []):
         bound = (f", bound {d['bound_ms']:.1f} ms ({d['ratio_to_bound']:.2f}x; bytes/bandwidth "
                  f"{d['bound_memory_ms']:.1f} ms, FLOPs/peak {d['bound_compute_ms']:.1f} ms)") if "bound_ms" in d else ""
@@ -138,6 +151,7 @@ def main(argv=None) -> int:
               f"median {d['median_step_ms']:.1f} ms{bound}")
     if args.out:
         meta = {"argv": sys.argv[1:] if argv is None else list(argv), "machine": machine, "ratios": rs,
+                "median_ratios": med,
                 "torch": torch.__version__, "threads": torch.get_num_threads(), "platform": platform.platform(), **extra}
         paths = save_results(rows, args.out, args.name, meta)
         plot_throughput_vs_interactivity(rows, paths["json"].with_suffix(".png"))

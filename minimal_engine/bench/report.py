@@ -41,15 +41,15 @@ def format_table(rows: list[dict]) -> str:
 
 
 def ratios(rows: list[dict], engine: str = "minimal_engine") -> list[dict]:
-    """engine / baseline at each concurrency: output throughput (higher is better), median TTFT and TPOT
-    (lower is better)."""
-    ours = {r["max_concurrency"]: r for r in rows if r["backend"] == engine}
+    """engine / baseline at each concurrency (and repeat): output throughput (higher is better), median TTFT
+    and TPOT (lower is better). A baseline run is paired with the engine run of the same repeat."""
+    ours = {(r["max_concurrency"], r.get("repeat", 0)): r for r in rows if r["backend"] == engine}
     out = []
     for r in rows:
-        e = ours.get(r["max_concurrency"])
+        e = ours.get((r["max_concurrency"], r.get("repeat", 0)))
         if r["backend"] == engine or e is None:
             continue
-        out.append({"baseline": r["backend"], "max_concurrency": r["max_concurrency"],
+        out.append({"baseline": r["backend"], "max_concurrency": r["max_concurrency"], "repeat": r.get("repeat", 0),
                     "output_throughput_ratio": e["output_throughput"] / r["output_throughput"],
                     "median_ttft_ratio": e["median_ttft_ms"] / r["median_ttft_ms"],
                     "median_tpot_ratio": e["median_tpot_ms"] / r["median_tpot_ms"]})
@@ -61,6 +61,36 @@ def format_ratios(rs: list[dict]) -> str:
     for r in rs:
         lines.append(f"{r['baseline']:22s} {r['max_concurrency']:4d} {r['output_throughput_ratio']:9.2f}x "
                      f"{r['median_ttft_ratio']:6.2f}x {r['median_tpot_ratio']:6.2f}x")
+    return "\n".join(lines)
+
+
+RATIO_KEYS = ("output_throughput_ratio", "median_ttft_ratio", "median_tpot_ratio")
+
+
+def median_ratios(rs: list[dict]) -> list[dict]:
+    """Over repeats: the median, min and max of each ratio, per baseline and concurrency. On a shared,
+    noisy machine the median of alternating runs is steadier than any single run."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rs:
+        groups.setdefault((r["baseline"], r["max_concurrency"]), []).append(r)
+    out = []
+    for (baseline, c), g in groups.items():
+        row = {"baseline": baseline, "max_concurrency": c, "runs": len(g)}
+        for k in RATIO_KEYS:
+            v = sorted(r[k] for r in g)
+            n = len(v)
+            row[k] = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+            row[k.replace("_ratio", "_min")], row[k.replace("_ratio", "_max")] = v[0], v[-1]
+        out.append(row)
+    return out
+
+
+def format_median_ratios(med: list[dict]) -> str:
+    lines = [f"{'median over repeats':22s} {'C':>4s} {'out tok/s (min-max)':>22s} {'TTFT':>7s} {'TPOT (min-max)':>18s}"]
+    for r in med:
+        tput = f"{r['output_throughput_ratio']:.2f}x ({r['output_throughput_min']:.2f}-{r['output_throughput_max']:.2f})"
+        tpot = f"{r['median_tpot_ratio']:.2f}x ({r['median_tpot_min']:.2f}-{r['median_tpot_max']:.2f})"
+        lines.append(f"{r['baseline']:22s} {r['max_concurrency']:4d} {tput:>22s} {r['median_ttft_ratio']:6.2f}x {tpot:>18s}")
     return "\n".join(lines)
 
 
