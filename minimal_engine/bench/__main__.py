@@ -151,8 +151,8 @@ def main(argv=None) -> int:
               f"median {d['median_step_ms']:.1f} ms{bound}")
     if args.out:
         meta = {"argv": sys.argv[1:] if argv is None else list(argv), "machine": machine, "ratios": rs,
-                "median_ratios": med,
-                "torch": torch.__version__, "threads": torch.get_num_threads(), "platform": platform.platform(), **extra}
+                "median_ratios": med, "torch": torch.__version__, "threads": torch.get_num_threads(),
+                "platform": platform.platform(), **extra}
         paths = save_results(rows, args.out, args.name, meta)
         plot_throughput_vs_interactivity(rows, paths["json"].with_suffix(".png"))
         print("wrote", paths["json"], paths["csv"], paths["json"].with_suffix(".png"))

@@ -86,11 +86,12 @@ def median_ratios(rs: list[dict]) -> list[dict]:
 
 
 def format_median_ratios(med: list[dict]) -> str:
+    def spread(r, name):   # "2.30x (2.06-2.42)"
+        return f"{r[name + '_ratio']:.2f}x ({r[name + '_min']:.2f}-{r[name + '_max']:.2f})"
     lines = [f"{'median over repeats':22s} {'C':>4s} {'out tok/s (min-max)':>22s} {'TTFT':>7s} {'TPOT (min-max)':>18s}"]
     for r in med:
-        tput = f"{r['output_throughput_ratio']:.2f}x ({r['output_throughput_min']:.2f}-{r['output_throughput_max']:.2f})"
-        tpot = f"{r['median_tpot_ratio']:.2f}x ({r['median_tpot_min']:.2f}-{r['median_tpot_max']:.2f})"
-        lines.append(f"{r['baseline']:22s} {r['max_concurrency']:4d} {tput:>22s} {r['median_ttft_ratio']:6.2f}x {tpot:>18s}")
+        lines.append(f"{r['baseline']:22s} {r['max_concurrency']:4d} {spread(r, 'output_throughput'):>22s} "
+                     f"{r['median_ttft_ratio']:6.2f}x {spread(r, 'median_tpot'):>18s}")
     return "\n".join(lines)
 
 
