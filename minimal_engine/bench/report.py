@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 from pathlib import Path
 
 COLUMNS = ["backend", "max_concurrency", "num_prompts", "completed", "duration", "request_throughput",
@@ -77,10 +78,9 @@ def median_ratios(rs: list[dict]) -> list[dict]:
     for (baseline, c), g in groups.items():
         row = {"baseline": baseline, "max_concurrency": c, "runs": len(g)}
         for k in RATIO_KEYS:
-            v = sorted(r[k] for r in g)
-            n = len(v)
-            row[k] = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-            row[k.replace("_ratio", "_min")], row[k.replace("_ratio", "_max")] = v[0], v[-1]
+            v = [r[k] for r in g]
+            row[k] = statistics.median(v)
+            row[k.replace("_ratio", "_min")], row[k.replace("_ratio", "_max")] = min(v), max(v)
         out.append(row)
     return out
 
