@@ -90,9 +90,8 @@ class ModelRunner:
             decode_padding = (torch.arange(width * bs, device=dev) >= context[:, None]).view(len(decodes), 1, 1, -1)
         chunks, row = [], len(decodes)
         for s in prefills:
-            context_len = s.start + s.num_tokens
-            cached = block_rows([s.seq.block_table[:(context_len + bs - 1) // bs]]) if s.start > 0 else None
-            chunks.append(PrefillChunk(row, row + s.num_tokens, context_len, cached))
+            cached = block_rows([s.seq.block_table]) if s.start > 0 else None   # the table covers this step
+            chunks.append(PrefillChunk(row, row + s.num_tokens, s.start + s.num_tokens, cached))
             row += s.num_tokens
         batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
                              decode_rows=decode_rows, decode_padding=decode_padding, prefills=chunks,

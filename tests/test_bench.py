@@ -131,7 +131,8 @@ def test_roofline_readout(llm, machine):
 def test_cli_with_hf_baseline(llama_dir, tmp_path, capsys):
     rc = bench_main(["--model", str(llama_dir), "--dtype", "float32", "--device", "cpu", "--input-len", "16",
                      "--output-len", "4", "--max-concurrency", "2", "--num-prompts", "4", "--compare", "hf",
-                     "--repeats", "2", "--decode-step-batch", "2", "--no-tqdm", "--out", str(tmp_path), "--name", "cli"])
+                     "--repeats", "2", "--decode-step-batch", "2", "--no-tqdm", "--out", str(tmp_path),
+                     "--name", "cli"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "hf_generate_static" in text and "engine / baseline" in text and "decode step" in text
@@ -144,7 +145,7 @@ def test_cli_with_hf_baseline(llama_dir, tmp_path, capsys):
     assert (tmp_path / "cli.csv").exists() and (tmp_path / "cli.png").exists()
 
 
-def test_median_ratios_pair_runs_of_the_same_repeat():
+def test_median_ratios_pair_runs_of_the_same_repeat(capsys):
     rows = []
     for rep, (ours, theirs) in enumerate([(300, 100), (200, 100), (250, 50)]):   # ratios 3, 2, 5
         for backend, tput in (("minimal_engine", ours), ("hf_generate_static", theirs)):
@@ -159,6 +160,7 @@ def test_median_ratios_pair_runs_of_the_same_repeat():
     assert median_ratios(rs[:2])[0]["output_throughput_ratio"] == 2.5      # even count: mean of the middle two
     assert "3.00x (2.00-5.00)" in format_median_ratios([med])
     assert bench_main(["--model", "x", "--repeats", "0"]) == 2
+    assert "--repeats must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_engine_modules_do_not_import_matplotlib():
