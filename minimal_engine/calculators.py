@@ -14,6 +14,19 @@ Sections
 2. Memory budgets: KV bytes for a request, users that fit in a GPU.
 3. Latency metrics: TPOT <-> tok/s/user.
 4. Economics: $/M tokens, J/token, pJ/token (InferenceX's formulas).
+
+"Output" vs "total" tokens
+--------------------------
+The course's tok/s counts *output* (generated) tokens, as most engines and
+MLPerf do. InferenceX's ``tput_per_gpu`` and its $/M tokens and J/token
+count *total* tokens (input + output). Names say which one they mean:
+``output_tok_s`` / ``usd_per_m_output_tokens`` / ``j_per_output_token``
+versus ``total_tok_s`` / ``usd_per_m_total_tokens`` / ``j_per_total_token``.
+With ``input_len`` prompt tokens and ``output_len`` generated tokens per
+request, ``output_share = output_len / (input_len + output_len)`` converts
+one into the other (8k in / 1k out: 1024 / 9216 = 1/9).
+The generic ``usd_per_million_tokens`` and ``joules_per_token`` count the
+same kind of tokens as the tok/s passed to them.
 """
 from __future__ import annotations
 
@@ -122,12 +135,15 @@ GPU_COSTS = {c.name: c for c in [
     GpuCost("MI355X", 1.48, 1.90, 2.10, 2.65),
 ]}
 
-# One published InferenceX row (SemiAnalysis): MI355X, Kimi-K2.5 int4, vLLM, 8k/1k,
-# concurrency 32, TP8. Its $/M tokens is reproduced with the *hyperscaler* price.
+# One published InferenceX row (SemiAnalysis): MI355X, Kimi-K2.5 int4, vLLM, 8k/1k
+# (nominal input 8,192 / output 1,024 tokens), concurrency 32, TP8. Its throughput, $/M tokens
+# and J/token count TOTAL (input + output) tokens; its $/M tokens is reproduced with the
+# *hyperscaler* price. tok_s_user (interactivity) counts output tokens, as always.
 INFERENCEX_MI355X_ROW = {
-    "gpu": "MI355X", "tier": "hyperscaler", "tok_s_per_gpu": 157.12,
+    "gpu": "MI355X", "tier": "hyperscaler", "input_len": 8192, "output_len": 1024,
+    "total_tok_s_per_gpu": 157.12,
     "median_ttft_s": 1.817, "median_tpot_ms": 230.3, "tok_s_user": 4.34,
-    "usd_per_million_tokens": 2.62, "joules_per_token": 16.9,
+    "usd_per_m_total_tokens": 2.62, "j_per_total_token": 16.9,
 }
 
 __all__ = [
@@ -138,8 +154,10 @@ __all__ = [
     "kv_bytes_per_token_if_mha", "naive_mha_kv_bytes_per_token", "kv_cache_bytes",
     "weight_bytes", "gpu_memory_bytes", "max_concurrent_users",
     "tpot_ms_from_tok_s_user", "tok_s_user_from_tpot_ms",
+    "output_share", "output_tok_s_from_total", "total_tok_s_from_output",
     "usd_per_million_tokens", "joules_per_token", "picojoules_per_token",
     "joules_to_picojoules", "gpu_hour_price", "inferencex_economics",
+    "cost_per_million_tokens", "energy_per_token",
 ]
 
 
@@ -307,11 +325,49 @@ def tok_s_user_from_tpot_ms(tpot_ms: float) -> float:
     return 1000.0 / tpot_ms
 
 
-# ---------------------------------------------------------- 4. economics
+# ------------------------------------------------ 4. output vs total tokens
+def _check_lengths(input_len: float, output_len: float) -> None:
+    _check_positive(input_len, "input_len", allow_zero=True)
+    _check_positive(output_len, "output_len")
+
+
+def output_share(input_len: float, output_len: float) -> float:
+    """Fraction of a request's tokens that are output tokens: ``output_len / (input_len + output_len)``.
+
+    8k in / 1k out: 1024 / (8192 + 1024) = 1/9 = 0.111. 1k / 1k: 0.5.
+    """
+    _check_lengths(input_len, output_len)
+    return output_len / (input_len + output_len)
+
+
+def output_tok_s_from_total(total_tok_s: float, input_len: float, output_len: float) -> float:
+    """Output tok/s hidden in a total (input + output) tok/s: ``total_tok_s x output_share``.
+
+    InferenceX's MI355X row, 157.12 total tok/s/GPU at 8k/1k: 157.12 / 9 = 17.46 output tok/s/GPU.
+    """
+    _check_positive(total_tok_s, "total_tok_s", allow_zero=True)
+    return total_tok_s * output_share(input_len, output_len)
+
+
+def total_tok_s_from_output(output_tok_s: float, input_len: float, output_len: float) -> float:
+    """Total (input + output) tok/s that goes with an output tok/s: ``output_tok_s / output_share``.
+
+    Every request of ``input_len`` prompt tokens and ``output_len`` generated
+    tokens processes ``input_len + output_len`` tokens; 100 output tok/s at
+    8k/1k is 900 total tok/s.
+    """
+    _check_positive(output_tok_s, "output_tok_s", allow_zero=True)
+    return output_tok_s / output_share(input_len, output_len)
+
+
+# ---------------------------------------------------------- 5. economics
 def usd_per_million_tokens(usd_per_gpu_hour: float, tok_s_per_gpu: float) -> float:
     """Cost per million tokens: ``($/GPU-hr) / (tok/s/gpu x 3600 / 1e6)``.
 
     The denominator is how many million tokens one GPU makes in an hour.
+    The result counts the same tokens as ``tok_s_per_gpu``: pass total
+    (input + output) tok/s for InferenceX's $/M tokens, output tok/s for
+    $/M output tokens (or use :func:`cost_per_million_tokens` for both).
     """
     _check_positive(usd_per_gpu_hour, "usd_per_gpu_hour", allow_zero=True)
     _check_positive(tok_s_per_gpu, "tok_s_per_gpu")
@@ -319,7 +375,10 @@ def usd_per_million_tokens(usd_per_gpu_hour: float, tok_s_per_gpu: float) -> flo
 
 
 def joules_per_token(kw_per_gpu: float, tok_s_per_gpu: float) -> float:
-    """Energy per token: ``kW per GPU x 1000 / (tok/s/gpu)`` (W = J/s, so J/s / tok/s = J/tok)."""
+    """Energy per token: ``kW per GPU x 1000 / (tok/s/gpu)`` (W = J/s, so J/s / tok/s = J/tok).
+
+    Counts the same tokens as ``tok_s_per_gpu`` (InferenceX: total tokens).
+    """
     _check_positive(kw_per_gpu, "kw_per_gpu", allow_zero=True)
     _check_positive(tok_s_per_gpu, "tok_s_per_gpu")
     return kw_per_gpu * 1000.0 / tok_s_per_gpu
@@ -332,8 +391,47 @@ def joules_to_picojoules(joules: float) -> float:
 
 
 def picojoules_per_token(kw_per_gpu: float, tok_s_per_gpu: float) -> float:
-    """Energy per token in pJ: ``joules_per_token(...) x 1e12``."""
+    """Energy per token in pJ: ``joules_per_token(...) x 1e12`` (a unit conversion only)."""
     return joules_to_picojoules(joules_per_token(kw_per_gpu, tok_s_per_gpu))
+
+
+def cost_per_million_tokens(usd_per_hour: float, output_tok_s: float, input_len: float,
+                            output_len: float) -> dict:
+    """$/M output tokens and $/M total tokens from a *measured output* tok/s.
+
+    For a learner's sweep: ``output_tok_s`` is what the engine reports
+    (generated tokens per second of the whole machine), ``usd_per_hour`` the
+    price of that machine per hour, and every request has ``input_len``
+    prompt and ``output_len`` generated tokens. Returns
+    ``{"usd_per_m_output_tokens", "usd_per_m_total_tokens", "output_tok_s",
+    "total_tok_s"}``. The total figure is the one comparable to InferenceX.
+    $2/hr at 100 output tok/s, 8k/1k: $5.56/M output tokens, $0.62/M total.
+    """
+    _check_positive(output_tok_s, "output_tok_s")
+    total = total_tok_s_from_output(output_tok_s, input_len, output_len)
+    return {
+        "usd_per_m_output_tokens": usd_per_million_tokens(usd_per_hour, output_tok_s),
+        "usd_per_m_total_tokens": usd_per_million_tokens(usd_per_hour, total),
+        "output_tok_s": float(output_tok_s),
+        "total_tok_s": total,
+    }
+
+
+def energy_per_token(watts: float, output_tok_s: float, input_len: float, output_len: float) -> dict:
+    """J per output token and J per total token from power (W) and a *measured output* tok/s.
+
+    ``watts / output_tok_s`` and ``watts / total_tok_s`` (W = J/s). Returns
+    ``{"j_per_output_token", "j_per_total_token"}``; InferenceX quotes the
+    total one. 2,650 W at 17.46 output tok/s (8k/1k) gives 151.8 J per output
+    token and 16.9 J per total token.
+    """
+    _check_positive(watts, "watts", allow_zero=True)
+    _check_positive(output_tok_s, "output_tok_s")
+    total = total_tok_s_from_output(output_tok_s, input_len, output_len)
+    return {
+        "j_per_output_token": joules_per_token(watts / 1000.0, output_tok_s),
+        "j_per_total_token": joules_per_token(watts / 1000.0, total),
+    }
 
 
 def gpu_hour_price(gpu: str | GpuCost, tier: str = "hyperscaler") -> float:
@@ -343,19 +441,31 @@ def gpu_hour_price(gpu: str | GpuCost, tier: str = "hyperscaler") -> float:
     return _lookup(tiers, tier, "price tier")
 
 
-def inferencex_economics(gpu: str | GpuCost, tok_s_per_gpu: float, tier: str = "hyperscaler") -> dict:
-    """$/M tokens, J/token and pJ/token for one throughput on one GPU, as InferenceX computes them.
+def inferencex_economics(gpu: str | GpuCost, total_tok_s_per_gpu: float, tier: str = "hyperscaler",
+                         input_len: float | None = None, output_len: float | None = None) -> dict:
+    """$/M tokens and J/token for one TOTAL (input + output) throughput on one GPU, as InferenceX computes them.
 
-    Reproduces the published MI355X row: 157.12 tok/s/gpu with the
-    hyperscaler-owned price ($1.48/GPU-hr) and 2.65 kW gives $2.62/M tokens
-    and 16.9 J/token. (The neocloud price, $1.90, would give $3.36.)
+    Reproduces the published MI355X row: 157.12 total tok/s/gpu with the
+    hyperscaler-owned price ($1.48/GPU-hr) and 2.65 kW gives $2.62/M total
+    tokens and 16.9 J/total token. (The neocloud price, $1.90, would give $3.36.)
+    With ``input_len`` and ``output_len`` it also returns the output-only
+    equivalents (``output_tok_s_per_gpu``, ``usd_per_m_output_tokens``,
+    ``j_per_output_token``): at 8k/1k, 9x the total-token figures.
     """
     cost = get_gpu_cost(gpu)
-    return {
+    price = gpu_hour_price(cost, tier)
+    out = {
         "gpu": cost.name,
         "tier": tier,
-        "usd_per_gpu_hour": gpu_hour_price(cost, tier),
-        "usd_per_million_tokens": usd_per_million_tokens(gpu_hour_price(cost, tier), tok_s_per_gpu),
-        "joules_per_token": joules_per_token(cost.all_in_kw, tok_s_per_gpu),
-        "picojoules_per_token": picojoules_per_token(cost.all_in_kw, tok_s_per_gpu),
+        "usd_per_gpu_hour": price,
+        "total_tok_s_per_gpu": float(total_tok_s_per_gpu),
+        "usd_per_m_total_tokens": usd_per_million_tokens(price, total_tok_s_per_gpu),
+        "j_per_total_token": joules_per_token(cost.all_in_kw, total_tok_s_per_gpu),
+        "pj_per_total_token": picojoules_per_token(cost.all_in_kw, total_tok_s_per_gpu),
     }
+    if input_len is not None or output_len is not None:
+        output_tok_s = output_tok_s_from_total(total_tok_s_per_gpu, input_len, output_len)
+        out["output_tok_s_per_gpu"] = output_tok_s
+        out["usd_per_m_output_tokens"] = usd_per_million_tokens(price, output_tok_s)
+        out["j_per_output_token"] = joules_per_token(cost.all_in_kw, output_tok_s)
+    return out

@@ -90,16 +90,63 @@ def test_cost_and_energy_formulas():
 
 def test_inferencex_mi355x_row_is_reproduced():
     row = calc.INFERENCEX_MI355X_ROW
-    out = calc.inferencex_economics("MI355X", row["tok_s_per_gpu"], tier=row["tier"])
+    out = calc.inferencex_economics("MI355X", row["total_tok_s_per_gpu"], tier=row["tier"])
     # 1.48 / (157.12 x 3600 / 1e6) = 1.48 / 0.565632 = 2.6165
     assert out["usd_per_gpu_hour"] == 1.48
-    assert round(out["usd_per_million_tokens"], 2) == 2.62 == row["usd_per_million_tokens"]
+    assert round(out["usd_per_m_total_tokens"], 2) == 2.62 == row["usd_per_m_total_tokens"]
     # 2.65 x 1000 / 157.12 = 16.866
-    assert round(out["joules_per_token"], 1) == 16.9 == row["joules_per_token"]
+    assert round(out["j_per_total_token"], 1) == 16.9 == row["j_per_total_token"]
     # The neocloud price does not reproduce it: 1.90 / 0.565632 = 3.359.
     neo = calc.inferencex_economics("MI355X", 157.12, tier="neocloud")
-    assert round(neo["usd_per_million_tokens"], 2) == 3.36
+    assert round(neo["usd_per_m_total_tokens"], 2) == 3.36
     assert calc.tok_s_user_from_tpot_ms(row["median_tpot_ms"]) == pytest.approx(row["tok_s_user"], abs=0.005)
+    assert "usd_per_m_output_tokens" not in out       # only with input_len / output_len
+
+
+def test_inferencex_row_counts_total_tokens_and_its_output_only_equivalent():
+    row = calc.INFERENCEX_MI355X_ROW
+    assert (row["input_len"], row["output_len"]) == (8192, 1024)
+    out = calc.inferencex_economics("MI355X", row["total_tok_s_per_gpu"], row["tier"],
+                                    input_len=row["input_len"], output_len=row["output_len"])
+    # 8k in / 1k out: 1024 / 9216 = 1/9 of the tokens are output tokens.
+    assert out["output_tok_s_per_gpu"] == pytest.approx(157.12 / 9)            # 17.458
+    # $1.48 / (17.458 x 3600 / 1e6) = $23.55 / M output tokens = 9 x $2.6165.
+    assert out["usd_per_m_output_tokens"] == pytest.approx(9 * out["usd_per_m_total_tokens"])
+    assert round(out["usd_per_m_output_tokens"], 2) == 23.55
+    # 2,650 W / 17.458 = 151.8 J per output token = 9 x 16.866.
+    assert round(out["j_per_output_token"], 1) == 151.8
+
+
+def test_output_share_and_conversions():
+    assert calc.output_share(8192, 1024) == pytest.approx(1 / 9)
+    assert calc.output_share(1024, 1024) == 0.5
+    assert calc.output_share(0, 128) == 1.0                  # no prompt: every token is output
+    assert calc.output_tok_s_from_total(900, 8192, 1024) == pytest.approx(100)
+    assert calc.total_tok_s_from_output(100, 8192, 1024) == pytest.approx(900)
+    assert calc.total_tok_s_from_output(calc.output_tok_s_from_total(157.12, 8192, 1024),
+                                        8192, 1024) == pytest.approx(157.12)
+
+
+def test_cost_per_million_tokens_from_measured_output_tok_s():
+    # $2/hr, 100 output tok/s: 0.36 M output tokens/hr -> $5.556/M output tokens;
+    # 8k/1k means 900 total tok/s -> 3.24 M total tokens/hr -> $0.6173/M total tokens.
+    out = calc.cost_per_million_tokens(usd_per_hour=2.0, output_tok_s=100, input_len=8192, output_len=1024)
+    assert out["usd_per_m_output_tokens"] == pytest.approx(2.0 / 0.36)
+    assert out["usd_per_m_total_tokens"] == pytest.approx(2.0 / 3.24)
+    assert out["total_tok_s"] == pytest.approx(900)
+    assert out["output_tok_s"] == 100
+    # Same convention as InferenceX: feeding the MI355X row's output tok/s back gives its total $/M.
+    row = calc.INFERENCEX_MI355X_ROW
+    back = calc.cost_per_million_tokens(1.48, calc.output_tok_s_from_total(157.12, 8192, 1024), 8192, 1024)
+    assert round(back["usd_per_m_total_tokens"], 2) == row["usd_per_m_total_tokens"]
+
+
+def test_energy_per_token_from_watts_and_output_tok_s():
+    # 60 W at 20 output tok/s, 96 in / 32 out (share 1/4): 3 J/output token, 0.75 J/total token.
+    out = calc.energy_per_token(watts=60, output_tok_s=20, input_len=96, output_len=32)
+    assert out == pytest.approx({"j_per_output_token": 3.0, "j_per_total_token": 0.75})
+    mi = calc.energy_per_token(2650, 157.12 / 9, 8192, 1024)
+    assert round(mi["j_per_total_token"], 1) == calc.INFERENCEX_MI355X_ROW["j_per_total_token"]
 
 
 def test_price_table():
@@ -117,6 +164,10 @@ def test_price_table():
     (lambda: calc.tpot_ms_from_tok_s_user(0), "tok_s_user must be > 0"),
     (lambda: calc.usd_per_million_tokens(2.0, 0), "tok_s_per_gpu must be > 0"),
     (lambda: calc.joules_per_token(-1, 100), "kw_per_gpu must be >= 0"),
+    (lambda: calc.output_share(8192, 0), "output_len must be > 0"),
+    (lambda: calc.output_share(-1, 10), "input_len must be >= 0"),
+    (lambda: calc.cost_per_million_tokens(2.0, 0, 10, 10), "output_tok_s must be > 0"),
+    (lambda: calc.energy_per_token(-5, 10, 10, 10), "watts must be >= 0"),
     (lambda: calc.kv_cache_bytes("Qwen3-0.6B", -5), "tokens must be >= 0"),
     (lambda: calc.kv_bytes_per_token_gqa(-32, 8, 128, 2), "layers must be > 0"),
     (lambda: calc.kv_bytes_per_token_gqa(32, 8, 128, "2"), "bytes per value must be a number"),
