@@ -8,12 +8,13 @@ Everything here is plain Python (no torch, ipywidgets or matplotlib).
 Units: bytes are plain bytes; "GB" means 10**9 bytes (as GPU datasheets
 use it); time is in milliseconds where the name says ``_ms``.
 
-Sections
+Sections (the tables they use, with sources, are in ``minimal_engine.specs``)
 --------
-1. Model shapes and KV cache size (MHA / GQA / MQA / MLA).
+1. KV cache size (MHA / GQA / MQA / MLA).
 2. Memory budgets: KV bytes for a request, users that fit in a GPU.
 3. Latency metrics: TPOT <-> tok/s/user.
-4. Economics: $/M tokens, J/token, pJ/token (InferenceX's formulas).
+4. Output vs total tokens: output_share and the tok/s conversions.
+5. Economics: $/M tokens, J/token, pJ/token (InferenceX's formulas).
 
 "Output" vs "total" tokens
 --------------------------
@@ -30,121 +31,10 @@ same kind of tokens as the tok/s passed to them.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
-
-def _check_positive(value: float, what: str, allow_zero: bool = False) -> None:
-    """Raise ValueError unless ``value`` is a real number > 0 (or >= 0 with allow_zero)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ValueError(f"{what} must be a number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{what} must be {bound}, got {value!r}")
-
-
-# ----------------------------------------------------------------- tables
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "fp4": 0.5}
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The attention shape of a model: what the KV cache size depends on.
-
-    ``kv_heads`` counts KV heads (GQA/MQA), not query heads. MLA models set
-    ``kv_lora_rank`` and ``qk_rope_head_dim`` (what is cached) and
-    ``qk_nope_head_dim`` / ``v_head_dim`` (what the naive MHA would cache).
-    ``params`` is the approximate parameter count, for weight bytes.
-    """
-
-    name: str
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    params: float
-    source: str
-    kv_lora_rank: int | None = None
-    qk_rope_head_dim: int | None = None
-    qk_nope_head_dim: int | None = None
-    v_head_dim: int | None = None
-
-    def __post_init__(self):
-        for field in ("layers", "heads", "kv_heads", "head_dim", "params"):
-            _check_positive(getattr(self, field), field)
-        if self.heads % self.kv_heads:
-            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
-
-    @property
-    def is_mla(self) -> bool:
-        return self.kv_lora_rank is not None
-
-
-_HF = "https://huggingface.co/{}/blob/main/config.json"
-MODEL_SHAPES = {m.name: m for m in [
-    ModelShape("course-125M", 12, 12, 4, 64, 124.67e6,
-               "the course's ~125M benchmark shape (COURSE.md; synthetic:llama-125m): hidden 768, intermediate 2048, vocab 32000, untied lm_head"),
-    ModelShape("Llama 3.1 8B", 32, 32, 8, 128, 8.03e9, _HF.format("meta-llama/Llama-3.1-8B")),
-    ModelShape("Llama 3.3 70B", 80, 64, 8, 128, 70.6e9,
-               _HF.format("meta-llama/Llama-3.3-70B-Instruct")),
-    ModelShape("Qwen3-0.6B", 28, 16, 8, 128, 0.6e9, _HF.format("Qwen/Qwen3-0.6B")),
-    # MLA: kv_heads/head_dim describe the naive per-head layout (128 heads, V dim 128).
-    ModelShape("DeepSeek R1", 61, 128, 128, 128, 671e9, _HF.format("deepseek-ai/DeepSeek-R1"),
-               kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
-]}
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """HBM capacity (GB = 1e9 B) and bandwidth (TB/s) of one GPU, from its datasheet."""
-
-    name: str
-    memory_gb: float
-    hbm_tb_s: float
-    source: str
-
-
-GPU_SPECS = {g.name: g for g in [
-    GpuSpec("H100", 80, 3.35, "NVIDIA H100 SXM datasheet, nvidia.com/en-us/data-center/h100/"),
-    GpuSpec("H200", 141, 4.8, "NVIDIA H200 SXM datasheet, nvidia.com/en-us/data-center/h200/"),
-    GpuSpec("B200", 180, 8.0, "NVIDIA DGX B200 datasheet: 1,440 GB and 64 TB/s for 8 GPUs "
-            "(GTC 2024 announced 192 GB; drivers report 7.68 TB/s peak)"),
-    GpuSpec("GB200", 186, 8.0, "NVIDIA GB200 NVL72: 13.4 TB HBM3e and 576 TB/s for 72 GPUs"),
-    GpuSpec("MI300X", 192, 5.3, "AMD Instinct MI300X datasheet, amd.com"),
-    GpuSpec("MI355X", 288, 8.0, "AMD Instinct MI355X datasheet, amd.com"),
-]}
-
-
-@dataclass(frozen=True)
-class GpuCost:
-    """InferenceX's $/GPU-hr (hyperscaler-owned / neocloud-owned / 3-yr rental) and all-in kW."""
-
-    name: str
-    hyperscaler: float
-    neocloud: float
-    rental_3yr: float
-    all_in_kw: float
-
-
-GPU_COSTS = {c.name: c for c in [
-    GpuCost("H100", 1.30, 1.69, 1.30, 1.73),
-    GpuCost("H200", 1.41, 1.74, 1.60, 1.73),
-    GpuCost("B200", 1.95, 2.34, 2.90, 2.17),
-    GpuCost("GB200", 2.21, 2.75, 3.30, 2.10),
-    GpuCost("MI300X", 1.12, 1.40, 1.55, 1.79),
-    GpuCost("MI355X", 1.48, 1.90, 2.10, 2.65),
-]}
-
-# One published InferenceX row (SemiAnalysis): MI355X, Kimi-K2.5 int4, vLLM, 8k/1k
-# (nominal input 8,192 / output 1,024 tokens), concurrency 32, TP8. Its throughput, $/M tokens
-# and J/token count TOTAL (input + output) tokens; its $/M tokens is reproduced with the
-# *hyperscaler* price. tok_s_user (interactivity) counts output tokens, as always.
-INFERENCEX_MI355X_ROW = {
-    "gpu": "MI355X", "tier": "hyperscaler", "input_len": 8192, "output_len": 1024,
-    "total_tok_s_per_gpu": 157.12,
-    "median_ttft_s": 1.817, "median_tpot_ms": 230.3, "tok_s_user": 4.34,
-    "usd_per_m_total_tokens": 2.62, "j_per_total_token": 16.9,
-}
+from minimal_engine.specs import (  # noqa: F401  (tables and lookups are part of this module's API)
+    DTYPE_BYTES, GPU_COSTS, GPU_SPECS, INFERENCEX_MI355X_ROW, MODEL_SHAPES, GpuCost, GpuSpec, ModelShape,
+    _check_positive, _lookup, bytes_per_value, get_gpu_cost, get_gpu_spec, get_model_shape,
+)
 
 __all__ = [
     "DTYPE_BYTES", "GPU_COSTS", "GPU_SPECS", "INFERENCEX_MI355X_ROW", "MODEL_SHAPES",
@@ -159,43 +49,6 @@ __all__ = [
     "joules_to_picojoules", "gpu_hour_price", "inferencex_economics",
     "cost_per_million_tokens", "energy_per_token",
 ]
-
-
-# ---------------------------------------------------------------- lookups
-def _lookup(table: dict, name: str, what: str):
-    if name in table:
-        return table[name]
-    known = ", ".join(table)
-    raise ValueError(f"unknown {what} {name!r}; known {what}s: {known}")
-
-
-def get_model_shape(model: str | ModelShape) -> ModelShape:
-    """Return the :class:`ModelShape` for a name in ``MODEL_SHAPES`` (or pass one through)."""
-    if isinstance(model, ModelShape):
-        return model
-    return _lookup(MODEL_SHAPES, model, "model")
-
-
-def get_gpu_spec(gpu: str | GpuSpec) -> GpuSpec:
-    """Return the :class:`GpuSpec` (memory, HBM bandwidth) for a name in ``GPU_SPECS``."""
-    if isinstance(gpu, GpuSpec):
-        return gpu
-    return _lookup(GPU_SPECS, gpu, "GPU")
-
-
-def get_gpu_cost(gpu: str | GpuCost) -> GpuCost:
-    """Return InferenceX's $/GPU-hr and all-in kW for a name in ``GPU_COSTS``."""
-    if isinstance(gpu, GpuCost):
-        return gpu
-    return _lookup(GPU_COSTS, gpu, "GPU")
-
-
-def bytes_per_value(dtype: str | float) -> float:
-    """Bytes per stored value: a dtype name ("bf16", "fp8", "int4", ...) or a positive number."""
-    if isinstance(dtype, str):
-        return _lookup(DTYPE_BYTES, dtype, "dtype")
-    _check_positive(dtype, "bytes per value")
-    return dtype
 
 
 # ------------------------------------------------------- 1. KV cache size
