@@ -68,3 +68,30 @@ def plot_kv_cache_vs_tokens(models=None, max_tokens: int = 131_072, dtype: str =
     ax.set_title("1リクエストの KV キャッシュと系列長")
     ax.legend()
     return ax
+
+
+def plot_sweep_medians(rows, ax=None):
+    """Output tok/s (y) against tok/s/user (x), one point per concurrency, with min-max bars over repeats.
+
+    ``rows``: dicts with ``concurrency`` and, for ``tok_s`` and ``tok_s_per_user``, the median under the
+    plain key and the spread under ``<key>_min`` / ``<key>_max`` (as the lesson's repeat helper returns).
+    The bars show how much a point moved between repeats: a difference smaller than them is noise.
+    """
+    ax = _new_axes(ax, (7, 4.5))
+    xs = [r["tok_s_per_user"] for r in rows]
+    ys = [r["tok_s"] for r in rows]
+    xerr = [[x - r["tok_s_per_user_min"] for x, r in zip(xs, rows)],
+            [r["tok_s_per_user_max"] - x for x, r in zip(xs, rows)]]
+    yerr = [[y - r["tok_s_min"] for y, r in zip(ys, rows)], [r["tok_s_max"] - y for y, r in zip(ys, rows)]]
+    ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="o-", color="tab:blue", ecolor="0.6", capsize=3,
+                label="中央値（線は最小〜最大）")
+    for r, x, y in zip(rows, xs, ys):
+        ax.annotate(f"同時 {r['concurrency']}", (x, y), textcoords="offset points", xytext=(6, 4), fontsize=9)
+    ax.set_xlabel("tok/s/user（1リクエストあたりの速さ・インタラクティビティ）")
+    ax.set_ylabel("出力 tok/s（システム全体・スループット）")
+    ax.set_title("同時リクエスト数のスイープ（繰り返しの中央値）")
+    ax.set_xlim(0, max(r["tok_s_per_user_max"] for r in rows) * 1.2)
+    ax.set_ylim(0, max(r["tok_s_max"] for r in rows) * 1.2)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right")
+    return ax
