@@ -8,6 +8,12 @@ refuse anything else with a message in Japanese and English. ``get_llm`` keeps t
 ``LLM_CACHE_SIZE`` models loaded, so switching a lab's model menu back and forth does not reload weights.
 ``COURSE_MODEL=/path/to/model`` replaces the default model (for instructors); ``COURSE_QUICK=1`` (set by
 ``make test``) asks the labs for smaller experiments.
+
+Thread policy (the one place): ``COURSE_THREADS`` (default ``max(1, os.cpu_count() // 2)``) is the number
+of PyTorch threads a course kernel uses; ``apply_thread_policy()`` sets it with ``torch.set_num_threads``
+when the lab kit is imported and before every measurement (a lab's thread control passes its own value).
+PyTorch's own default takes every core, and two kernels measuring at once then wreck each other's
+numbers (runs 20x slower, the sweep's order lost); half the cores each keeps two open notebooks sensible.
 """
 from __future__ import annotations
 
@@ -42,6 +48,34 @@ KV_POOL_LIMIT = 256 * 2**20        # at most 256 MiB of KV pool per model (beyon
 def is_quick() -> bool:
     """True when ``COURSE_QUICK=1`` (tests, CI): experiments use fewer and smaller runs."""
     return os.environ.get("COURSE_QUICK", "") not in ("", "0")
+
+
+def default_threads() -> int:
+    """Threads a course kernel uses when COURSE_THREADS is not set: half the cores, at least one."""
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
+def course_threads() -> int:
+    """``COURSE_THREADS`` when set (a positive integer), else ``default_threads()``."""
+    raw = os.environ.get("COURSE_THREADS", "").strip()
+    if not raw:
+        return default_threads()
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"環境変数 COURSE_THREADS は 1 以上の整数で指定してください（今は {raw!r}）。"
+                         f" / COURSE_THREADS must be a positive integer, got {raw!r}")
+    return n
+
+
+def apply_thread_policy(threads: int | None = None) -> int:
+    """Set PyTorch's thread count: ``threads`` if given, else ``course_threads()``. Returns the count set."""
+    n = course_threads() if threads is None else check_int(threads, "threads", "スレッド数", 1, 1024)
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
 
 
 def available_devices() -> list[str]:
@@ -156,6 +190,6 @@ def random_prompts(llm: LLM, prompt_len: int, concurrency: int, seed: int = 0) -
     return prompts
 
 
-__all__ = ["KV_POOL_LIMIT", "LLM_CACHE_SIZE", "MAX_CONTEXT", "MAX_NUM_SEQS", "MODEL_CHOICES", "available_devices",
+__all__ = ["apply_thread_policy", "course_threads", "default_threads", "KV_POOL_LIMIT", "LLM_CACHE_SIZE", "MAX_CONTEXT", "MAX_NUM_SEQS", "MODEL_CHOICES", "available_devices",
            "check_device", "check_int", "check_model", "clear_llm_cache", "engine_model_arg", "get_llm",
            "is_quick", "max_model_len", "model_config", "random_prompts"]

@@ -46,6 +46,50 @@ def test_timeline_records_prefill_then_one_tick_per_token(model):
     assert sum(st["first_tokens"] for st in res["steps"]) == 3
     assert seen[-1] == (18, 18) and [d for d, _ in seen] == sorted(d for d, _ in seen)
     assert "TTFT" in lab1.format_readout(res) and "tok/s/user" in lab1.readout_html(res)
+    assert res["total_tok_s"] == pytest.approx((60 + 18) / res["duration_s"])
+    assert res["max_itl_ms"] >= res["p99_itl_ms"] >= res["itl_ms"] > 0
+    assert isinstance(res["warnings"], list) and res["threads"] >= 1
+
+
+def test_timeline_keeps_the_keys_the_lesson_reads(model):
+    res = lab1.run_timeline(model, 16, 4, 2, "cpu", 0, None)
+    for key in ("ttft_ms", "tpot_ms", "tok_s", "total_tok_s", "tok_s_per_user", "requests", "steps", "summary",
+                "duration_s", "num_preemptions"):
+        assert key in res
+
+
+def test_late_long_prompt_is_marked_on_the_timeline(model):
+    res = lab1.run_timeline(model, prompt_len=16, output_len=9, concurrency=3, arrivals="late_long",
+                            late_prompt_len=150, load_check=False)
+    assert len(res["requests"]) == 4 and res["requests"][-1]["late"] and res["late_prompt_len"] == 150
+    res = dict(res, itl_ms=res["max_itl_ms"] / 4)          # force the spike band (3x the median)
+    fig = lab1.plot_timeline(res)
+    ax = fig.axes[0]
+    assert ax.get_yticklabels()[-1].get_text() == "#3 長"
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(t.startswith("いちばん長いトークン間隔") for t in labels) and "到着" in labels
+    assert "遅れて届いた長いプロンプトの Prefill" in labels
+    draw_strict(fig)
+    with pytest.raises(ValueError, match="late_prompt_len"):
+        lab1.run_timeline(model, 16, 4, 2, arrivals="late_long", late_prompt_len=0)
+
+
+def test_measure_lab_repeats_and_readout(model):
+    m = lab1.measure_lab(model, 12, 4, 2, repeats=2, arrivals="poisson", rate=500.0)
+    assert len(m["runs"]) == 2 and m["arrivals"] == "poisson" and m["rate"] == 500.0
+    text = lab1.format_readout(m)
+    assert "繰り返し 2 回の中央値（最小〜最大）" in text and f"（{m['tpot_ms_min']:.1f}〜{m['tpot_ms_max']:.1f}）" in text
+    tl = lab1.timeline_of(m)
+    assert tl["requests"] is m["runs"][-1]["requests"] and tl["prompt_len"] == 12
+    s = lab1.sweep_lab(model, 12, 4, "1, 2", repeats=2)
+    assert [r["concurrency"] for r in s["rows"]] == [1, 2] and "〜" in lab1.sweep_html(s["rows"])
+
+
+def test_quick_mode_shrinks_the_repeats(monkeypatch):
+    monkeypatch.setenv("COURSE_QUICK", "1")
+    assert lab1.default_repeats() == 1
+    monkeypatch.setenv("COURSE_QUICK", "0")
+    assert lab1.default_repeats() == 3
 
 
 def test_prompts_are_random_distinct_and_of_the_asked_length(model):
@@ -69,7 +113,7 @@ def test_sweep_rows_and_progress(model):
     assert all(set(r) == set(lab1.SWEEP_FIELDS) for r in rows)
     assert all(r["tok_s"] > 0 and r["tok_s_per_user"] > 0 for r in rows)
     assert seen[-1] == (28, 28)
-    assert "tok/s/user" in lab1.format_sweep(rows) and "<table>" in lab1.sweep_html(rows)
+    assert "tok/s/user" in lab1.format_sweep(rows) and "<table" in lab1.sweep_html(rows) and "padding" in lab1.sweep_html(rows)
 
 
 def test_quick_mode_shrinks_the_sweep(monkeypatch):
@@ -108,10 +152,14 @@ def test_too_long_for_the_model_is_refused(model):
         lab1.run_timeline(model, prompt_len=250, output_len=10, concurrency=1)   # the tiny model has 256
 
 
-@pytest.mark.parametrize("bad", [[], [0], [1, 65], list(range(1, 10)), "1,2", 4])
+@pytest.mark.parametrize("bad", [[], [0], [1, 65], list(range(1, 10)), "1, x", 4, None])
 def test_bad_sweep_concurrencies(bad):
-    with pytest.raises(ValueError, match="concurrenc"):
+    with pytest.raises(ValueError, match="concurrenc|sweep list"):
         lab1.check_concurrencies(bad)
+
+
+def test_sweep_list_text_is_accepted():
+    assert lab1.check_concurrencies("8, 1, 2") == [1, 2, 8]
 
 
 def test_plots_return_figures_without_missing_glyphs(model):
@@ -124,29 +172,89 @@ def test_plots_return_figures_without_missing_glyphs(model):
     fig = lab1.plot_sweep(rows)
     assert isinstance(fig, Figure) and len(fig.axes[0].get_lines()) == 1
     draw_strict(fig)
+    fig = lab1.plot_sweep(lab1.sweep_lab(model, 8, 3, [1, 2], repeats=2)["rows"])     # with min-max error bars
+    draw_strict(fig)
 
 
-def test_widget_run_button_updates_readout_and_plot(model):
-    app = lab1.build_lab(model=model, device="cpu", concurrencies=[1, 2])
+def test_widget_run_button_updates_readout_history_and_plot(model):
+    app = lab1.build_lab(model=model, device="cpu", concurrencies=[1, 2], repeats=1)
     app.prompt_len.value, app.output_len.value, app.concurrency.value = 24, 5, 2
     app.run_button.click()
-    res = app.last_result
-    assert res is not None and (res["prompt_len"], res["output_len"], res["concurrency"]) == (24, 5, 2)
-    assert "TTFT" in app.readout.value and f"{res['tpot_ms']:.1f} ms" in app.readout.value
+    m = app.last_result
+    assert m is not None and (m["prompt_len"], m["output_len"], m["concurrency"]) == (24, 5, 2)
+    assert "TTFT" in app.readout.value and f"{m['tpot_ms']:.1f} ms" in app.readout.value
     assert isinstance(app.last_figure, Figure)
     assert app.progress.value == app.progress.max == 10
     assert app.status.value == "完了" and not app.run_button.disabled
+    assert len(app.history) == 1 and "実行の履歴" in app.kit.history_view.value
+    app.kit.repeats.value = 2
+    app.run_button.click()
+    assert len(app.last_result["runs"]) == 2 and len(app.history) == 2
+    assert "（" in app.readout.value and "〜" in app.readout.value          # median (min〜max)
 
 
-def test_widget_sweep_button(model):
-    app = lab1.build_lab(model=model, device="cpu", output_len=3, concurrencies=[1, 2])
+def test_widget_sweep_button_overlays_the_last_sweeps(model):
+    app = lab1.build_lab(model=model, device="cpu", output_len=3, concurrencies=[1, 2], repeats=1)
+    assert app.sweep_button.description == "同時リクエスト数スイープ [1, 2]"
     app.sweep_button.click()
     assert [r["concurrency"] for r in app.last_sweep] == [1, 2]
     assert "tok/s/user" in app.readout.value and isinstance(app.last_figure, Figure)
+    app.kit.sweep_list.value = "1, 3"
+    assert app.sweep_button.description == "同時リクエスト数スイープ [1, 3]"
+    app.sweep_button.click()
+    assert [r["concurrency"] for r in app.last_sweep] == [1, 3] and len(app.history) == 4
+    assert len(app.last_figure.axes[0].get_legend().get_texts()) == 2       # both sweeps overlaid
+    app.kit.sweep_list.value = "1, zwei"
+    assert "直して" in app.sweep_button.description
+    assert app.on_sweep() is None and "整数をカンマで区切って" in app.status.value
+
+
+def test_widget_threads_arrivals_cost_and_export(model, tmp_path, monkeypatch):
+    import torch
+    monkeypatch.chdir(tmp_path)
+    app = lab1.build_lab(model=model, device="cpu", output_len=4, concurrency=2, repeats=1)
+    assert app.kit.rate.layout.display == "none"
+    app.kit.arrivals.value = "poisson"
+    assert app.kit.rate.layout.display == "" and app.kit.late_prompt_len.layout.display == "none"
+    app.kit.arrivals.value, app.kit.late_prompt_len.value = "late_long", 60
+    app.kit.threads.value = 1
+    app.kit.usd_per_hour.value, app.kit.watts.value = 2.0, 30.0
+    app.run_button.click()
+    m = app.last_result
+    assert m["threads"] == 1 and torch.get_num_threads() == 1
+    assert m["late_prompt_len"] == 60 and len(m["runs"][-1]["requests"]) == 3
+    assert "100万出力トークン" in app.kit.cost_view.value
+    app.kit.learner.value = "tanaka"
+    path = app.kit.on_save()
+    assert path.is_file() and "tanaka" in app.kit.export_view.value
+    from course import labkit
+    assert labkit.read_csv(path)[0]["learner"] == "tanaka"
+    app.kit.clear_button.click()
+    assert app.history == [] and "まだありません" in app.kit.history_view.value
+
+
+def test_widget_server_backend_fields_and_errors(model):
+    app = lab1.build_lab(model=model, device="cpu", repeats=1)
+    assert app.kit.base_url.layout.display == "none"
+    app.kit.backend.value = "openai"
+    assert app.kit.base_url.layout.display == ""
+    app.kit.base_url.value = "localhost:1"
+    assert app.on_run() is None and "http://" in app.status.value
+
+
+def test_widget_keeps_the_names_the_browser_test_uses(model):
+    from course.notebooks import PANEL_PLACEHOLDER
+    app = lab1.build_lab(model=model, device="cpu")
+    assert app.run_button.description == "実行"
+    assert app.sweep_button.description.startswith("同時リクエスト数スイープ")
+    assert "lab-readout" in app.readout._dom_classes and "lab-history" in app.kit.history_view._dom_classes
+    assert app.prompt_len.description == "プロンプト長"
+    bundle = app._repr_mimebundle_()
+    assert bundle["text/plain"] == PANEL_PLACEHOLDER and "application/vnd.jupyter.widget-view+json" in bundle
 
 
 def test_widget_shows_errors_instead_of_raising(model):
-    app = lab1.build_lab(model=model, device="cpu")
+    app = lab1.build_lab(model=model, device="cpu", repeats=1)
     app.prompt_len.value, app.output_len.value = 250, 10      # over the tiny model's 256 positions
     assert app.on_run() is None
     assert "max_model_len" in app.status.value and "超えています" in app.status.value
@@ -157,7 +265,6 @@ def test_widget_offers_every_model_and_device():
     app = lab1.build_lab(device="cpu")
     assert [v for _, v in app.model.options] == list(lab1.MODEL_CHOICES.values())
     assert list(app.device.options) == lab1.available_devices()
-    assert "application/vnd.jupyter.widget-view+json" in app._repr_mimebundle_()
 
 
 @pytest.mark.skipif(not (DEFAULT_MODEL / "model.safetensors").is_file(), reason="default model not trained yet")

@@ -61,7 +61,9 @@ def request_body(endpoint: str, model: str, prompt: str, max_tokens: int) -> dic
     return body
 
 
-async def send_one(client, url: str, body: dict, prompt_len: int = 0) -> ClientMetrics:
+async def send_one(client, url: str, body: dict, prompt_len: int = 0, on_chunk=None) -> ClientMetrics:
+    """Stream one request. ``on_chunk(metrics)`` (optional) is called after each chunk with choices
+    (the course's labs use it for progress and for arrivals that wait for tokens)."""
     m = ClientMetrics(time.perf_counter(), num_prompt_tokens=prompt_len)
     try:
         async with client.stream("POST", url, json=body) as resp:
@@ -79,6 +81,8 @@ async def send_one(client, url: str, body: dict, prompt_len: int = 0) -> ClientM
                     m.token_times.append(time.perf_counter())
                     c = chunk["choices"][0]
                     m.text += c.get("text") or (c.get("delta") or {}).get("content") or ""
+                    if on_chunk is not None:
+                        on_chunk(m)
                 if chunk.get("usage"):
                     m.num_output_tokens = chunk["usage"].get("completion_tokens", 0)
                     m.num_prompt_tokens = chunk["usage"].get("prompt_tokens", prompt_len)
