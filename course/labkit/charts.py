@@ -32,7 +32,7 @@ def _curve(ax, rows: list[dict], label: str, color, annotate: bool = True) -> No
 
 def _frame(ax, title: str, all_rows: list[dict]) -> None:
     ax.set_xlabel("tok/s/user（1人あたりの速さ・インタラクティビティ）")
-    ax.set_ylabel("tok/s（出力・全リクエスト合計）")
+    ax.set_ylabel("tok/s（出力、全リクエスト分）")
     ax.set_title(title)
     ax.set_xlim(0, max(r.get("tok_s_per_user_max") or r["tok_s_per_user"] for r in all_rows) * 1.2)
     ax.set_ylim(0, max(r.get("tok_s_max") or r["tok_s"] for r in all_rows) * 1.2)
@@ -48,7 +48,7 @@ def sweep_label(rows: list[dict]) -> str:
 
 
 def plot_sweeps(curves: list[list[dict]], labels: list[str] | None = None,
-                title: str = "同時リクエスト数を増やすと: 合計は増え、1人あたりは減る"):
+                title: str = "同時リクエスト数を増やすと: tok/s（出力）は増え、1人あたりは減る"):
     """Several sweeps on one chart (throughput vs interactivity), one colour each; error bars = min-max."""
     import matplotlib
     fig, ax = figure(7.5, 4.8)
