@@ -319,3 +319,16 @@ def test_notebook_links_resolve_and_cells_are_tagged_not_commented(path):
         else:
             assert "nbval-ignore-output" not in cell.source, "use the cell tag, not a comment"
             assert cell.execution_count is not None, f"{path} is saved without executing every cell"
+
+
+def test_widget_shows_the_load_warning(model, monkeypatch):
+    import importlib
+    load, measure = (importlib.import_module(f"course.labkit.{m}") for m in ("load", "measure"))
+    busy = {"other_busy_cores": 1.5, "cpu_count": 2, "source": "test", "threads": 1,
+            "warning": load.load_warning(1.5, 2, 1)}
+    monkeypatch.setattr(measure, "check_load", lambda threads, *a: busy)
+    app = lab1.build_lab(model=model, device="cpu", output_len=3, concurrency=1, repeats=1)
+    app.run_button.click()
+    assert app.last_result["warnings"] == [busy["warning"]]
+    assert "ほかのプログラムが CPU を使っています" in app.kit.warnings.value
+    assert "ほかのプログラム" in app.history[-1]["warnings"]

@@ -19,26 +19,45 @@ CROWDED = 0.9           # warn when others' cores + our threads exceed 90 % of t
 DROP_TOLERANCE = 0.10   # a sweep point may fall 10 % below the previous one (plateau noise)
 
 
-def _proc_stat_busy_total() -> tuple[float, float] | None:
-    """(busy, total) jiffies summed over all CPUs, or None without /proc/stat."""
+def usable_cpus() -> int:
+    """CPUs this process may use: its affinity set, capped by a cgroup v2 quota (containers) when set."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+def _proc_stat_busy_total() -> tuple[float, float, int] | None:
+    """(busy, total) jiffies summed over the CPUs this process may run on, and their count; None without
+    /proc/stat."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     try:
         with open("/proc/stat") as f:
-            fields = f.readline().split()
+            lines = [ln.split() for ln in f if ln.startswith("cpu") and ln[3:4].isdigit()]
     except OSError:
         return None
-    if not fields or fields[0] != "cpu":
-        return None
-    values = [float(v) for v in fields[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0.0)        # idle + iowait
-    total = sum(values[:8])                                            # guest time is already in user
-    return total - idle, total
+    busy = total = 0.0
+    count = 0
+    for fields in lines:
+        if cpus is not None and int(fields[0][3:]) not in cpus:
+            continue
+        values = [float(v) for v in fields[1:9]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0.0)    # idle + iowait
+        busy, total, count = busy + sum(values) - idle, total + sum(values), count + 1
+    return (busy, total, count) if count else None
 
 
 def sample_cpu_load(interval_s: float = SAMPLE_S) -> dict:
-    """Cores kept busy by other processes during ``interval_s`` (this process's own CPU time excluded).
+    """Cores kept busy by other processes during ``interval_s`` (this process's own CPU time excluded),
+    counted over the CPUs this process may run on.
 
     Returns ``{"other_busy_cores", "cpu_count", "source"}``; source is "/proc/stat" or "loadavg"."""
-    ncpu = os.cpu_count() or 1
+    ncpu = usable_cpus()
     first = _proc_stat_busy_total()
     if first is None:
         try:
@@ -53,9 +72,10 @@ def sample_cpu_load(interval_s: float = SAMPLE_S) -> dict:
     busy, total = second[0] - first[0], second[1] - first[1]
     if total <= 0:
         return {"other_busy_cores": 0.0, "cpu_count": ncpu, "source": "/proc/stat"}
-    busy_cores = ncpu * busy / total                        # jiffies -> cores, whatever the clock tick
+    busy_cores = first[2] * busy / total                    # jiffies -> cores, whatever the clock tick
     own_cores = (own1 - own0) / interval_s
-    return {"other_busy_cores": max(0.0, busy_cores - own_cores), "cpu_count": ncpu, "source": "/proc/stat"}
+    return {"other_busy_cores": min(float(ncpu), max(0.0, busy_cores - own_cores)), "cpu_count": ncpu,
+            "source": "/proc/stat"}
 
 
 def load_warning(other_busy_cores: float, cpu_count: int, threads: int) -> str | None:
@@ -92,4 +112,4 @@ def sweep_warnings(rows: list[dict], key: str = "tok_s", tolerance: float = DROP
 
 
 __all__ = ["BUSY_MIN_CORES", "CROWDED", "DROP_TOLERANCE", "SAMPLE_S", "check_load", "load_warning",
-           "sample_cpu_load", "sweep_warnings"]
+           "sample_cpu_load", "sweep_warnings", "usable_cpus"]
