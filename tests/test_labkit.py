@@ -290,5 +290,12 @@ def test_openai_backend_errors_are_explained(server, llama_dir):
     with pytest.raises(ValueError, match="モデル名"):
         labkit.openai_backend(server.url, " ")
     b = labkit.openai_backend(server.url, "no-such-model", tokenizer=str(llama_dir))
-    with pytest.raises(ValueError, match="失敗しました"):
+    with pytest.raises(ValueError, match="失敗しました.*model"):
         labkit.run_plan(b, labkit.arrival_plan("all", 1, 8, 4), 4)
+    import socket
+    with socket.socket() as s:                       # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(ValueError, match="失敗しました.*Connect"):
+        labkit.run_plan(labkit.openai_backend(closed, "tiny", tokenizer=str(llama_dir)),
+                        labkit.arrival_plan("all", 1, 8, 4), 4)

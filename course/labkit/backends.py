@@ -207,7 +207,8 @@ def _run_openai(backend: Backend, plan, output_len, seed, progress, timeout_s: f
 
     async def main():
         limits = httpx.Limits(max_connections=len(plan) + 4)
-        async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+        timeout = httpx.Timeout(timeout_s, connect=10.0)        # an unreachable server fails in seconds
+        async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
             t0 = time.perf_counter()
             return t0, await asyncio.gather(*(one(client, i, t0) for i in range(len(plan))))
 

@@ -88,7 +88,8 @@ class KitControls:
     def show_result(self, readout: str, m: dict, warnings: list[str]) -> None:
         self.readout.value = readout
         c = self.cost_for(m)
-        self.cost_view.value = cost_html(c) if c else ""
+        where = f"<div style='color:#555'>コスト: 同時リクエスト数 {m['concurrency']} のとき</div>"
+        self.cost_view.value = where + cost_html(c) if c else ""
         self.warnings.value = warnings_html(warnings)
         self.history_view.value = history_html(self.history)
 
