@@ -200,6 +200,11 @@ def sweep_html(rows: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------- plots
+def _bar_label(server: bool, late: bool) -> str:
+    what = "到着〜最初のトークン（サーバー内の待ち＋Prefill）" if server else "Prefill（プロンプト処理）"
+    return f"遅れて届いた長いプロンプトの{what}" if late else what
+
+
 def plot_timeline(res: dict, max_rows: int = 32):
     """One row per request: grey = waiting, orange bar = prefill (until the first token), blue ticks = each
     output token, a triangle = a request arriving after the start; a red band marks the longest gap
@@ -223,8 +228,7 @@ def plot_timeline(res: dict, max_rows: int = 32):
                            label=label("待ち（キュー）"))
         ax.broken_barh([(r["prefill_start_ms"], r["first_token_ms"] - r["prefill_start_ms"])], (y - 0.3, 0.6),
                        color="tab:purple" if r["late"] else "tab:orange",
-                       label=label("到着〜最初のトークン（サーバー内の待ち＋Prefill）" if server else
-                                   ("遅れて届いた長いプロンプトの Prefill" if r["late"] else "Prefill（プロンプト処理）")))
+                       label=label(_bar_label(server, r["late"])))
         ax.vlines(r["token_times_ms"][1:], y - 0.35, y + 0.35, color="tab:blue", linewidth=0.8,
                   label=label("Decode（1トークンごと）"))
         ax.plot([r["first_token_ms"]], [y], marker="o", color="tab:red", markersize=4, linestyle="none",

@@ -68,7 +68,7 @@ def test_late_long_prompt_is_marked_on_the_timeline(model):
     assert ax.get_yticklabels()[-1].get_text() == "#3 長"
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert any(t.startswith("いちばん長いトークン間隔") for t in labels) and "到着" in labels
-    assert "遅れて届いた長いプロンプトの Prefill" in labels
+    assert "遅れて届いた長いプロンプトのPrefill（プロンプト処理）" in labels
     draw_strict(fig)
     with pytest.raises(ValueError, match="late_prompt_len"):
         lab1.run_timeline(model, 16, 4, 2, arrivals="late_long", late_prompt_len=0)

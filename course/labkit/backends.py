@@ -161,15 +161,20 @@ def _text_prompts(backend: Backend, plan: list[dict], seed: int) -> list[str]:
     from minimal_engine.llm import DEFAULT_MODEL
     from minimal_engine.tokenizer import Tokenizer
     tok = Tokenizer(backend.tokenizer or DEFAULT_MODEL)
+    from transformers.utils import logging as hf_logging
     rng, banned = random.Random(seed), {tok.eos_token_id}
-    texts = []
-    for p in plan:
-        ids = []
-        while len(ids) < p["prompt_len"]:
-            t = rng.randrange(len(tok))
-            if t not in banned:
-                ids.append(t)
-        texts.append(tok.decode(tok.encode(tok.decode(ids))[:p["prompt_len"]]) or "a")
+    texts, verbosity = [], hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()            # re-encoding may pass the model's length: only a count here
+    try:
+        for p in plan:
+            ids = []
+            while len(ids) < p["prompt_len"]:
+                t = rng.randrange(len(tok))
+                if t not in banned:
+                    ids.append(t)
+            texts.append(tok.decode(tok.encode(tok.decode(ids))[:p["prompt_len"]]) or "a")
+    finally:
+        hf_logging.set_verbosity(verbosity)
     return texts
 
 
