@@ -1,6 +1,6 @@
 """Self-check quizzes: YAML question banks, answer checking, and a JupyterLab widget.
 
-A bank is one YAML file per lesson in ``quizzes/``::
+A bank is one YAML file per lesson, ``quizzes/NN_topic.yaml`` (its notebook: ``NN_topic_quiz.ipynb``)::
 
     title: ...            # shown above the quiz
     intro: ...            # optional
@@ -14,27 +14,45 @@ A bank is one YAML file per lesson in ``quizzes/``::
         type: numeric
         prompt: ...
         answer_from: {func: tpot_ms_from_tok_s_user, args: {tok_s_user: 60}}
-        unit: ms          # B/KB/MB/GB/TB: the calculator's bytes are converted
+        unit: ms          # a unit of course.quiz_numbers.UNITS; B/KB/MB/GB/TB: the calculator's bytes are converted
         tolerance: {rel: 0.01}   # or {abs: 0.1}; default rel 1%
+        depends_on: [q1]  # optional: questions this one builds on; they must come earlier
         explanation: ...
       - id: q3
         type: open
         prompt: ...
         model_answer: ...
 
-An argument in ``args`` may itself be ``{func, args}`` (a nested calculator
-call). The logic is plain functions that tests call:
+An argument in ``args`` may itself be ``{func, args}`` (a nested calculator call). Numeric answers are
+never typed into the YAML: ``answer_from`` names a function of ``minimal_engine.calculators`` and the
+loader computes the answer, so quizzes and lessons share one source of numbers.
+
+Figure questions (``course.quiz_figures``): a ``figure: {kind: sweep|timeline, caption, slo, data}`` block
+holds a small example data set; the widget draws it, and ``answer_from`` names a figure function
+(``max_concurrency_meeting_slo``, ``requests_over_slo``) called on the same data. In a single or
+multiple question with a figure, each choice has a ``value`` (a concurrency, a request number): the
+loader marks the choices correct from the computed answer (a ``correct:`` written in the YAML must
+agree) and adds what the data says about each value to its explanation.
+
+Checking. ``check_answer(question, response) -> (correct, feedback)`` where ``correct`` is
+
+- ``True`` / ``False``: graded;
+- ``None``: **not graded**. A numeric response that cannot be read as a number ("たくさん", empty) or
+  that carries a unit the question cannot use ("16.7 GB" for a question in ms) is not a wrong answer:
+  ``feedback`` says what was not understood and what is expected, and :func:`score` ignores it.
+
+Numeric responses are read by ``course.quiz_numbers.parse_numeric``: full-width digits ("１６．７"),
+thousands separators ("131,072"), Japanese unit words (ミリ秒, 秒, バイト, ギガバイト, トークン, 人, ドル)
+and conversion between compatible units (s <-> ms, B/KB/MB/GB/TB/KiB ..., J <-> pJ per token)::
 
     questions = load_bank(bank_path("01_inference_basics"))
     correct, feedback = check_answer(questions[0], 1)
     n_correct, n_graded = score(questions, {"q1": True})
 
-Numeric answers are never typed into the YAML: a question names a function of
-``minimal_engine.calculators`` and its arguments (``answer_from``), and the
-loader computes the answer, so quizzes and lessons share one source of numbers.
-
-``QuizWidget`` only wires ipywidgets (no JupyterLab extension) to these
-functions; its ``submit(i, response)`` and ``reveal(i)`` are what the buttons call.
+``QuizWidget`` (``course.quiz_widget``) only wires ipywidgets (no JupyterLab extension) to these functions; its
+``submit(i, response)`` and ``reveal(i)`` are what the buttons (「回答する」, open questions 「回答を見る」)
+call. Stable DOM classes for browser tests: ``quiz-feedback`` (each feedback), ``quiz-score`` (the score),
+``quiz-choices`` (the choice lists).
 """
 from __future__ import annotations
 
@@ -45,6 +63,9 @@ from pathlib import Path
 
 import yaml
 
+from course.quiz_figures import (FIGURE_FUNCS, choice_fact, figure_answer, max_concurrency_meeting_slo,  # noqa: F401
+                                 render_png, requests_over_slo, validate_figure)
+from course.quiz_numbers import NotUnderstood, convert, find_unit, parse_numeric  # noqa: F401
 from minimal_engine import calculators
 
 QUIZ_DIR = Path(__file__).resolve().parent.parent / "quizzes"
@@ -58,22 +79,25 @@ class Choice:
     text: str
     correct: bool
     explanation: str
+    value: object = None       # figure questions: what the choice stands for (a request number, ...)
 
 
 @dataclass
 class Question:
-    """One question. ``answer`` (numeric only) is computed from ``answer_from`` at load time."""
+    """One question. ``answer`` is computed from ``answer_from`` at load time (numeric, figure questions)."""
 
     id: str
     kind: str
     prompt: str
     choices: list[Choice] = field(default_factory=list)
     answer_from: dict | None = None
-    answer: float | None = None
+    answer: float | list | None = None
     unit: str = ""
     rel_tol: float = DEFAULT_REL_TOLERANCE
     abs_tol: float = 0.0
     explanation: str = ""      # shown after a numeric answer; the model answer of an open one
+    figure: dict | None = None
+    depends_on: list[str] = field(default_factory=list)
 
     @property
     def graded(self) -> bool:
@@ -117,6 +141,42 @@ def _text(value) -> str:
     return _FOLD_SPACE.sub("", str(value or "").strip())
 
 
+def _answer(raw: dict, q: Question):
+    q.answer_from = raw.get("answer_from")
+    try:
+        if q.figure is not None:
+            return figure_answer(q.answer_from or {}, q.figure)
+        return compute_answer(q.answer_from)
+    except (TypeError, ValueError, KeyError) as err:
+        raise ValueError(f"{q.id}: {err}") from err
+
+
+def _parse_choices(raw: dict, q: Question) -> None:
+    computed = _answer(raw, q) if "answer_from" in raw else None
+    for c in raw.get("choices") or []:
+        explanation = _text(c.get("explanation"))
+        correct = bool(c.get("correct", False))
+        if computed is not None:
+            if "value" not in c:
+                raise ValueError(f"{q.id}: each choice of a computed question needs a value ({c.get('text')!r})")
+            is_right = c["value"] in computed if q.kind == "multiple" else c["value"] == computed
+            if "correct" in c and bool(c["correct"]) != is_right:
+                raise ValueError(f"{q.id}: choice {c.get('text')!r} is marked correct={c['correct']}, "
+                                 f"but the data give {computed!r}")
+            correct = is_right
+            if q.figure is not None:
+                explanation = f"{choice_fact(q.figure, c['value'])}{explanation}"
+        if not explanation:
+            raise ValueError(f"{q.id}: every choice needs an explanation (missing for {c.get('text')!r})")
+        q.choices.append(Choice(_text(c["text"]), correct, explanation, c.get("value")))
+    q.answer = computed
+    n_correct = sum(c.correct for c in q.choices)
+    if len(q.choices) < 2 or n_correct == 0:
+        raise ValueError(f"{q.id}: needs at least 2 choices and at least one correct one")
+    if q.kind == "single" and n_correct != 1:
+        raise ValueError(f"{q.id}: a single-choice question needs exactly one correct choice, has {n_correct}")
+
+
 def _parse_question(raw: dict, where: str) -> Question:
     qid = raw.get("id") or where
     kind = raw.get("type")
@@ -125,26 +185,20 @@ def _parse_question(raw: dict, where: str) -> Question:
     if not raw.get("prompt"):
         raise ValueError(f"{qid}: missing prompt")
     q = Question(id=qid, kind=kind, prompt=_text(raw["prompt"]),
-                 explanation=_text(raw.get("explanation") or raw.get("model_answer")))
+                 explanation=_text(raw.get("explanation") or raw.get("model_answer")),
+                 depends_on=list(raw.get("depends_on") or []))
+    if raw.get("figure") is not None:
+        q.figure = validate_figure(raw["figure"], qid)
+        q.figure["caption"] = _text(q.figure.get("caption"))
     if kind in ("single", "multiple"):
-        for c in raw.get("choices") or []:
-            if not _text(c.get("explanation")):
-                raise ValueError(f"{qid}: every choice needs an explanation (missing for {c.get('text')!r})")
-            q.choices.append(Choice(_text(c["text"]), bool(c.get("correct", False)), _text(c["explanation"])))
-        n_correct = sum(c.correct for c in q.choices)
-        if len(q.choices) < 2 or n_correct == 0:
-            raise ValueError(f"{qid}: needs at least 2 choices and at least one correct one")
-        if kind == "single" and n_correct != 1:
-            raise ValueError(f"{qid}: a single-choice question needs exactly one correct choice, has {n_correct}")
+        _parse_choices(raw, q)
     elif kind == "numeric":
         if "answer" in raw:
             raise ValueError(f"{qid}: write answer_from (a calculator call), not a typed answer")
-        q.answer_from = raw.get("answer_from")
-        try:
-            value = compute_answer(q.answer_from)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{qid}: {err}") from err
+        value = _answer(raw, q)
         q.unit = str(raw.get("unit", ""))
+        if find_unit(q.unit) is None:
+            raise ValueError(f"{qid}: unknown unit {q.unit!r}; add it to course.quiz_numbers.UNITS")
         q.answer = value / BYTE_UNITS[q.unit] if q.unit in BYTE_UNITS else float(value)
         tol = raw.get("tolerance") or {}
         q.abs_tol = float(tol.get("abs", 0))
@@ -163,13 +217,26 @@ def load_bank_data(path: str | Path) -> dict:
     return data
 
 
+def check_order(questions: list[Question]) -> None:
+    """Every ``depends_on`` id names a question that comes earlier in the bank."""
+    position = {q.id: i for i, q in enumerate(questions)}
+    for i, q in enumerate(questions):
+        for dep in q.depends_on:
+            if dep not in position:
+                raise ValueError(f"{q.id}: depends_on names an unknown question {dep!r}")
+            if position[dep] >= i:
+                raise ValueError(f"{q.id} (Q{i + 1}) builds on {dep} (Q{position[dep] + 1}): "
+                                 f"{dep} must come earlier in the bank")
+
+
 def load_bank(path: str | Path) -> list[Question]:
-    """Load and validate a bank; numeric answers are computed by the calculators."""
+    """Load and validate a bank; answers are computed by the calculators or from the figure data."""
     raws = load_bank_data(path)["questions"]
     questions = [_parse_question(raw, f"question {i + 1}") for i, raw in enumerate(raws)]
     ids = [q.id for q in questions]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{path}: duplicate question ids")
+    check_order(questions)
     return questions
 
 
@@ -183,59 +250,60 @@ def format_number(x: float) -> str:
     return f"{x:,.1f}" if abs(x) >= 100 else f"{x:.4g}"
 
 
-def parse_numeric(response) -> tuple[float, str]:
-    """``16.7`` / ``"16.7 ms"`` / ``"287,834,112 B"`` / ``"1.69e13"`` -> (value, unit)."""
-    if isinstance(response, (int, float)) and not isinstance(response, bool):
-        return float(response), ""
-    text = str(response).strip().lstrip("$＄")          # "$0.39" reads as 0.39
-    m = re.fullmatch(r"([-+]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?)\s*(.*?)", text)
-    if not m:
-        raise ValueError(f"数値として読めません: {response!r}")
-    return float(m.group(1).replace(",", "")), m.group(2)
+def _example(q: Question) -> str:
+    return "12" if q.rel_tol == 0 and q.answer == int(q.answer) else "12.5"
 
 
-def _norm_unit(unit: str) -> str:
-    return unit.replace(" ", "").replace("／", "/").lower()
-
-
-def _check_numeric(q: Question, response) -> tuple[bool, str]:
+def _check_numeric(q: Question, response) -> tuple[bool | None, str]:
     try:
-        value, unit = parse_numeric(response)
-    except ValueError as err:
-        return False, str(err)
-    if unit and _norm_unit(unit) != _norm_unit(q.unit):
-        units = {u.lower(): s for u, s in BYTE_UNITS.items()}
-        if q.unit in BYTE_UNITS and unit.lower() in units:
-            value = value * units[unit.lower()] / BYTE_UNITS[q.unit]
-        else:
-            return False, f"単位が違います: {unit} ではなく {q.unit} で答えてください。"
+        value, written = parse_numeric(response, unit=q.unit, example=_example(q))
+        value_in_unit = convert(value, written, find_unit(q.unit))
+    except NotUnderstood as err:
+        return None, f"{err}\nこの回答は採点していません。もう一度入力してください。"
+    note = ""
+    if written and find_unit(written) != find_unit(q.unit):
+        note = f"（{format_number(value)} {written} = {format_number(value_in_unit)} {q.unit} として採点しました）"
     tol = max(q.abs_tol, q.rel_tol * abs(q.answer))
-    correct = abs(value - q.answer) <= tol
-    head = "正解です。" if correct else f"不正解です（あなたの答え: {format_number(value)} {q.unit}）。"
+    correct = abs(value_in_unit - q.answer) <= tol
+    head = "正解です。" if correct else f"不正解です（あなたの答え: {format_number(value_in_unit)} {q.unit}）。"
     body = f"答え: {format_number(q.answer)} {q.unit}（許容誤差 ±{format_number(tol)}）"
-    return correct, f"{head}{body}\n{q.explanation}".strip()
+    return correct, f"{head}{note}{body}\n{q.explanation}".strip()
 
 
-def _check_choices(q: Question, response) -> tuple[bool, str]:
+def _selected(q: Question, response) -> set[int]:
     selected = {response} if isinstance(response, int) else set(response or ())
     if not all(isinstance(i, int) and 0 <= i < len(q.choices) for i in selected):
         raise ValueError(f"{q.id}: choice indices must be in 0..{len(q.choices) - 1}, got {sorted(selected)}")
+    return selected
+
+
+def choice_label(j: int, choice: Choice) -> str:
+    """``"A. <text>"``: how a choice is labelled in the widget and the feedback."""
+    return f"{chr(65 + j)}. {choice.text}"
+
+
+def _choices_verdict(q: Question, selected: set[int]) -> tuple[bool, str]:
     right = {i for i, c in enumerate(q.choices) if c.correct}
-    correct = selected == right
     letters = ", ".join(chr(65 + i) for i in sorted(right))
-    lines = ["正解です。" if correct else f"不正解です。正しい選択肢: {letters}"]
+    return selected == right, ("正解です。" if selected == right else f"不正解です。正しい選択肢: {letters}")
+
+
+def _check_choices(q: Question, response) -> tuple[bool, str]:
+    selected = _selected(q, response)
+    correct, head = _choices_verdict(q, selected)
+    lines = [head]
     for i, c in enumerate(q.choices):
         mark = "○ 正しい" if c.correct else "× 誤り"
-        chosen = "（選択）" if i in selected else ""
-        lines.append(f"{chr(65 + i)}. {c.text}{chosen} — {mark}: {c.explanation}")
+        chosen = "（あなたの選択）" if i in selected else ""
+        lines.append(f"{choice_label(i, c)}{chosen} — {mark}: {c.explanation}")
     return correct, "\n".join(lines)
 
 
-def check_answer(question: Question, response) -> tuple[bool, str]:
+def check_answer(question: Question, response) -> tuple[bool | None, str]:
     """Grade a response: an index (single), indices (multiple), a number or "number unit" (numeric).
 
-    Returns ``(correct, feedback)``; the feedback explains every choice.
-    Open questions are not graded: use :func:`reveal_answer`.
+    Returns ``(correct, feedback)``: ``correct`` is True/False, or None when a numeric response was not
+    understood (not graded; the feedback says why). Open questions are not graded: use :func:`reveal_answer`.
     """
     if question.kind in ("single", "multiple"):
         return _check_choices(question, response)
@@ -253,102 +321,25 @@ def reveal_answer(question: Question) -> str:
     return _check_choices(question, [i for i, c in enumerate(question.choices) if c.correct])[1]
 
 
-def score(questions: list[Question], results: dict[str, bool]) -> tuple[int, int]:
-    """(correct answers, graded questions); ``results`` maps question id -> last result."""
+def score(questions: list[Question], results: dict[str, bool | None]) -> tuple[int, int]:
+    """(correct answers, graded questions); ``results`` maps question id -> last graded result (None: ignored)."""
     graded = [q for q in questions if q.graded]
-    return sum(bool(results.get(q.id)) for q in graded), len(graded)
+    return sum(results.get(q.id) is True for q in graded), len(graded)
 
 
-# ------------------------------------------------------------------- widget
 def _html(text: str) -> str:
     return html.escape(text).replace("\n", "<br>")
 
 
-class QuizWidget:
-    """An ipywidgets view of a bank. Buttons call ``submit(i, response)`` / ``reveal(i)``."""
-
-    def __init__(self, questions: list[Question], title: str = "", intro: str = ""):
-        import ipywidgets as w
-
-        self.questions, self.results = questions, {}
-        self.inputs, self.feedback, self.buttons = [], [], []
-        self.score_label = w.HTML()
-        boxes = [w.HTML(f"<h3>{_html(title)}</h3><p>{_html(intro)}</p>")] if title else []
-        for i, q in enumerate(questions):
-            label = {"single": "単一選択", "multiple": "複数選択（当てはまるものをすべて）",
-                     "numeric": f"数値（単位: {q.unit}）", "open": "記述"}[q.kind]
-            # Choices are listed as text (long Japanese lines wrap there); the inputs are just A, B, ...
-            listed = "".join(f"<br>{chr(65 + j)}. {_html(c.text)}" for j, c in enumerate(q.choices))
-            head = w.HTML(f"<b>Q{i + 1}.</b> <i>[{label}]</i><br>{_html(q.prompt)}{listed}")
-            letters = [chr(65 + j) for j in range(len(q.choices))]
-            if q.kind == "single":
-                field_ = w.RadioButtons(options=[(x, j) for j, x in enumerate(letters)], value=None,
-                                        orientation="horizontal")
-            elif q.kind == "multiple":
-                field_ = w.HBox([w.Checkbox(description=x, indent=False, layout=w.Layout(width="60px"))
-                                 for x in letters])
-            elif q.kind == "numeric":
-                field_ = w.HBox([w.Text(placeholder="数値を入力"), w.Label(q.unit)])
-            else:
-                field_ = w.Textarea(placeholder="自分の答えを書いてから「回答を見る」を押す",
-                                    layout=w.Layout(width="90%"))
-            button = w.Button(description="回答を見る" if q.kind == "open" else "回答する")
-            button.on_click(lambda _b, i=i: self._on_click(i))
-            self.inputs.append(field_)
-            self.buttons.append(button)
-            self.feedback.append(w.HTML())
-            boxes.append(w.VBox([head, field_, button, self.feedback[-1]],
-                                layout=w.Layout(margin="0 0 16px 0")))
-        self._update_score()
-        self.widget = w.VBox(boxes + [self.score_label])
-
-    @classmethod
-    def from_bank(cls, name: str | Path) -> QuizWidget:
-        data = load_bank_data(name)
-        return cls(load_bank(name), data.get("title", ""), data.get("intro", ""))
-
-    def _read(self, i: int):
-        q, field_ = self.questions[i], self.inputs[i]
-        if q.kind == "single":
-            return field_.value
-        if q.kind == "multiple":
-            return [j for j, box in enumerate(field_.children) if box.value]
-        return field_.children[0].value
-
-    def _on_click(self, i: int) -> None:
-        if self.questions[i].kind == "open":
-            self.reveal(i)
-        elif self.questions[i].kind == "single" and self.inputs[i].value is None:
-            self.feedback[i].value = "選択肢を1つ選んでください。"
-        else:
-            self.submit(i, self._read(i))
-
-    def submit(self, i: int, response) -> tuple[bool, str]:
-        """Grade question ``i``, show the feedback and update the score."""
-        correct, text = check_answer(self.questions[i], response)
-        self.results[self.questions[i].id] = correct
-        color = "green" if correct else "firebrick"
-        self.feedback[i].value = f"<div style='color:{color}'>{_html(text)}</div>"
-        self._update_score()
-        return correct, text
-
-    def reveal(self, i: int) -> str:
-        text = reveal_answer(self.questions[i])
-        self.feedback[i].value = f"<div>{_html(text)}</div>"
-        return text
-
-    def score_text(self) -> str:
-        right, total = score(self.questions, self.results)
-        return f"得点: {right} / {total}（選択・数値問題のみ採点。回答済み {len(self.results)} 問）"
-
-    def _update_score(self) -> None:
-        self.score_label.value = f"<b>{_html(self.score_text())}</b>"
-
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)
-
-
-def show_quiz(name: str) -> QuizWidget:
-    """Build the widget for a bank in ``quizzes/`` (display it as a cell's last expression)."""
+def show_quiz(name: str):
+    """Build the :class:`~course.quiz_widget.QuizWidget` for a bank in ``quizzes/`` (a cell's last expression)."""
+    from course.quiz_widget import QuizWidget
     return QuizWidget.from_bank(name)
+
+
+def __getattr__(name: str):
+    """``course.quiz.QuizWidget`` and friends live in :mod:`course.quiz_widget` (ipywidgets loads only when used)."""
+    if name in ("QuizWidget", "choices_feedback_html", "QUIZ_CSS"):
+        from course import quiz_widget
+        return getattr(quiz_widget, name)
+    raise AttributeError(f"module 'course.quiz' has no attribute {name!r}")

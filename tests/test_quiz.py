@@ -1,10 +1,11 @@
 """Quiz banks load, answers come from the calculators, checking and the widget behave."""
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from course import quiz
+from course import quiz, quiz_widget
 from minimal_engine import calculators as calc
 
 BANKS = sorted(Path(quiz.QUIZ_DIR).glob("*.yaml"))
@@ -12,6 +13,13 @@ BANKS = sorted(Path(quiz.QUIZ_DIR).glob("*.yaml"))
 
 def test_there_is_a_bank_for_lesson_1():
     assert quiz.QUIZ_DIR / "01_inference_basics.yaml" in BANKS
+
+
+@pytest.mark.parametrize("path", BANKS, ids=lambda p: p.name)
+def test_each_bank_has_a_quiz_notebook_named_so(path):
+    """quizzes/NN_topic.yaml goes with quizzes/NN_topic_quiz.ipynb (its JupyterLab tab says quiz)."""
+    assert (path.parent / f"{path.stem}_quiz.ipynb").is_file()
+    assert not (path.parent / f"{path.stem}.ipynb").exists()   # same name as the lesson: tabs look alike
 
 
 @pytest.mark.parametrize("path", BANKS, ids=lambda p: p.name)
@@ -58,7 +66,8 @@ def test_numeric_answers_equal_the_calculators():
 def test_every_numeric_answer_is_recomputed_from_its_call(path):
     for q in quiz.load_bank(path):
         if q.kind == "numeric":
-            value = quiz.compute_answer(q.answer_from)
+            value = (quiz.figure_answer(q.answer_from, q.figure) if q.figure
+                     else quiz.compute_answer(q.answer_from))
             assert q.answer == pytest.approx(value / quiz.BYTE_UNITS.get(q.unit, 1))
 
 
@@ -67,20 +76,114 @@ def test_numeric_tolerance_units_and_parsing():
     assert quiz.check_answer(q, 16.7)[0]
     assert quiz.check_answer(q, "16.67 ms")[0]
     assert quiz.check_answer(q, "16.7ms")[0]
-    assert not quiz.check_answer(q, 17.0)[0]          # 2% off
-    correct, feedback = quiz.check_answer(q, "0.0167 s")
-    assert not correct and "単位が違います" in feedback
-    correct, feedback = quiz.check_answer(q, "たくさん")
-    assert not correct and "数値として読めません" in feedback
+    assert quiz.check_answer(q, 17.0)[0] is False     # 2% off: graded, wrong
     mb = _by_id()["deepseek_r1_mla_8k"]                # 287.8 MB
     assert quiz.check_answer(mb, "288")[0]
     assert quiz.check_answer(mb, "0.288 GB")[0]       # byte units convert
     assert quiz.check_answer(mb, "287,834,112 B")[0]
-    assert not quiz.check_answer(mb, "500 MB")[0]     # the rough figure is not accepted
+    assert quiz.check_answer(mb, "500 MB")[0] is False  # the rough figure is not accepted
     usd = _by_id()["usd_per_million_tokens"]           # $1.41 / 3.6 = $0.3917
     assert quiz.check_answer(usd, "$0.39")[0] and quiz.check_answer(usd, "0.392 $/M tokens")[0]
     users = _by_id()["max_users_h200"]                 # exact: abs tolerance 0
-    assert quiz.check_answer(users, 116)[0] and not quiz.check_answer(users, 117)[0]
+    assert quiz.check_answer(users, 116)[0] and quiz.check_answer(users, 117)[0] is False
+
+
+def test_full_width_digits_and_punctuation_are_read():
+    qs = _by_id()
+    assert quiz.check_answer(qs["tpot_from_interactivity"], "１６．７") == quiz.check_answer(
+        qs["tpot_from_interactivity"], "16.7")
+    assert quiz.check_answer(qs["tpot_from_interactivity"], "１６．７　ｍｓ")[0] is True
+    assert quiz.check_answer(qs["kv_bytes_llama31_8b"], "１３１，０７２")[0] is True
+    assert quiz.check_answer(qs["usd_per_million_tokens"], "＄０．３９")[0] is True
+    assert quiz.parse_numeric("約１．６９×１０¹³") == (1.69e13, "")
+
+
+def test_thousands_separators_and_bad_commas():
+    q = _by_id()["kv_bytes_llama31_8b"]               # 131,072 B
+    assert quiz.check_answer(q, "131,072")[0] is True
+    assert quiz.check_answer(q, "131,072 バイト")[0] is True
+    assert quiz.parse_numeric("1,073,741,824") == (1073741824.0, "")
+    correct, feedback = quiz.check_answer(q, "131,07")           # not a thousands group: not graded
+    assert correct is None and "3桁区切り" in feedback
+
+
+@pytest.mark.parametrize("qid, response", [
+    ("tpot_from_interactivity", "16.7ミリ秒"),
+    ("tpot_from_interactivity", "約16.7 ミリ秒です。"),
+    ("kv_bytes_llama31_8b", "131072バイト"),
+    ("deepseek_r1_mla_8k", "288メガバイト"),
+    ("deepseek_r1_100_users", "28.8ギガバイト"),
+    ("max_users_h200", "116人"),
+    ("usd_per_million_tokens", "0.39ドル"),
+    ("joules_per_token", "16.9 J/トークン"),
+    ("sweep_tpot_slo", "32本"),
+    ("inferencex_output_tok_s", "17.5 トークン/秒"),
+])
+def test_japanese_unit_words(qid, response):
+    assert quiz.check_answer(_by_id()[qid], response)[0] is True
+
+
+@pytest.mark.parametrize("qid, response", [
+    ("tpot_from_interactivity", "0.0167 s"),
+    ("tpot_from_interactivity", "0.0167秒"),
+    ("tpot_from_interactivity", "16,700 μs"),
+    ("kv_bytes_llama31_8b", "128 KiB"),
+    ("kv_bytes_llama31_8b", "131.072 KB"),
+    ("deepseek_r1_mla_8k", "0.2878 GB"),
+    ("deepseek_r1_mla_8k", "287,834 KB"),
+    ("deepseek_r1_100_users", "28,783 MB"),
+    ("joules_per_token", "1.69e13 pJ"),
+])
+def test_compatible_units_are_converted(qid, response):
+    correct, feedback = quiz.check_answer(_by_id()[qid], response)
+    assert correct is True, feedback
+    assert "として採点しました" in feedback           # the conversion is shown
+
+
+def test_unreadable_answer_is_not_graded_and_says_what_is_expected():
+    q = _by_id()["tpot_from_interactivity"]
+    for response in ("たくさん", "", "   ", None):
+        correct, feedback = quiz.check_answer(q, response)
+        assert correct is None, response
+        assert "採点していません" in feedback and "例: 12.5 または 12.5 ms" in feedback
+    assert "数値として読めませんでした：『たくさん』" in quiz.check_answer(q, "たくさん")[1]
+    assert "回答が空です" in quiz.check_answer(q, "")[1]
+    qs = list(_by_id().values())
+    assert quiz.score(qs, {q.id: None}) == (0, sum(x.graded for x in qs))
+
+
+def test_incompatible_or_unknown_unit_is_not_graded_and_names_the_expected_unit():
+    q = _by_id()["tpot_from_interactivity"]
+    correct, feedback = quiz.check_answer(q, "16.7 GB")
+    assert correct is None
+    assert "単位が合いません" in feedback and "データ量" in feedback and "ms（ミリ秒）" in feedback
+    correct, feedback = quiz.check_answer(q, "16.7 ギガ")
+    assert correct is None and "単位『ギガ』が読めませんでした" in feedback and "ms（ミリ秒）" in feedback
+    b = _by_id()["kv_bytes_llama31_8b"]
+    correct, feedback = quiz.check_answer(b, "131072 ms")
+    assert correct is None and "B（バイト）" in feedback
+
+
+def test_widget_does_not_count_unreadable_answers():
+    w = quiz.show_quiz("01_inference_basics")
+    i = next(i for i, q in enumerate(w.questions) if q.id == "tpot_from_interactivity")
+    w.inputs[i].children[0].value = "たくさん"
+    w.buttons[i].click()
+    assert "tpot_from_interactivity" not in w.results
+    assert "得点: 0 /" in w.score_label.value and "回答済み 0 問" in w.score_label.value
+    assert "数値として読めませんでした" in w.feedback[i].value
+    assert w.submit(i, "16.7")[0] is True
+    assert w.submit(i, "16.7 GB")[0] is None           # a later unreadable answer keeps the graded one
+    assert w.results["tpot_from_interactivity"] is True and "得点: 1 /" in w.score_label.value
+
+
+def test_bank_units_must_be_known(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"questions": [{
+        "id": "n", "type": "numeric", "prompt": "p", "unit": "furlongs",
+        "answer_from": {"func": "tpot_ms_from_tok_s_user", "args": {"tok_s_user": 60}}}]}), encoding="utf-8")
+    with pytest.raises(ValueError, match="unknown unit 'furlongs'"):
+        quiz.load_bank(path)
 
 
 def test_choice_checking_and_feedback_explains_every_choice():
@@ -162,3 +265,135 @@ def test_widget_callbacks_update_the_score():
     i_open = next(i for i, q in enumerate(qs) if q.kind == "open")
     w.buttons[i_open].click()
     assert quiz.html.escape(qs[i_open].explanation[:10]) in w.feedback[i_open].value
+
+
+# ------------------------------------------------------------- figure questions
+SWEEP = {"concurrency": [1, 2, 4, 8, 16], "tpot_ms": [10, 12, 30, 49, 70], "ttft_s": [0.1, 0.1, 0.2, 1.5, 3.0]}
+
+
+def test_max_concurrency_meeting_slo_reads_the_data():
+    assert quiz.max_concurrency_meeting_slo(SWEEP, {"tpot_ms": 50}) == 8
+    assert quiz.max_concurrency_meeting_slo(SWEEP, {"tpot_ms": 50, "ttft_s": 1.0}) == 4   # both limits
+    with pytest.raises(ValueError, match="no point"):
+        quiz.max_concurrency_meeting_slo(SWEEP, {"tpot_ms": 5})
+
+
+def test_figure_questions_answer_from_their_own_data():
+    qs = _by_id()
+    sweep, timeline = qs["sweep_tpot_slo"], qs["ttft_slo_timeline"]
+    assert sweep.figure["kind"] == "sweep" and timeline.figure["kind"] == "timeline"
+    assert sweep.answer == quiz.max_concurrency_meeting_slo(sweep.figure["data"], sweep.figure["slo"])
+    ttft = [toks[0] - arr for arr, toks in zip(timeline.figure["data"]["arrival_s"], timeline.figure["data"]["token_s"])]
+    over = [i + 1 for i, t in enumerate(ttft) if t > timeline.figure["slo"]["ttft_s"]]
+    assert timeline.answer == over and over
+    assert [c.value for c in timeline.choices if c.correct] == over            # marked from the data
+    assert all(c.explanation.startswith(f"リクエスト{c.value}: ") for c in timeline.choices)  # the data's fact
+    assert "例" in sweep.figure["caption"] and "例" in timeline.figure["caption"]   # labelled as an example
+    png = quiz.render_png(sweep.figure)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and quiz.render_png(timeline.figure)[:4] == b"\x89PNG"
+
+
+def test_figure_choice_marked_against_the_data_is_rejected(tmp_path):
+    figure = {"kind": "sweep", "slo": {"tpot_ms": 50}, "data": SWEEP}
+    choices = [{"text": "4", "value": 4, "correct": True, "explanation": "x"},
+               {"text": "8", "value": 8, "explanation": "y"}]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"questions": [{
+        "id": "f", "type": "single", "prompt": "p", "figure": figure, "choices": choices,
+        "answer_from": {"func": "max_concurrency_meeting_slo"}}]}), encoding="utf-8")
+    with pytest.raises(ValueError, match="marked correct=True, but the data give 8"):
+        quiz.load_bank(path)
+    figure["data"] = {"concurrency": [1, 2], "tpot_ms": [10]}
+    path.write_text(yaml.safe_dump({"questions": [{
+        "id": "f", "type": "numeric", "prompt": "p", "figure": figure, "unit": "リクエスト",
+        "answer_from": {"func": "max_concurrency_meeting_slo"}}]}), encoding="utf-8")
+    with pytest.raises(ValueError, match="differ in length"):
+        quiz.load_bank(path)
+
+
+def test_widget_shows_the_figure_as_an_image():
+    import ipywidgets as w
+    quiz_widget = quiz.show_quiz("01_inference_basics")
+    figures = [i for i, q in enumerate(quiz_widget.questions) if q.figure]
+    assert len(figures) == 2 and set(quiz_widget.images) == set(figures)
+    assert all(isinstance(quiz_widget.images[i], w.Image) and quiz_widget.images[i].value[:4] == b"\x89PNG"
+               for i in figures)
+
+
+# ---------------------------------------------------------------- ordering
+def test_questions_come_after_what_they_build_on(tmp_path):
+    qs = quiz.load_bank(quiz.bank_path("01_inference_basics"))
+    order = [q.id for q in qs]
+    for before, after in [("kv_bytes_llama31_8b", "max_users_h200"), ("deepseek_r1_mla_8k", "deepseek_r1_100_users"),
+                          ("usd_per_million_tokens", "what_lowers_cost"), ("tpot_from_interactivity", "sweep_tpot_slo"),
+                          ("joules_per_token", "joules_to_picojoules")]:
+        assert order.index(before) < order.index(after)
+        assert before in next(q for q in qs if q.id == after).depends_on
+    one = {"type": "numeric", "prompt": "p", "unit": "ms",
+           "answer_from": {"func": "tpot_ms_from_tok_s_user", "args": {"tok_s_user": 60}}}
+    path = tmp_path / "order.yaml"
+    path.write_text(yaml.safe_dump({"questions": [{"id": "b", "depends_on": ["a"], **one}, {"id": "a", **one}]}),
+                    encoding="utf-8")
+    with pytest.raises(ValueError, match=r"b \(Q1\) builds on a \(Q2\): a must come earlier"):
+        quiz.load_bank(path)
+    path.write_text(yaml.safe_dump({"questions": [{"id": "b", "depends_on": ["zz"], **one}]}), encoding="utf-8")
+    with pytest.raises(ValueError, match="unknown question 'zz'"):
+        quiz.load_bank(path)
+
+
+# ------------------------------------------------------------------ widget
+def test_choices_are_labelled_with_their_text():
+    w = quiz.show_quiz("01_inference_basics")
+    i = next(i for i, q in enumerate(w.questions) if q.kind == "single")
+    q = w.questions[i]
+    assert w.inputs[i].options == tuple((f"{chr(65 + j)}. {c.text}", j) for j, c in enumerate(q.choices))
+    m = next(i for i, q in enumerate(w.questions) if q.kind == "multiple")
+    assert [box.description for box in w.inputs[m].children] == [
+        f"{chr(65 + j)}. {c.text}" for j, c in enumerate(w.questions[m].choices)]
+    assert "quiz-choices" in w.inputs[i]._dom_classes and "quiz-choices" in w.inputs[m]._dom_classes
+    assert "white-space: normal" in quiz.QUIZ_CSS           # long Japanese labels wrap
+
+
+def test_feedback_colours_each_choice():
+    w = quiz.show_quiz("01_inference_basics")
+    i = next(i for i, q in enumerate(w.questions) if q.id == "prefill_bottleneck")
+    q = w.questions[i]
+    right = next(j for j, c in enumerate(q.choices) if c.correct)
+    wrong = (right + 1) % len(q.choices)
+    assert w.submit(i, wrong)[0] is False
+    items = re.findall(r"<li style='color:([^']+)'>(.*?)</li>", w.feedback[i].value)
+    assert len(items) == len(q.choices)
+    for j, (color, body) in enumerate(items):
+        expected = quiz_widget.GREEN if j == right else (quiz_widget.RED if j == wrong else quiz_widget.GREY)
+        assert color == expected, (j, color)
+        assert ("あなたの選択" in body) == (j == wrong)
+        assert body.startswith("○" if j == right else "×")
+
+
+def test_widget_displays_through_the_placeholder_bundle_with_stable_dom_hooks():
+    from course.notebooks import QUIZ_PLACEHOLDER, WIDGET_MIME
+    w = quiz.show_quiz("01_inference_basics")
+    bundle = w._repr_mimebundle_()
+    assert bundle["text/plain"] == QUIZ_PLACEHOLDER and WIDGET_MIME in bundle
+    assert not hasattr(w, "_ipython_display_")
+    assert all("quiz-feedback" in f._dom_classes for f in w.feedback)
+    assert "quiz-score" in w.score_label._dom_classes
+    assert [b.description for b in w.buttons] == ["回答を見る" if q.kind == "open" else "回答する" for q in w.questions]
+
+
+# ----------------------------------------------------------------- content
+def test_chapter_1_bank_follows_the_corrected_lesson_and_terms():
+    qs = _by_id()
+    text = (quiz.QUIZ_DIR / "01_inference_basics.yaml").read_text(encoding="utf-8")
+    for old in ("クエリヘッド", "百万", "同時ユーザー数", "同時数", "掃引", "延び", "減らすしかない"):
+        assert old not in text, old
+    decode = next(c for c in qs["decode_memory_bound"].choices if c.correct).explanation
+    assert "MoE" in decode and "活性なエキスパート" in decode
+    assert "リッジポイント" in next(c for c in qs["prefill_bottleneck"].choices if c.correct).explanation
+    for qid in ("usd_per_million_tokens", "joules_per_token", "inferencex_output_tok_s"):
+        assert "入力＋出力" in qs[qid].prompt and "total" in qs[qid].prompt, qid
+    assert qs["inferencex_output_tok_s"].answer == calc.output_tok_s_from_total(157.12, 8192, 1024)
+    cost = next(c for c in qs["what_lowers_cost"].choices if "tok/s/user" in c.text).explanation
+    assert "第7章" in cost and "第8章" in cost
+    tp8 = next(c for c in qs["mla_tp8_placement"].choices if c.correct).explanation
+    assert "DP attention" in tp8 and "複製" in tp8

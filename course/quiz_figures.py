@@ -1,0 +1,179 @@
+"""Figure questions: a small figure drawn from data in the bank, and the answer computed from the same data.
+
+A question's ``figure`` block holds the data (explicit small lists, labelled in ``caption`` as an example)
+and an SLO; its ``answer_from`` names one of :data:`FIGURE_FUNCS`, called as ``func(data, slo, **args)``::
+
+    figure:
+      kind: sweep                       # sweep | timeline
+      caption: 説明用の例（架空の1回の計測）
+      slo: {tpot_ms: 50}                # upper limits
+      data: {concurrency: [1, 2, 4, 8], tpot_ms: [12, 13, 15, 19]}
+    answer_from: {func: max_concurrency_meeting_slo}
+
+- ``sweep``: ``concurrency`` and ``tpot_ms`` (optional ``ttft_s``) per point; output tok/s is computed
+  (concurrency x 1000 / TPOT), not typed.
+- ``timeline``: per request ``arrival_s`` and ``token_s`` (the times its tokens came out), optional
+  ``prompt_tokens``; TTFT is ``token_s[0] - arrival_s``.
+
+:func:`render_png` draws the figure (Japanese labels, ``course.plots.setup_japanese_font``).
+"""
+from __future__ import annotations
+
+import io
+
+from minimal_engine import calculators as calc
+
+SLO_LABELS = {"tpot_ms": ("TPOT", "ms"), "ttft_s": ("TTFT", "秒")}
+
+
+# ------------------------------------------------------------- data -> answers
+def ttft_s(data: dict) -> list[float]:
+    """TTFT of each request of a timeline: first token time minus arrival time (seconds)."""
+    return [tokens[0] - arrival for arrival, tokens in zip(data["arrival_s"], data["token_s"])]
+
+
+def max_concurrency_meeting_slo(data: dict, slo: dict) -> int:
+    """The largest concurrency of a sweep whose every SLO metric (``tpot_ms``, ``ttft_s``) is within its limit."""
+    ok = [c for i, c in enumerate(data["concurrency"])
+          if all(data[metric][i] <= limit for metric, limit in slo.items())]
+    if not ok:
+        raise ValueError(f"no point of the sweep meets the SLO {slo}")
+    return max(ok)
+
+
+def requests_over_slo(data: dict, slo: dict) -> list[int]:
+    """Numbers (1-based) of the timeline's requests whose TTFT exceeds ``slo["ttft_s"]``."""
+    return [i + 1 for i, t in enumerate(ttft_s(data)) if t > slo["ttft_s"] + 1e-9]
+
+
+FIGURE_FUNCS = {"max_concurrency_meeting_slo": max_concurrency_meeting_slo,
+                "requests_over_slo": requests_over_slo}
+
+
+def _same_lengths(data: dict, keys, where: str) -> None:
+    lengths = {k: len(data[k]) for k in keys if k in data}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"{where}: figure data lists differ in length: {lengths}")
+
+
+def validate_figure(figure: dict, where: str) -> dict:
+    """Check a ``figure`` block (kind, data lists, SLO metrics); returns it."""
+    kinds = ("sweep", "timeline")
+    if not isinstance(figure, dict) or figure.get("kind") not in kinds:
+        raise ValueError(f"{where}: figure.kind must be one of {kinds}")
+    data, slo = figure.get("data") or {}, figure.get("slo") or {}
+    need = ("concurrency", "tpot_ms") if figure["kind"] == "sweep" else ("arrival_s", "token_s")
+    missing = [k for k in need if k not in data]
+    if missing or not slo:
+        raise ValueError(f"{where}: figure needs data {list(need)} and an slo (missing: {missing or ['slo']})")
+    if figure["kind"] == "sweep":
+        _same_lengths(data, ("concurrency", "tpot_ms", "ttft_s"), where)
+        bad = [m for m in slo if m not in data]
+    else:
+        _same_lengths(data, ("arrival_s", "token_s", "prompt_tokens"), where)
+        if any(not tokens or tokens != sorted(tokens) for tokens in data["token_s"]):
+            raise ValueError(f"{where}: each token_s list must be non-empty and increasing")
+        bad = [m for m in slo if m != "ttft_s"]
+    if bad:
+        raise ValueError(f"{where}: SLO metrics {bad} are not in the figure's data")
+    return figure
+
+
+def figure_answer(answer_from: dict, figure: dict):
+    """Call ``FIGURE_FUNCS[answer_from.func](data, slo, **args)``."""
+    name = answer_from.get("func")
+    if name not in FIGURE_FUNCS:
+        raise ValueError(f"unknown figure function {name!r}; known: {', '.join(FIGURE_FUNCS)}")
+    return FIGURE_FUNCS[name](figure["data"], figure["slo"], **(answer_from.get("args") or {}))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2f}".rstrip("0").rstrip(".") if x != int(x) else f"{int(x)}"
+
+
+def choice_fact(figure: dict, value) -> str:
+    """What the data says about a choice's ``value`` (a request number, or a concurrency), in Japanese."""
+    data, slo = figure["data"], figure["slo"]
+    if figure["kind"] == "timeline":
+        i = int(value) - 1
+        t = ttft_s(data)[i]
+        verdict = "を超えます" if t > slo["ttft_s"] + 1e-9 else "以内です"
+        return (f"リクエスト{value}: 到着 {data['arrival_s'][i]:.2f} 秒、最初のトークン "
+                f"{data['token_s'][i][0]:.2f} 秒なので、TTFT は {t:.2f} 秒で SLO（{_fmt(slo['ttft_s'])} 秒）{verdict}。")
+    i = list(data["concurrency"]).index(value)
+    parts = [f"{SLO_LABELS[m][0]} {_fmt(data[m][i])} {SLO_LABELS[m][1]}" for m in slo]
+    ok = all(data[m][i] <= limit for m, limit in slo.items())
+    return f"同時 {value}: {'、'.join(parts)}（SLO を{'満たします' if ok else '満たしません'}）。"
+
+
+# ------------------------------------------------------------------ drawing
+def _draw_sweep(fig, figure: dict) -> None:
+    data, slo = figure["data"], figure["slo"]
+    conc = list(data["concurrency"])
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.plot(conc, data["tpot_ms"], "o-", color="tab:blue")
+    for c, v in zip(conc, data["tpot_ms"]):
+        ax1.annotate(f"{_fmt(v)}", (c, v), textcoords="offset points", xytext=(-7, 4), ha="right", fontsize=8,
+                     bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.9})
+    if "tpot_ms" in slo:
+        ax1.axhline(slo["tpot_ms"], color="tab:red", linestyle="--", label=f"SLO: TPOT ≤ {_fmt(slo['tpot_ms'])} ms")
+        ax1.legend(loc="upper left", fontsize=8)
+    ax1.set_ylabel("TPOT [ms]")
+    ax1.set_ylim(0, max(data["tpot_ms"]) * 1.2)
+    out = [c * calc.tok_s_user_from_tpot_ms(t) for c, t in zip(conc, data["tpot_ms"])]
+    ax2.plot(conc, out, "s-", color="tab:green")
+    ax2.set_ylabel("出力 tok/s（同時数 × 1000 / TPOT）")
+    ax2.set_ylim(0, max(out) * 1.15)
+    for ax, title in ((ax1, "TPOT（1人あたりの待ち）"), (ax2, "システム全体の出力 tok/s")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlim(conc[0] / 1.6, conc[-1] * 1.4)
+        ax.set_xticks(conc, [str(c) for c in conc])
+        ax.set_xlabel("同時リクエスト数")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+
+
+def _draw_timeline(fig, figure: dict) -> None:
+    data, slo = figure["data"], figure["slo"]
+    ax = fig.subplots()
+    prompts = data.get("prompt_tokens")
+    for i, (arrival, tokens) in enumerate(zip(data["arrival_s"], data["token_s"])):
+        y = i + 1
+        ax.plot([arrival, tokens[0]], [y, y], color="lightgray", linewidth=6, solid_capstyle="butt",
+                label="到着 → 最初のトークン" if i == 0 else None)
+        ax.plot([arrival], [y], marker="v", color="black", markersize=7, label="到着" if i == 0 else None)
+        ax.plot(tokens, [y] * len(tokens), "o", color="tab:blue", markersize=5,
+                label="出力トークン" if i == 0 else None)
+        if "ttft_s" in slo:
+            ax.plot([arrival + slo["ttft_s"]] * 2, [y - 0.3, y + 0.3], color="tab:red", linewidth=2,
+                    label=f"到着 + {_fmt(slo['ttft_s'])} 秒（TTFT の SLO）" if i == 0 else None)
+    labels = [f"{i + 1}" + (f"\n({p:,} tok)" if prompts else "") for i, p in
+              enumerate(prompts or [0] * len(data["arrival_s"]))]
+    ax.set_yticks(range(1, len(labels) + 1), labels)
+    ax.set_ylim(len(labels) + 0.7, 0.3)
+    ax.set_ylabel("リクエスト（プロンプト長）")
+    ax.set_xlabel("時刻 [秒]")
+    end = max(t[-1] for t in data["token_s"])
+    ax.set_xticks([x / 4 for x in range(int(end * 4) + 2)])
+    ax.set_xticks([x / 10 for x in range(int(end * 10) + 3)], minor=True)
+    ax.grid(axis="x", which="both", alpha=0.3)
+    fig.legend(loc="outside lower center", fontsize=8, ncol=4)
+
+
+def render_png(figure: dict, dpi: int = 100) -> bytes:
+    """The figure of a question as PNG bytes (no pyplot state, so nothing else shows in the notebook)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from course.plots import setup_japanese_font
+
+    setup_japanese_font()
+    wide = figure["kind"] == "sweep"
+    fig = Figure(figsize=(9, 3.4) if wide else (8, 3.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    (_draw_sweep if wide else _draw_timeline)(fig, figure)
+    if figure.get("title"):
+        fig.suptitle(figure["title"], fontsize=11)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
