@@ -66,8 +66,9 @@ UNITS: dict[str, Unit] = {
         ("$/M tokens", 1, "ドル/100万トークン", ("$", "ドル", "$/mtok", "$/mtokens", "$/m", "usd",
                                                "$/100万トークン", "ドル/mtokens"))]),
     **_units("トークン数", [("トークン", 1, "", ("token", "tokens", "tok"))]),
-    **_units("人数", [("人", 1, "", ("人分", "ユーザー", "users", "user"))]),
-    **_units("リクエスト数", [("リクエスト", 1, "", ("本", "件", "requests", "request", "req"))]),
+    # Users and requests are counted alike (one user = one request): "116人" answers a request count.
+    **_units("リクエスト数", [("リクエスト", 1, "", ("本", "件", "requests", "request", "req")),
+                          ("人", 1, "", ("人分", "ユーザー", "users", "user"))]),
     **_units("スループット", [("tok/s", 1, "トークン/秒", ("tokens/s", "token/s", "トークン毎秒"))]),
     **_units("1人あたりの速度", [("tok/s/user", 1, "トークン/秒/人", ("tok/s/人", "tokens/s/user"))]),
 }

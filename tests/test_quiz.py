@@ -114,6 +114,7 @@ def test_thousands_separators_and_bad_commas():
     ("deepseek_r1_mla_8k", "288メガバイト"),
     ("deepseek_r1_100_users", "28.8ギガバイト"),
     ("max_users_h200", "116人"),
+    ("max_users_h200", "116 リクエスト"),
     ("usd_per_million_tokens", "0.39ドル"),
     ("joules_per_token", "16.9 J/トークン"),
     ("sweep_tpot_slo", "32本"),
@@ -385,15 +386,15 @@ def test_widget_displays_through_the_placeholder_bundle_with_stable_dom_hooks():
 def test_chapter_1_bank_follows_the_corrected_lesson_and_terms():
     qs = _by_id()
     text = (quiz.QUIZ_DIR / "01_inference_basics.yaml").read_text(encoding="utf-8")
-    for old in ("クエリヘッド", "百万", "同時ユーザー数", "同時数", "掃引", "延び", "減らすしかない"):
+    for old in ("クエリヘッド", "百万", "同時ユーザー数", "同時数", "掃引", "延び", "減らすしかない", "total スループット"):
         assert old not in text, old
     decode = next(c for c in qs["decode_memory_bound"].choices if c.correct).explanation
     assert "MoE" in decode and "活性なエキスパート" in decode
     assert "リッジポイント" in next(c for c in qs["prefill_bottleneck"].choices if c.correct).explanation
     for qid in ("usd_per_million_tokens", "joules_per_token", "inferencex_output_tok_s"):
-        assert "入力＋出力" in qs[qid].prompt and "total" in qs[qid].prompt, qid
+        assert "入力＋出力" in qs[qid].prompt and "合計" in qs[qid].prompt, qid
     assert qs["inferencex_output_tok_s"].answer == calc.output_tok_s_from_total(157.12, 8192, 1024)
     cost = next(c for c in qs["what_lowers_cost"].choices if "tok/s/user" in c.text).explanation
     assert "第7章" in cost and "第8章" in cost
     tp8 = next(c for c in qs["mla_tp8_placement"].choices if c.correct).explanation
-    assert "DP attention" in tp8 and "複製" in tp8
+    assert "DP Attention" in tp8 and "複製" in tp8
