@@ -1,11 +1,12 @@
 # 2つのコマンドで始める:  make lab (講座を開く) / make test (全テスト)
 # どちらも、必要なら .venv を作って requirements.txt の固定バージョンを入れる。
+# make update: 新しい章を git pull で取得する / make reset-copy NB=labs/...ipynb: 1冊を元の版に戻す
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test setup clean
+.PHONY: lab test setup update reset-copy clean
 
 setup: $(STAMP)
 
@@ -16,13 +17,26 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --no-deps -e .
 	touch $(STAMP)
 
-# リポジトリ全体をルートにして (lessons・labs・quizzes を行き来できる) コースガイドを開く。
+# 受講者はノートブックの作業用コピー (work/、git の対象外) で作業する。まだコピーのないノートブックだけを
+# コピーし (既存のコピーは上書きしない)、リポジトリ全体をルートにしてコースガイドのコピーを開く。
+# 元のノートブックを実行・保存しないので、git pull が「ローカルの変更」で止まらない (course/workspace.py)。
 # root (Docker や一部のクラウド環境) では JupyterLab が --allow-root を求める
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
 lab: $(STAMP)
+	$(BIN)/python -m course.workspace sync
 	$(BIN)/python -m jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=. \
-		--LabApp.default_url=/lab/tree/lessons/00_course_guide.ipynb
+		--LabApp.default_url=/lab/tree/work/lessons/00_course_guide.ipynb
+
+# 元のノートブックの変更を work/ に保存して戻し、git pull --ff-only、新しい章を work/ にコピーする。
+# requirements.txt が変わっていれば、続く $(MAKE) setup が入れ直す。
+update: $(STAMP)
+	$(BIN)/python -m course.workspace update
+	$(MAKE) setup
+
+# 1冊の作業用コピーを元の版で置き換える (古いコピーは work/backups/ へ)。例: make reset-copy NB=labs/01_prefill_decode_lab.ipynb
+reset-copy: $(STAMP)
+	$(BIN)/python -m course.workspace reset $(NB)
 
 # COURSE_QUICK=1: ラボの掃引を小さくする (CI でも手元でも同じコマンド)
 test: $(STAMP)

@@ -66,3 +66,14 @@ def hf_greedy(folder, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                          do_sample=False, eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt_ids):].tolist()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say plainly at the end of `make test` when the real-browser test (tests/test_browser.py) was skipped."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "test_browser.py" in r.nodeid]
+    if skipped:
+        reason = skipped[0].longrepr[2] if isinstance(skipped[0].longrepr, tuple) else str(skipped[0].longrepr)
+        terminalreporter.write_sep("=", f"ブラウザテストをスキップしました / browser test SKIPPED ({len(skipped)})",
+                                   yellow=True, bold=True)
+        terminalreporter.write_line(reason.removeprefix("Skipped: "))
+        terminalreporter.write_line("Chromium を入れると実行されます（Debian/Ubuntu: apt-get install chromium）。")

@@ -45,7 +45,8 @@ def test_engine_is_small_enough_to_read():
 
 def test_make_lab_serves_the_whole_course(tmp_path):
     """`make lab`'s JupyterLab command serves the repository root (lessons, labs, quizzes) and opens the
-    course guide. Started on a free loopback port, polled for at most 60 s, then stopped."""
+    learner's copy of the course guide (work/, course/workspace.py). Started on a free loopback port, polled
+    for at most 60 s, then stopped."""
     import json
     import os
     import signal
@@ -58,7 +59,7 @@ def test_make_lab_serves_the_whole_course(tmp_path):
     dry = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     line = next(l for l in dry.stdout.replace("\\\n", " ").splitlines() if "jupyter lab" in l)
     args = line.split()[3:]                                         # after ".venv/bin/python -m jupyter"
-    assert "--LabApp.default_url=/lab/tree/lessons/00_course_guide.ipynb" in args
+    assert "--LabApp.default_url=/lab/tree/work/lessons/00_course_guide.ipynb" in args   # the learner's copy
     with socket.socket() as sock:                                   # a free loopback port
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
