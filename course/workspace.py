@@ -260,7 +260,8 @@ def main(argv=None) -> int:
         elif args.cmd == "status":
             existing = [rel for rel in course_notebooks(root) if (work / rel).exists()]
             print(f"作業用コピー: {len(existing)} / {len(course_notebooks(root))} 冊（{work}）")
-            for rel in modified_tracked(root):
+            in_git = _git(root, "rev-parse", "--is-inside-work-tree").returncode == 0
+            for rel in modified_tracked(root) if in_git else []:
                 print(f"  注意: 元のファイル {rel} が変更されています（make update で work/ に保存してから戻します）")
         elif args.cmd == "update":
             saved, git_out, result = update(root, work)
