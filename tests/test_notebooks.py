@@ -1,4 +1,5 @@
 """Every tracked notebook reads well before it runs: no widget views, no raw widget reprs (course/notebooks.py)."""
+import re
 from pathlib import Path
 
 import nbformat
@@ -46,3 +47,19 @@ def test_strip_widget_views_keeps_static_outputs():
     assert "widgets" not in nb.metadata
     assert cell.outputs[0]["data"] == {"text/html": placeholder_html(PANEL_PLACEHOLDER), "text/plain": PANEL_PLACEHOLDER}
     assert cell.outputs[1]["data"]["image/png"] == "iVBOR"
+
+
+CURRENCY_DOLLAR = re.compile(r"(?<![\\$])\$(?=[/\d])")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_currency_dollars_are_escaped_in_markdown(path):
+    """JupyterLab reads `$...$` in Markdown as math: "$1.48 ... $2.62" would be typeset as one formula.
+    Currency is written `\\$` (shown as $ in JupyterLab and on GitHub); `$n$` and `$$...$$` stay math."""
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        for line in cell.source.splitlines():
+            if not line.strip().startswith("$$"):
+                assert not CURRENCY_DOLLAR.search(line), f"cell {i}: write currency as \\$: {line[:80]!r}"
