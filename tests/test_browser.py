@@ -36,6 +36,13 @@ LABS = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("labs/*.ipynb"))
 QUIZZES = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("quizzes/*.ipynb"))
 RAW_REPRS = ("HBox(children", "VBox(children", "IntSlider(value", "Button(description")
 PLACEHOLDER = "このセルを実行すると"
+SCREENSHOTS = os.environ.get("BROWSER_SCREENSHOTS")   # a folder: save what the learner saw (for review)
+
+
+def screenshot(page, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
 
 
 def _require_browser():
@@ -259,6 +266,7 @@ def test_lab_in_browser(page, rel):
         arg=[readout.element_handle(), before, rows], timeout=RUN_TIMEOUT_MS, polling=500)
     cells = [c.strip() for c in history.locator("tr").last.locator("td, th").all_text_contents()]
     assert str(new) in cells, f"the new run's row shows prompt length {new}: {cells}"
+    screenshot(page, Path(rel).stem)
 
 
 @pytest.mark.parametrize("rel", QUIZZES)
@@ -283,6 +291,7 @@ def test_quiz_in_browser(page, rel):
     page.wait_for_function("([f, s, before]) => f.textContent.trim() !== '' && s.textContent !== before",
                            arg=[feedback.element_handle(), score.element_handle(), before])
     assert re.search("正解|不正解", feedback.text_content())
+    screenshot(page, Path(rel).stem)
 
 
 def test_ci_installs_chromium_and_never_skips():
