@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,9 @@ FOLDERS = ("lessons", "labs", "quizzes")
 WORK_DIR = "work"
 BACKUP_DIR = "backups"
 MANIFEST = ".course-sync.json"      # which tracked version each copy was made from (sha256)
+# Folders the notebooks link into (``../course/TERMS.md``, ``../minimal_engine/attention.py``): ``work/`` gets a
+# symbolic link to each, so the same relative links work from the copies as from the originals.
+LINKED = ("course", "minimal_engine", "benchmarks")
 
 
 class WorkspaceError(RuntimeError):
@@ -110,7 +114,20 @@ def sync(root: Path, work: Path | None = None) -> SyncResult:
                              not in originals)
     if result.copied or result.refreshed:
         _write_manifest(work, manifest)
+    _link_folders(root, work)
     return result
+
+
+def _link_folders(root: Path, work: Path) -> None:
+    """``work/course`` -> ``../course`` etc. (relative, so the checkout can move). Where the system refuses
+    symbolic links (Windows without developer mode) the links to code are missing, nothing else breaks."""
+    for name in LINKED:
+        link, target = work / name, root / name
+        if target.is_dir() and not link.exists() and not link.is_symlink():
+            try:
+                link.symlink_to(os.path.relpath(target, work), target_is_directory=True)
+            except OSError:
+                pass
 
 
 def _stamp() -> str:

@@ -182,3 +182,23 @@ def test_course_and_quiz_banks_load_from_a_copy_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run([sys.executable, "-c", code, *banks], cwd=folder, capture_output=True, text=True, env=env)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_every_relative_link_resolves_from_originals_and_from_copies(tmp_path):
+    """Links such as ../course/TERMS.md or ../labs/x.ipynb work in the tracked notebooks (GitHub) and in the
+    learner's copies under work/ (JupyterLab), which get symbolic links to the code folders."""
+    import re
+    work = tmp_path / "work"
+    workspace.sync(ROOT, work)
+    link = re.compile(r"\]\((?!https?:|#|mailto:)([^)\s]+)\)")
+    checked = 0
+    for rel in workspace.course_notebooks(ROOT):
+        cells = json.loads((ROOT / rel).read_text(encoding="utf-8"))["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        for target in link.findall(text):
+            target = target.split("#")[0]
+            for base in (ROOT, work):
+                assert (base / rel).parent.joinpath(target).exists(), f"{rel}: link {target} is broken under {base}"
+            checked += 1
+    assert checked > 0
+    assert (work / "course").is_symlink() and (work / "course" / "TERMS.md").is_file()
