@@ -6,7 +6,9 @@ request's context is a gather of whole rows (2 KB each for 16 x 64 bf16), severa
 gathering token by token. `ForwardBatch` says where things are, so the model needs no hidden global state:
   * tokens of the step are laid out decode tokens first (one per request), then prefill chunks;
   * `slot_mapping[t]` is the pool slot where token t's K and V go;
-  * decode requests attend over their whole cached context at once (padded to the longest, masked);
+  * decode requests attend over their whole cached context at once: either gathered here (padded to the
+    longest, masked; the CPU default) or read in place through their block tables (attention_paged.py; the
+    CUDA default and what CUDA graphs use), chosen by which fields of ForwardBatch the runner fills;
   * each prefill chunk attends causally over its own context (earlier chunks come from the pool).
 """
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from .attention_paged import paged_decode_attention
 
 
 @dataclass
@@ -41,6 +45,8 @@ class ForwardBatch:
     prefills: list[PrefillChunk]
     logits_indices: torch.Tensor        # [S] rows whose next-token logits are needed
     block_size: int
+    decode_block_tables: torch.Tensor | None = None  # [D, W] int32: set = decode attention reads blocks in place
+    decode_context_lens: torch.Tensor | None = None  # [D] int32 context length (0 = a padding row)
 
 
 def gather_blocks(cache: torch.Tensor, rows: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -65,7 +71,10 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     parts = []                                                          # outputs, in the order of the rows
     d = batch.num_decodes
-    if d:
+    if d and batch.decode_block_tables is not None:   # in place, through the block tables (attention_paged.py)
+        parts.append(paged_decode_attention(q[:d], k_cache, v_cache, batch.decode_block_tables,
+                                            batch.decode_context_lens, scale, bs))
+    elif d:
         # One query row per request: plain batched matmuls with batch = (request, KV head) and the G query
         # heads of a KV head as the rows. (On the CPU, SDPA with a mask and one query row was ~10x slower
         # at batch 32.) The gather lays the context out as [D*KVH, L, Dh], and q[:d] viewed as [D*KVH, G, Dh]

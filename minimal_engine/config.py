@@ -2,7 +2,9 @@
 
 ModelConfig is read from a Hugging Face `config.json`; EngineConfig holds the knobs a user passes to
 `LLM(...)`. Both check their values when they are built, so a bad setting fails early with a message
-that says what is allowed.
+that says what is allowed. A config.json that asks for something this engine does not compute (an MLP
+bias, an activation other than SiLU) is refused with the field's name rather than loaded and run wrong;
+a sliding attention window is kept in `sliding_window` and LLM refuses a max_model_len beyond it.
 """
 from __future__ import annotations
 
@@ -17,6 +19,46 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
 }
+
+
+def check_supported(cfg: dict) -> None:
+    """Refuse config.json fields whose values this engine does not implement (it would compute other tokens)."""
+    act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
+    if act not in ("silu", "swish"):
+        raise ValueError(f"config.json: hidden_act={act!r} is not supported: this engine's MLP is SwiGLU (SiLU) only")
+    if cfg.get("mlp_bias"):
+        raise ValueError("config.json: mlp_bias=true is not supported: this engine's MLP has no bias terms")
+
+
+def active_sliding_window(cfg: dict) -> int | None:
+    """The attention window if any layer uses one (Mistral's sliding_window; Qwen2/3 when use_sliding_window
+    and a layer is at or beyond max_window_layers; any 'sliding_attention' in layer_types), else None."""
+    window = cfg.get("sliding_window")
+    if not window:
+        return None
+    if "sliding_attention" in (cfg.get("layer_types") or []):
+        return window
+    if "use_sliding_window" in cfg:          # Qwen2 / Qwen3: off unless asked for
+        layers = cfg.get("num_hidden_layers", 0)
+        return window if cfg["use_sliding_window"] and cfg.get("max_window_layers", 0) < layers else None
+    if cfg.get("layer_types"):               # every layer listed as full attention
+        return None
+    return window                            # Mistral: sliding_window set means every layer slides
+
+
+def generation_eos(path: Path) -> list[int]:
+    """Extra EOS ids from generation_config.json (as vLLM reads them): e.g. Llama 3 Instruct's <|eot_id|>."""
+    f = path / "generation_config.json"
+    if not f.is_file():
+        return []
+    try:
+        eos = json.loads(f.read_text(encoding="utf-8")).get("eos_token_id")
+    except (json.JSONDecodeError, AttributeError):
+        raise ValueError(f"{f} is not a valid JSON object") from None
+    eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in eos):
+        raise ValueError(f"{f}: eos_token_id must be an integer or a list of integers, got {eos!r}")
+    return eos
 
 
 @dataclass
@@ -42,6 +84,7 @@ class ModelConfig:
     bos_token_id: int | None = None
     torch_dtype: str | None = None
     synthetic: bool = False           # random weights of a named shape (synthetic.py): no EOS token
+    sliding_window: int | None = None  # an active sliding attention window (Mistral, Qwen2 with use_sliding_window)
 
     @classmethod
     def from_dict(cls, cfg: dict) -> "ModelConfig":
@@ -52,6 +95,7 @@ class ModelConfig:
                 f"unsupported architecture {archs or cfg.get('model_type')!r}: this engine runs "
                 f"{', '.join(sorted(SUPPORTED_ARCHITECTURES))}")
         variant = SUPPORTED_ARCHITECTURES[arch]
+        check_supported(cfg)
         num_heads = cfg["num_attention_heads"]
         head_dim = cfg.get("head_dim") or cfg["hidden_size"] // num_heads
         eos = cfg.get("eos_token_id")
@@ -84,6 +128,7 @@ class ModelConfig:
             eos_token_ids=eos,
             bos_token_id=cfg.get("bos_token_id"),
             torch_dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
+            sliding_window=active_sliding_window(cfg),
         )
 
     @classmethod
@@ -98,7 +143,9 @@ class ModelConfig:
             cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise ValueError(f"{cfg_file} is not valid JSON: {e}") from None
-        return cls.from_dict(cfg)
+        mc = cls.from_dict(cfg)
+        mc.eos_token_ids = mc.eos_token_ids + [t for t in generation_eos(path) if t not in mc.eos_token_ids]
+        return mc
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """K and V for every layer: 2 x layers x kv_heads x head_dim x bytes."""
@@ -115,6 +162,7 @@ class EngineConfig:
     max_num_seqs: int = 64            # at most this many requests in one step
     max_num_batched_tokens: int = 2048  # at most this many tokens (prefill + decode) in one step
     max_model_len: int | None = None  # prompt + output limit; None: the model's max positions
+    cuda_graphs: bool | None = None   # decode steps as CUDA graphs; None: on for CUDA, off elsewhere (cuda_graphs.py)
 
     def __post_init__(self):
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -125,3 +173,5 @@ class EngineConfig:
             raise ValueError(f"num_kv_blocks must be a positive integer or None, got {self.num_kv_blocks!r}")
         if self.max_model_len is not None and (not isinstance(self.max_model_len, int) or self.max_model_len < 2):
             raise ValueError(f"max_model_len must be an integer >= 2 or None, got {self.max_model_len!r}")
+        if self.cuda_graphs not in (None, True, False):
+            raise ValueError(f"cuda_graphs must be None (auto), True or False, got {self.cuda_graphs!r}")

@@ -1,8 +1,14 @@
 """ModelRunner: owns the model and the KV pool; turns a SchedulerOutput into tensors, runs one forward
 pass and samples the next tokens.
 
-The KV pool is allocated once: for each layer a K and a V tensor of [kv_heads, num_blocks * block_size,
-head_dim] (layout: attention.py). Each step only writes into it; nothing grows.
+The KV pool is allocated once: for each layer a K and a V tensor of [kv_heads, (num_blocks + 1) * block_size,
+head_dim] (layout: attention.py). Each step only writes into it; nothing grows. The one block past num_blocks
+belongs to no request: padding rows of a CUDA-graph step write their K/V there (cuda_graphs.py).
+
+Decode attention: on CUDA it reads each request's blocks in place through block tables (attention_paged.py),
+and decode-only steps replay CUDA graphs (`cuda_graphs`: None = on for CUDA, off elsewhere; True on the CPU
+runs the same static-buffer path without capturing, for tests). On the CPU the default gathers the context
+(attention.py), the faster option there.
 """
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import torch
 
 from .attention import ForwardBatch, PrefillChunk
 from .config import EngineConfig
+from .cuda_graphs import DecodeGraphs
 from .sampler import sample
 from .scheduler import SchedulerOutput
 
@@ -45,15 +52,36 @@ class ModelRunner:
         self.block_size = config.block_size
         self.packed_linears = pack_linear_weights(model)
         self.num_blocks = num_blocks
-        slots = num_blocks * config.block_size
+        self.pool_blocks = num_blocks + 1              # + the scratch block (no request ever owns it)
+        slots = self.pool_blocks * config.block_size
         self.kv_caches = [   # per layer (K, V), each [kv_heads, slots, head_dim]: see attention.py
             (torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device),
              torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device))
             for _ in range(cfg.num_layers)]
+        self.paged_decode = device.type == "cuda"      # decode attention through block tables, in place
+        self.set_cuda_graphs(getattr(config, "cuda_graphs", None))
+
+    def set_cuda_graphs(self, enabled: bool | None) -> None:
+        """None: CUDA graphs on CUDA, off elsewhere. True on the CPU: the static-buffer path, not captured."""
+        if enabled is None:
+            enabled = self.device.type == "cuda"
+        self.graphs = None
+        if enabled:
+            bs = self.block_size
+            max_len = self.config.max_model_len or self.num_blocks * bs
+            self.graphs = DecodeGraphs(self.model, self.kv_caches, self.config.max_num_seqs,
+                                       min(-(-max_len // bs), self.num_blocks), bs,
+                                       scratch_slot=self.num_blocks * bs, device=self.device,
+                                       capture=self.device.type == "cuda")
 
     @property
     def kv_cache_bytes(self) -> int:
         return sum(k.numel() * k.element_size() * 2 for k, _ in self.kv_caches)
+
+    def decode_row(self, s) -> tuple:
+        """(token, position, slot, block table, context length) of a one-token step of a request."""
+        seq, pos, bs = s.seq, s.start, self.block_size
+        return seq.token_ids[pos], pos, seq.block_table[pos // bs] * bs + pos % bs, seq.block_table, pos + 1
 
     def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, ForwardBatch]:
         """Lay out the step: decode tokens first, then prefill chunks; build positions and slots."""
@@ -78,11 +106,16 @@ class ModelRunner:
 
         def block_rows(tables: list[list[int]]) -> torch.Tensor:
             """Rows of the pool's [KVH * num_blocks, block_size * Dh] view, ordered (request, KV head, block)."""
-            heads = torch.arange(kv_heads, device=dev)[None, :, None] * self.num_blocks     # [1, KVH, 1]
+            heads = torch.arange(kv_heads, device=dev)[None, :, None] * self.pool_blocks    # [1, KVH, 1]
             return (heads + tensor(tables)[:, None, :]).flatten()
 
-        decode_rows = decode_padding = None
-        if decodes:
+        decode_rows = decode_padding = tables = lens = None
+        if decodes and self.paged_decode:             # block tables, read in place (attention_paged.py)
+            width = max(len(s.seq.block_table) for s in decodes)
+            tables = torch.tensor([s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in decodes],
+                                  dtype=torch.int32, device=dev)
+            lens = torch.tensor([s.start + 1 for s in decodes], dtype=torch.int32, device=dev)
+        elif decodes:
             width = max(len(s.seq.block_table) for s in decodes)
             decode_rows = block_rows([s.seq.block_table + [0] * (width - len(s.seq.block_table))
                                       for s in decodes])                    # [D * KVH * width]
@@ -95,14 +128,21 @@ class ModelRunner:
             row += s.num_tokens
         batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
                              decode_rows=decode_rows, decode_padding=decode_padding, prefills=chunks,
-                             logits_indices=tensor(logits_rows), block_size=bs)
+                             logits_indices=tensor(logits_rows), block_size=bs,
+                             decode_block_tables=tables, decode_context_lens=lens)
         return tensor(input_ids), batch, decodes + prefills
 
     @torch.inference_mode()
     def run(self, out: SchedulerOutput) -> dict:
         """One forward pass; returns {sequence: sampled token} for the requests that sample this step."""
-        input_ids, batch, order = self.prepare(out)
-        logits = self.model(input_ids, batch, self.kv_caches)
+        steps = out.scheduled
+        if self.graphs is not None and all(s.num_tokens == 1 for s in steps) and self.graphs.fits(len(steps)):
+            logits = self.graphs.run([self.decode_row(s) for s in steps])   # one row per request
+            logits = logits[[i for i, s in enumerate(steps) if s.samples]]
+            order = steps
+        else:
+            input_ids, batch, order = self.prepare(out)
+            logits = self.model(input_ids, batch, self.kv_caches)
         samplers = [s.seq for s in order if s.samples]
         if not samplers:
             return {}
