@@ -71,6 +71,8 @@ from minimal_engine import calculators
 QUIZ_DIR = Path(__file__).resolve().parent.parent / "quizzes"
 KINDS = ("single", "multiple", "numeric", "open")
 BYTE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}   # calculators return bytes
+FLOP_UNITS = {"FLOPs": 1, "MFLOPs": 1e6, "GFLOPs": 1e9, "TFLOPs": 1e12}   # calculators return FLOPs
+SCALED_UNITS = {**BYTE_UNITS, **FLOP_UNITS}   # a question in one of these: the calculator's value is divided
 DEFAULT_REL_TOLERANCE = 0.01
 
 
@@ -199,7 +201,7 @@ def _parse_question(raw: dict, where: str) -> Question:
         q.unit = str(raw.get("unit", ""))
         if find_unit(q.unit) is None:
             raise ValueError(f"{qid}: unknown unit {q.unit!r}; add it to course.quiz_numbers.UNITS")
-        q.answer = value / BYTE_UNITS[q.unit] if q.unit in BYTE_UNITS else float(value)
+        q.answer = float(value) / SCALED_UNITS.get(q.unit, 1)
         tol = raw.get("tolerance") or {}
         q.abs_tol = float(tol.get("abs", 0))
         q.rel_tol = float(tol.get("rel", 0 if "abs" in tol else DEFAULT_REL_TOLERANCE))

@@ -14,6 +14,8 @@ and an SLO; its ``answer_from`` names one of :data:`FIGURE_FUNCS`, called as ``f
   (concurrency x 1000 / TPOT), not typed.
 - ``timeline``: per request ``arrival_s`` and ``token_s`` (the times its tokens came out), optional
   ``prompt_tokens``; TTFT is ``token_s[0] - arrival_s``.
+- ``steps`` (chapter 3): decode step time against position with and without the KV cache, ``position``,
+  ``cached_ms`` and ``no_cache_ms``; no SLO. ``no_cache_step_ratio`` reads both lines at one position.
 
 :func:`render_png` draws the figure (Japanese labels, ``course.plots.setup_japanese_font``).
 """
@@ -46,7 +48,14 @@ def requests_over_slo(data: dict, slo: dict) -> list[int]:
     return [i + 1 for i, t in enumerate(ttft_s(data)) if t > slo["ttft_s"] + 1e-9]
 
 
-FIGURE_FUNCS = {"max_concurrency_meeting_slo": max_concurrency_meeting_slo,
+def no_cache_step_ratio(data: dict, slo: dict | None = None, position: int | None = None) -> float:
+    """How many times longer the no-cache step is than the cached one at ``position`` (default: the last)."""
+    i = -1 if position is None else list(data["position"]).index(position)
+    return data["no_cache_ms"][i] / data["cached_ms"][i]
+
+
+FIGURE_FUNCS = {"no_cache_step_ratio": no_cache_step_ratio,
+                "max_concurrency_meeting_slo": max_concurrency_meeting_slo,
                 "requests_over_slo": requests_over_slo}
 
 
@@ -58,10 +67,19 @@ def _same_lengths(data: dict, keys, where: str) -> None:
 
 def validate_figure(figure: dict, where: str) -> dict:
     """Check a ``figure`` block (kind, data lists, SLO metrics); returns it."""
-    kinds = ("sweep", "timeline")
+    kinds = ("sweep", "timeline", "steps")
     if not isinstance(figure, dict) or figure.get("kind") not in kinds:
         raise ValueError(f"{where}: figure.kind must be one of {kinds}")
     data, slo = figure.get("data") or {}, figure.get("slo") or {}
+    if figure["kind"] == "steps":
+        missing = [k for k in ("position", "cached_ms", "no_cache_ms") if k not in data]
+        if missing:
+            raise ValueError(f"{where}: a steps figure needs data {missing}")
+        _same_lengths(data, ("position", "cached_ms", "no_cache_ms"), where)
+        if min(data["cached_ms"]) <= 0 or list(data["position"]) != sorted(set(data["position"])):
+            raise ValueError(f"{where}: steps need increasing positions and step times > 0")
+        figure.setdefault("slo", {})
+        return figure
     need = ("concurrency", "tpot_ms") if figure["kind"] == "sweep" else ("arrival_s", "token_s")
     missing = [k for k in need if k not in data]
     if missing or not slo:
@@ -160,6 +178,23 @@ def _draw_timeline(fig, figure: dict) -> None:
     fig.legend(loc="outside lower center", fontsize=8, ncol=4)
 
 
+def _draw_steps(fig, figure: dict) -> None:
+    data = figure["data"]
+    ax = fig.subplots()
+    ax.plot(data["position"], data["no_cache_ms"], "o-", color="tab:red", label="KV キャッシュなし（毎回すべて計算し直す）")
+    ax.plot(data["position"], data["cached_ms"], "s-", color="tab:blue", label="KV キャッシュあり")
+    for key, color in (("no_cache_ms", "tab:red"), ("cached_ms", "tab:blue")):
+        for x, y in zip(data["position"], data[key]):
+            ax.annotate(_fmt(y), (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8,
+                        color=color)
+    ax.set_xticks(list(data["position"]))
+    ax.set_xlabel("位置（そのステップの文脈のトークン数）")
+    ax.set_ylabel("1ステップの時間 [ms]")
+    ax.set_ylim(0, max(data["no_cache_ms"]) * 1.2)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+
+
 def render_png(figure: dict, dpi: int = 100) -> bytes:
     """The figure of a question as PNG bytes (no pyplot state, so nothing else shows in the notebook)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -171,7 +206,7 @@ def render_png(figure: dict, dpi: int = 100) -> bytes:
     wide = figure["kind"] == "sweep"
     fig = Figure(figsize=(9, 3.4) if wide else (8, 3.8), layout="constrained")
     FigureCanvasAgg(fig)
-    (_draw_sweep if wide else _draw_timeline)(fig, figure)
+    {"sweep": _draw_sweep, "timeline": _draw_timeline, "steps": _draw_steps}[figure["kind"]](fig, figure)
     if figure.get("title"):
         fig.suptitle(figure["title"], fontsize=11)
     buf = io.BytesIO()

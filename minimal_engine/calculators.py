@@ -15,6 +15,7 @@ Sections (the tables they use, with sources, are in ``minimal_engine.specs``)
 3. Latency metrics: TPOT <-> tok/s/user.
 4. Output vs total tokens: output_share and the tok/s conversions.
 5. Economics: $/M tokens, J/token, pJ/token (InferenceX's formulas).
+6. One token's work: FLOPs per token, KV bytes written per step, generation with / without a KV cache.
 
 "Output" vs "total" tokens
 --------------------------
@@ -48,6 +49,8 @@ __all__ = [
     "usd_per_million_tokens", "joules_per_token", "picojoules_per_token",
     "joules_to_picojoules", "gpu_hour_price", "inferencex_economics",
     "cost_per_million_tokens", "energy_per_token",
+    "attention_flops_per_token", "flops_per_token", "kv_bytes_written_per_step", "generation_flops",
+    "no_cache_work_ratio",
 ]
 
 
@@ -322,3 +325,57 @@ def inferencex_economics(gpu: str | GpuCost, total_tok_s_per_gpu: float, tier: s
         out["usd_per_m_output_tokens"] = usd_per_million_tokens(price, output_tok_s)
         out["j_per_output_token"] = joules_per_token(cost.all_in_kw, output_tok_s)
     return out
+
+# ------------------------------------------- 6. one token's work and the KV cache (chapter 3)
+def attention_flops_per_token(layers: int, heads: int, head_dim: int, context_len: int) -> int:
+    """Attention FLOPs of one query token over ``context_len`` cached tokens, all layers.
+
+    ``4 x layers x heads x head_dim x context_len``: per (query head, cached token) a dot product q.k and a
+    weighted sum of v, each head_dim multiply-adds (2 FLOPs each). The same term as in
+    ``minimal_engine.roofline.step_cost`` (query heads, not KV heads: GQA shares K/V, not the work).
+    """
+    for value, what in ((layers, "layers"), (heads, "heads"), (head_dim, "head_dim")):
+        _check_positive(value, what)
+    _check_positive(context_len, "context_len", allow_zero=True)
+    return 4 * layers * heads * head_dim * int(context_len)
+
+
+def flops_per_token(model: str | ModelShape, context_len: int) -> float:
+    """FLOPs of one decode token: ``2 x params`` (one multiply-add per weight) plus the attention term.
+
+    Llama 3.1 8B at a context of 8,192: 2 x 8.03e9 + 4 x 32 x 32 x 128 x 8,192 = 16.06e9 + 4.29e9.
+    ``params`` counts the embedding table too (a lookup, no FLOPs), so this rounds up slightly.
+    """
+    s = get_model_shape(model)
+    return 2 * s.params + attention_flops_per_token(s.layers, s.heads, s.head_dim, context_len)
+
+
+def kv_bytes_written_per_step(model: str | ModelShape, batch: int = 1, dtype: str | float = "bf16") -> int:
+    """KV bytes one decode step writes: one new token's K and V per request (``batch`` requests)."""
+    _check_positive(batch, "batch")
+    return kv_bytes_per_token(model, dtype) * int(batch)
+
+
+def generation_flops(model: str | ModelShape, prompt_len: int, output_len: int, kv_cache: bool = True) -> float:
+    """FLOPs to generate ``output_len`` tokens after a ``prompt_len`` prompt, with or without a KV cache.
+
+    With the cache each position is computed once: the prompt, then ``output_len - 1`` new tokens (the last
+    token is never fed back). Without it, step ``i`` recomputes all ``prompt_len + i`` positions. A position
+    ``p`` costs ``flops_per_token(model, p + 1)`` (it attends to itself and everything before it).
+    """
+    _check_positive(prompt_len, "prompt_len")
+    _check_positive(output_len, "output_len")
+    s = get_model_shape(model)
+    a = attention_flops_per_token(s.layers, s.heads, s.head_dim, 1)
+
+    def prefix(n: int) -> float:                 # positions 0 .. n-1: sum of 2 x params + a x (p + 1)
+        return 2 * s.params * n + a * n * (n + 1) // 2
+
+    if kv_cache:
+        return prefix(prompt_len + output_len - 1)
+    return sum(prefix(prompt_len + i) for i in range(int(output_len)))
+
+
+def no_cache_work_ratio(model: str | ModelShape, prompt_len: int, output_len: int) -> float:
+    """How many times more FLOPs generation takes without a KV cache than with it."""
+    return generation_flops(model, prompt_len, output_len, False) / generation_flops(model, prompt_len, output_len)

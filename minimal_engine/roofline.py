@@ -87,7 +87,9 @@ def step_cost(cfg: ModelConfig, dtype_bytes: int, decode_contexts=(), prefill_le
 
     decode_contexts: for each decoding request, its context length (tokens in the cache after this step).
     prefill_lens:    for each request prefilled in this step, its whole prompt length (no cached prefix).
-    Returns flops, weight_bytes, kv_bytes, bytes, and with a machine: t_compute, t_memory, t_bound (seconds).
+    Returns tokens, flops, weight_bytes, kv_read_bytes, kv_write_bytes, kv_bytes (read + written), bytes,
+    intensity (flops / bytes), and with a machine: t_compute, t_memory, t_bound (seconds) and bound
+    ("memory" or "compute": which one is larger).
     """
     w = weight_counts(cfg)
     kv_tok = cfg.kv_bytes_per_token(dtype_bytes)
@@ -98,15 +100,35 @@ def step_cost(cfg: ModelConfig, dtype_bytes: int, decode_contexts=(), prefill_le
     attn_pairs = sum(d) + sum(n * (n + 1) // 2 for n in p)   # (query, key) pairs, causal
     flops = 2 * w["layers"] * tokens + 4 * qk * cfg.num_layers * attn_pairs + 2 * w["lm_head"] * rows
     weight_bytes = (w["layers"] + w["norms"] + w["lm_head"]) * dtype_bytes + tokens * cfg.hidden_size * dtype_bytes
-    kv_bytes = (sum(d) + sum(p)) * kv_tok + tokens * kv_tok   # read the context once, write the new K/V
-    res = {"tokens": tokens, "flops": flops, "weight_bytes": weight_bytes, "kv_bytes": kv_bytes,
-           "bytes": weight_bytes + kv_bytes}
+    kv_read = (sum(d) + sum(p)) * kv_tok                     # read each request's context once
+    kv_write = tokens * kv_tok                               # write the new tokens' K and V
+    res = {"tokens": tokens, "flops": flops, "weight_bytes": weight_bytes, "kv_read_bytes": kv_read,
+           "kv_write_bytes": kv_write, "kv_bytes": kv_read + kv_write, "bytes": weight_bytes + kv_read + kv_write}
+    res["intensity"] = flops / res["bytes"]                  # FLOPs per byte (arithmetic intensity)
     if machine is not None:
         key = flops_key or ("flops_bf16" if dtype_bytes == 2 else "flops_fp32")
         res["t_compute"] = flops / machine[key]
         res["t_memory"] = res["bytes"] / machine["bandwidth"]
         res["t_bound"] = max(res["t_compute"], res["t_memory"])
+        res["bound"] = "compute" if res["t_compute"] > res["t_memory"] else "memory"
     return res
+
+
+def gpu_machine(gpu: str) -> dict:
+    """A GPU from the datasheet table (``minimal_engine.specs.GPU_SPECS``) as a machine for step_cost:
+    dense BF16 FLOP/s and HBM bandwidth. Only ``flops_bf16`` is set: predict BF16 steps (dtype_bytes=2)."""
+    from .roofline_calc import gpu_bandwidth, gpu_peak_flops
+    return {"name": gpu, "flops_bf16": gpu_peak_flops(gpu), "bandwidth": gpu_bandwidth(gpu), "datasheet": True}
+
+
+def ridge_point(machine: dict, flops_key: str = "flops_bf16") -> float:
+    """FLOPs per byte where the machine's roofline bends: peak FLOP/s / bandwidth."""
+    return machine[flops_key] / machine["bandwidth"]
+
+
+def attainable_flops(intensity: float, machine: dict, flops_key: str = "flops_bf16") -> float:
+    """The roof at an intensity: min(peak FLOP/s, intensity x bandwidth)."""
+    return min(machine[flops_key], intensity * machine["bandwidth"])
 
 
 def format_machine(m: dict) -> str:

@@ -44,6 +44,7 @@ class ModelShape:
     qk_rope_head_dim: int | None = None
     qk_nope_head_dim: int | None = None
     v_head_dim: int | None = None
+    active_params: float | None = None    # MoE: parameters one token uses (None: dense, all of them)
 
     def __post_init__(self):
         for field in ("layers", "heads", "kv_heads", "head_dim", "params"):
@@ -66,28 +67,46 @@ MODEL_SHAPES = {m.name: m for m in [
     ModelShape("Qwen3-0.6B", 28, 16, 8, 128, 0.6e9, _HF.format("Qwen/Qwen3-0.6B")),
     # MLA: kv_heads/head_dim describe the naive per-head layout (128 heads, V dim 128).
     ModelShape("DeepSeek R1", 61, 128, 128, 128, 671e9, _HF.format("deepseek-ai/DeepSeek-R1"),
-               kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
+               kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+               active_params=37e9),   # "671B total parameters with 37B activated for each token" (DeepSeek-V3 report)
+    # params counted from the config: 32 x (4 x 4096^2 + 3 x 4096 x 11008) + 2 x 32000 x 4096 + norms = 6,738,415,616
+    ModelShape("Llama 2 7B", 32, 32, 32, 128, 6_738_415_616, _HF.format("meta-llama/Llama-2-7b-hf")),
 ]}
 
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """HBM capacity (GB = 1e9 B) and bandwidth (TB/s) of one GPU, from its datasheet."""
+    """HBM capacity (GB = 1e9 B), bandwidth (TB/s) and dense BF16 matmul TFLOPS (no sparsity) of one GPU."""
 
     name: str
     memory_gb: float
     hbm_tb_s: float
     source: str
+    bf16_tflops: float | None = None
+    flops_source: str = ""
+
+
+# Dense BF16 TFLOPS (without sparsity), per GPU: SemiAnalysisAI/InferenceX-app packages/app/src/lib/gpu-specs.ts
+# (HEAD 77ca49a; "TFLOPS are dense... without sparsity"), as gathered in shared/reference/published_points.md §G.
+_DENSE = "InferenceX-app gpu-specs.ts (dense, no sparsity)"
 
 
 GPU_SPECS = {g.name: g for g in [
-    GpuSpec("H100", 80, 3.35, "NVIDIA H100 SXM datasheet, nvidia.com/en-us/data-center/h100/"),
-    GpuSpec("H200", 141, 4.8, "NVIDIA H200 SXM datasheet, nvidia.com/en-us/data-center/h200/"),
+    GpuSpec("H100", 80, 3.35, "NVIDIA H100 SXM datasheet, nvidia.com/en-us/data-center/h100/",
+            bf16_tflops=989, flops_source=_DENSE),
+    GpuSpec("H200", 141, 4.8, "NVIDIA H200 SXM datasheet, nvidia.com/en-us/data-center/h200/",
+            bf16_tflops=989, flops_source=_DENSE),
     GpuSpec("B200", 180, 8.0, "NVIDIA DGX B200 datasheet: 1,440 GB and 64 TB/s for 8 GPUs "
-            "(GTC 2024 announced 192 GB; drivers report 7.68 TB/s peak)"),
-    GpuSpec("GB200", 186, 8.0, "NVIDIA GB200 NVL72: 13.4 TB HBM3e and 576 TB/s for 72 GPUs"),
-    GpuSpec("MI300X", 192, 5.3, "AMD Instinct MI300X datasheet, amd.com"),
-    GpuSpec("MI355X", 288, 8.0, "AMD Instinct MI355X datasheet, amd.com"),
+            "(GTC 2024 announced 192 GB; drivers report 7.68 TB/s peak)",
+            bf16_tflops=2250, flops_source=_DENSE),
+    GpuSpec("GB200", 186, 8.0, "NVIDIA GB200 NVL72: 13.4 TB HBM3e and 576 TB/s for 72 GPUs",
+            bf16_tflops=2500, flops_source=_DENSE),
+    GpuSpec("MI300X", 192, 5.3, "AMD Instinct MI300X datasheet, amd.com",
+            bf16_tflops=1307, flops_source=_DENSE),
+    GpuSpec("MI355X", 288, 8.0, "AMD Instinct MI355X datasheet, amd.com",
+            bf16_tflops=2516, flops_source=_DENSE),
+    GpuSpec("A100", 80, 2.039, "NVIDIA A100 SXM 80GB datasheet (via glennklockwood.com/garden/processors/A100)",
+            bf16_tflops=312, flops_source=_DENSE + "; 624 with sparsity"),
 ]}
 
 

@@ -158,7 +158,7 @@ def test_price_table():
 # ------------------------------------------------------------------- errors
 @pytest.mark.parametrize("call, message", [
     (lambda: calc.get_model_shape("GPT-5"), "known models: course-125M, Llama 3.1 8B"),
-    (lambda: calc.get_gpu_spec("A100"), "known GPUs: H100, H200, B200"),
+    (lambda: calc.get_gpu_spec("V100"), "known GPUs: H100, H200, B200"),
     (lambda: calc.bytes_per_value("fp3"), "known dtypes: fp32, bf16"),
     (lambda: calc.gpu_hour_price("H100", "spot"), "known price tiers: hyperscaler, neocloud"),
     (lambda: calc.tpot_ms_from_tok_s_user(0), "tok_s_user must be > 0"),

@@ -32,7 +32,7 @@ def test_engine_is_small_enough_to_read():
     """Core engine (model files, training, benchmarks, server and calculators aside) under ~2,000 lines,
     and every engine file under ~300 lines."""
     pkg = ROOT / "minimal_engine"
-    aside = {"train.py", "model_card.py", "bench.py", "serve.py", "calculators.py", "roofline.py"}
+    aside = {"train.py", "model_card.py", "bench.py", "serve.py", "calculators.py", "roofline.py", "roofline_calc.py"}
     core = [f for f in pkg.glob("*.py") if f.name not in aside]
     total = sum(len(f.read_text().splitlines()) for f in core)
     assert total < 2000, total

@@ -68,7 +68,7 @@ def test_every_numeric_answer_is_recomputed_from_its_call(path):
         if q.kind == "numeric":
             value = (quiz.figure_answer(q.answer_from, q.figure) if q.figure
                      else quiz.compute_answer(q.answer_from))
-            assert q.answer == pytest.approx(value / quiz.BYTE_UNITS.get(q.unit, 1))
+            assert q.answer == pytest.approx(value / quiz.SCALED_UNITS.get(q.unit, 1))
 
 
 def test_numeric_tolerance_units_and_parsing():
