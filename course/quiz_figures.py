@@ -14,6 +14,9 @@ and an SLO; its ``answer_from`` names one of :data:`FIGURE_FUNCS`, called as ``f
   (concurrency x 1000 / TPOT), not typed.
 - ``timeline``: per request ``arrival_s`` and ``token_s`` (the times its tokens came out), optional
   ``prompt_tokens``; TTFT is ``token_s[0] - arrival_s``.
+- ``roofline`` (chapter 2): one roof, ``peak_tflops`` and ``bandwidth_tb_s``, and numbered points with
+  ``labels`` and ``intensity`` (FLOP/B); no SLO. ``compute_bound_points`` returns the numbers of the
+  points at or right of the ridge point (peak / bandwidth), ``roofline_ridge_point`` the ridge itself.
 - ``steps`` (chapter 3): decode step time against position with and without the KV cache, ``position``,
   ``cached_ms`` and ``no_cache_ms``; no SLO. ``no_cache_step_ratio`` reads both lines at one position.
 
@@ -48,6 +51,17 @@ def requests_over_slo(data: dict, slo: dict) -> list[int]:
     return [i + 1 for i, t in enumerate(ttft_s(data)) if t > slo["ttft_s"] + 1e-9]
 
 
+def roofline_ridge_point(data: dict, slo: dict | None = None) -> float:
+    """FLOPs per byte where the figure's roof bends: peak FLOP/s / bandwidth (TFLOPS / (TB/s))."""
+    return data["peak_tflops"] / data["bandwidth_tb_s"]
+
+
+def compute_bound_points(data: dict, slo: dict | None = None) -> list[int]:
+    """Numbers (1-based) of the roofline's points at or right of the ridge point: compute-bound."""
+    ridge = roofline_ridge_point(data)
+    return [i + 1 for i, x in enumerate(data["intensity"]) if x >= ridge]
+
+
 def no_cache_step_ratio(data: dict, slo: dict | None = None, position: int | None = None) -> float:
     """How many times longer the no-cache step is than the cached one at ``position`` (default: the last)."""
     i = -1 if position is None else list(data["position"]).index(position)
@@ -56,7 +70,8 @@ def no_cache_step_ratio(data: dict, slo: dict | None = None, position: int | Non
 
 FIGURE_FUNCS = {"no_cache_step_ratio": no_cache_step_ratio,
                 "max_concurrency_meeting_slo": max_concurrency_meeting_slo,
-                "requests_over_slo": requests_over_slo}
+                "requests_over_slo": requests_over_slo, "compute_bound_points": compute_bound_points,
+                "roofline_ridge_point": roofline_ridge_point}
 
 
 def _same_lengths(data: dict, keys, where: str) -> None:
@@ -67,10 +82,19 @@ def _same_lengths(data: dict, keys, where: str) -> None:
 
 def validate_figure(figure: dict, where: str) -> dict:
     """Check a ``figure`` block (kind, data lists, SLO metrics); returns it."""
-    kinds = ("sweep", "timeline", "steps")
+    kinds = ("sweep", "timeline", "roofline", "steps")
     if not isinstance(figure, dict) or figure.get("kind") not in kinds:
         raise ValueError(f"{where}: figure.kind must be one of {kinds}")
     data, slo = figure.get("data") or {}, figure.get("slo") or {}
+    if figure["kind"] == "roofline":
+        missing = [k for k in ("peak_tflops", "bandwidth_tb_s", "labels", "intensity") if k not in data]
+        if missing:
+            raise ValueError(f"{where}: a roofline figure needs data {missing}")
+        _same_lengths(data, ("labels", "intensity"), where)
+        if min(data["intensity"]) <= 0 or data["peak_tflops"] <= 0 or data["bandwidth_tb_s"] <= 0:
+            raise ValueError(f"{where}: roofline intensities, peak and bandwidth must be > 0")
+        figure.setdefault("slo", {})
+        return figure
     if figure["kind"] == "steps":
         missing = [k for k in ("position", "cached_ms", "no_cache_ms") if k not in data]
         if missing:
@@ -102,7 +126,7 @@ def figure_answer(answer_from: dict, figure: dict):
     name = answer_from.get("func")
     if name not in FIGURE_FUNCS:
         raise ValueError(f"unknown figure function {name!r}; known: {', '.join(FIGURE_FUNCS)}")
-    return FIGURE_FUNCS[name](figure["data"], figure["slo"], **(answer_from.get("args") or {}))
+    return FIGURE_FUNCS[name](figure["data"], figure.get("slo") or {}, **(answer_from.get("args") or {}))
 
 
 def _fmt(x: float) -> str:
@@ -111,7 +135,12 @@ def _fmt(x: float) -> str:
 
 def choice_fact(figure: dict, value) -> str:
     """What the data says about a choice's ``value`` (a request number, or a concurrency), in Japanese."""
-    data, slo = figure["data"], figure["slo"]
+    data, slo = figure["data"], figure.get("slo") or {}
+    if figure["kind"] == "roofline":
+        i, ridge = int(value) - 1, roofline_ridge_point(data)
+        x = data["intensity"][i]
+        side = "以上なので演算律速（compute-bound）" if x >= ridge else "より小さいので帯域律速（memory-bandwidth-bound）"
+        return f"点{value}（{data['labels'][i]}）: 演算強度 {_fmt(x)} FLOP/B はリッジポイント {ridge:.0f} FLOP/B {side}です。"
     if figure["kind"] == "timeline":
         i = int(value) - 1
         t = ttft_s(data)[i]
@@ -178,6 +207,27 @@ def _draw_timeline(fig, figure: dict) -> None:
     fig.legend(loc="outside lower center", fontsize=8, ncol=4)
 
 
+def _draw_roofline(fig, figure: dict) -> None:
+    data = figure["data"]
+    ax = fig.subplots()
+    peak, bw = data["peak_tflops"] * 1e12, data["bandwidth_tb_s"] * 1e12
+    xs = [10 ** (k / 20) for k in range(-20, 81)]                    # 0.1 .. 10,000 FLOP/B
+    ax.plot(xs, [min(peak, x * bw) for x in xs], color="black", linewidth=1.8, label="ルーフ（上限）")
+    ridge = peak / bw
+    ax.axvline(ridge, color="0.6", linestyle=":", linewidth=1)
+    ax.annotate("リッジポイント", (ridge, peak), xytext=(5, -14), textcoords="offset points", fontsize=8)
+    for i, x in enumerate(data["intensity"]):
+        y = min(peak, x * bw)
+        ax.plot([x], [y], "o", color="tab:blue", markersize=7)
+        ax.annotate(f"{i + 1}", (x, y), xytext=(-4, 7), textcoords="offset points", fontsize=10)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("演算強度 [FLOP/バイト]")
+    ax.set_ylabel("到達できる演算性能 [FLOP/s]")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+
+
 def _draw_steps(fig, figure: dict) -> None:
     data = figure["data"]
     ax = fig.subplots()
@@ -206,7 +256,8 @@ def render_png(figure: dict, dpi: int = 100) -> bytes:
     wide = figure["kind"] == "sweep"
     fig = Figure(figsize=(9, 3.4) if wide else (8, 3.8), layout="constrained")
     FigureCanvasAgg(fig)
-    {"sweep": _draw_sweep, "timeline": _draw_timeline, "steps": _draw_steps}[figure["kind"]](fig, figure)
+    {"sweep": _draw_sweep, "timeline": _draw_timeline, "roofline": _draw_roofline,
+     "steps": _draw_steps}[figure["kind"]](fig, figure)
     if figure.get("title"):
         fig.suptitle(figure["title"], fontsize=11)
     buf = io.BytesIO()

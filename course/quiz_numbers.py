@@ -71,6 +71,7 @@ UNITS: dict[str, Unit] = {
                           ("人", 1, "", ("人分", "ユーザー", "users", "user"))]),
     **_units("スループット", [("tok/s", 1, "トークン/秒", ("tokens/s", "token/s", "トークン毎秒"))]),
     **_units("1人あたりの速度", [("tok/s/user", 1, "トークン/秒/人", ("tok/s/人", "tokens/s/user"))]),
+    **_units("演算強度", [("FLOP/B", 1, "FLOP/バイト", ("flops/b", "flop/byte", "flops/byte", "flop/バイト"))]),
     **_units("演算量", [("FLOPs", 1, "", ("flop",)), ("MFLOPs", 1e6, "", ("mflop",)),
                       ("GFLOPs", 1e9, "", ("gflop",)), ("TFLOPs", 1e12, "", ("tflop",))]),
     **_units("倍率", [("倍", 1, "", ("x", "×", "times"))]),

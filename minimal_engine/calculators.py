@@ -52,6 +52,10 @@ __all__ = [
     "attention_flops_per_token", "flops_per_token", "kv_bytes_written_per_step", "generation_flops",
     "no_cache_work_ratio",
 ]
+# 7. roofline arithmetic (chapter 2): ridge points, intensities, TPOT bounds, in their own module
+from minimal_engine.roofline_calc import *  # noqa: E402,F401,F403
+from minimal_engine import roofline_calc as _roofline_calc  # noqa: E402
+__all__ += _roofline_calc.__all__
 
 
 # ------------------------------------------------------- 1. KV cache size
@@ -325,6 +329,7 @@ def inferencex_economics(gpu: str | GpuCost, total_tok_s_per_gpu: float, tier: s
         out["usd_per_m_output_tokens"] = usd_per_million_tokens(price, output_tok_s)
         out["j_per_output_token"] = joules_per_token(cost.all_in_kw, output_tok_s)
     return out
+
 
 # ------------------------------------------- 6. one token's work and the KV cache (chapter 3)
 def attention_flops_per_token(layers: int, heads: int, head_dim: int, context_len: int) -> int:
