@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test setup update reset-copy clean
+.PHONY: lab test setup update reset-copy clean gpu-check
 
 setup: $(STAMP)
 
@@ -43,6 +43,11 @@ test: $(STAMP)
 	COURSE_QUICK=1 $(BIN)/python -m pytest tests
 	COURSE_QUICK=1 $(BIN)/python -m pytest --nbval lessons quizzes
 	COURSE_QUICK=1 $(BIN)/python -m pytest --nbval-lax labs
+
+# GPU のあるマシンで 1 回だけ実行する確認 (venv 不要: そのマシンの python3 と torch を使う)。結果は OUT (既定 results/gpu_check) に
+# gpu_check.json と gpu_check.md として書かれる。GPU のないマシンでは --tiny 版が tests/test_gpu_check.py で動く
+gpu-check:
+	PYTHONPATH=. $(PYTHON) benchmarks/gpu_check.py --out $(if $(OUT),$(OUT),results/gpu_check)
 
 clean:
 	rm -rf $(VENV)

@@ -33,7 +33,7 @@ def hf_model_for(llm):
     built from the same config with our random weights copied in (loader.hf_state_dict splits qkv / gate_up)."""
     import transformers
     if llm.model_path is not None:
-        return transformers.AutoModelForCausalLM.from_pretrained(llm.model_path, dtype=llm.dtype).eval()
+        return transformers.AutoModelForCausalLM.from_pretrained(llm.model_path, dtype=llm.dtype).to(llm.device).eval()
     c = llm.model_config
     rope = dict(c.rope_scaling or {"rope_type": "default"}, rope_theta=c.rope_theta)
     cfg = getattr(transformers, HF_CONFIG[c.variant])(
@@ -42,7 +42,8 @@ def hf_model_for(llm):
         vocab_size=c.vocab_size, max_position_embeddings=c.max_position_embeddings, rms_norm_eps=c.rms_norm_eps,
         rope_parameters=rope, tie_word_embeddings=c.tie_word_embeddings, eos_token_id=None, bos_token_id=None,
         pad_token_id=0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=llm.dtype).eval()
+    with torch.device(llm.device):                # built where it runs (a GPU initialises 1B weights fast)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=llm.dtype).eval()
     missing, unexpected = model.load_state_dict(hf_state_dict(llm.engine.runner.model), strict=False)
     if [m for m in missing if not m.endswith("rotary_emb.inv_freq")] or unexpected:
         raise RuntimeError(f"weights do not line up with transformers: missing {missing[:3]}, extra {unexpected[:3]}")
@@ -78,7 +79,7 @@ def run_hf_static(model, requests: list[BenchRequest], batch_size: int, pad_toke
     clock_cls = type("StepClock", (_StepClock, BaseStreamer), {})
     gen = dict(do_sample=False, eos_token_id=None, pad_token_id=pad_token_id)
     if warmup:
-        ids = torch.tensor([requests[0].prompt_ids[:16]])
+        ids = torch.tensor([requests[0].prompt_ids[:16]], device=model.device)
         model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, **gen)
     batches = [requests[i:i + batch_size] for i in range(0, len(requests), batch_size)]
     bar = None
@@ -97,6 +98,7 @@ def run_hf_static(model, requests: list[BenchRequest], batch_size: int, pad_toke
         new = max(r.output_len for r in batch)
         clock = clock_cls()
         t0 = time.perf_counter()
+        ids, mask = ids.to(model.device), mask.to(model.device)
         out = model.generate(ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=None, streamer=clock, **gen)
         if out.shape[1] - width != new or len(clock.times) != new:
             raise RuntimeError(f"transformers made {out.shape[1] - width} tokens, expected {new}")
