@@ -130,7 +130,10 @@ def _point(kind: str, size: int, context: int, cost: dict, times: list[float]) -
 def check_sizes(values, lo: int, hi: int, what: str) -> list[int]:
     """A list of ints (or a text "1, 2, 4") within [lo, hi], sorted and distinct."""
     from course.labkit.measure import parse_sweep_list
-    return parse_sweep_list(values, lo, hi)
+    try:
+        return parse_sweep_list(values, lo, hi)
+    except ValueError as e:
+        raise ValueError(f"{what}の一覧（{lo}〜{hi}）: {e}") from None
 
 
 def run_roofline(model="default", device: str = "cpu", context: int = DEFAULT_CONTEXT, batches=None, chunks=None,
@@ -145,8 +148,8 @@ def run_roofline(model="default", device: str = "cpu", context: int = DEFAULT_CO
     model, device = check_model(model), check_device(device)
     limit = max_model_len(model)
     context = check_int(context, "context", "プロンプト長", CONTEXT_RANGE[0], min(CONTEXT_RANGE[1], limit - DECODE_STEPS - 20))
-    batches = check_sizes(default_batches() if batches is None else batches, 1, MAX_NUM_SEQS, "batches")
-    chunks = check_sizes(default_chunks() if chunks is None else chunks, *CHUNK_RANGE, "chunks")
+    batches = check_sizes(default_batches() if batches is None else batches, 1, MAX_NUM_SEQS, "Decode のバッチ")
+    chunks = check_sizes(default_chunks() if chunks is None else chunks, *CHUNK_RANGE, "Prefill のトークン数")
     repeats = check_int(default_repeats() if repeats is None else repeats, "repeats", "繰り返し", 1, 20)
     threads = apply_thread_policy(threads)
     load = check_load(threads) if load_check else None

@@ -151,3 +151,10 @@ def test_chapter2_bank_answers_come_from_calculators():
     assert qs["llama2_7b_a100_bound"].answer == pytest.approx(1000 / calc.decode_tpot_bound_ms("Llama 2 7B", "A100"))
     assert [c.value for c in qs["roofline_figure_bound"].choices if c.correct] == [3, 5]
     assert check_answer(qs["decode_intensity_batch"], "8 FLOP/バイト")[0] is True
+
+
+def test_size_lists_say_which_list_is_wrong():
+    from course import lab2
+    assert lab2.check_sizes("16, 128、512", 1, 1024, "Prefill のトークン数") == [16, 128, 512]
+    with pytest.raises(ValueError, match="Prefill のトークン数の一覧"):
+        lab2.check_sizes("16, 4096", 1, 1024, "Prefill のトークン数")
