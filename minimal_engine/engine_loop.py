@@ -6,7 +6,9 @@ The engine is not thread-safe, so exactly one thread calls add_request, abort_re
     submit(prompt_ids, params) -> (request_id, asyncio.Queue)      abort(request_id)
 
 and read their own asyncio.Queue, into which the loop pushes ("output", RequestOutput) after every step that
-gave the request a token, or ("error", message). The loop:
+gave the request a token, or ("error", (message, status)): 400 for a request the engine refused, 500 for
+a failure of the server (a failed step: every request of the step fails; a request whose own sampling
+failed: that request alone). The loop:
 
     while running:  take all commands (block only when idle) -> add / abort  ->  engine.step()  ->  push outputs
 """
@@ -66,7 +68,7 @@ class EngineLoop:
             try:
                 self.engine.add_request(ids, params, request_id=rid)
             except (ValueError, TypeError) as e:
-                self._push(rid, ("error", str(e)))
+                self._push(rid, ("error", (str(e), 400)))
                 del self._streams[rid]
         elif cmd[0] == "abort" and cmd[1] in self._streams:
             self.engine.abort_request(cmd[1])
@@ -89,16 +91,17 @@ class EngineLoop:
                 except Exception as e:        # a failing step must not kill the server: fail those requests
                     for rid in list(self._streams):
                         self.engine.abort_request(rid)
-                        self._push(rid, ("error", f"engine step failed: {type(e).__name__}: {e}"))
+                        self._push(rid, ("error", (f"engine step failed: {type(e).__name__}: {e}", 500)))
                     self._streams.clear()
                     outputs = []
                 for out in outputs:
                     if out.request_id in self._streams:
-                        self._push(out.request_id, ("output", out))
+                        item = ("error", (out.error, 500)) if out.error else ("output", out)
+                        self._push(out.request_id, item)
                         if out.finished:
                             del self._streams[out.request_id]
             self.stats = self._snapshot()     # one new dict each time: readers never see a half-update
         for rid in list(self._streams):       # stopped: no client may wait forever
             self.engine.abort_request(rid)
-            self._push(rid, ("error", "the server is shutting down"))
+            self._push(rid, ("error", ("the server is shutting down", 503)))
         self._streams.clear()

@@ -7,9 +7,15 @@
 
 `model` is a local Hugging Face folder, a hub id (when online or cached), or "synthetic:NAME" for a randomly
 initialised model of a real shape (see synthetic.py).
+
+Threads and interleaving: one lock serialises the engine, and every step's outputs go to the request they
+belong to, so generate() and stream() may be mixed and called from several threads; each caller gets its
+own requests' outputs. (The server does not use this: its EngineLoop owns the engine in one thread.)
 """
 from __future__ import annotations
 
+import threading
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -69,9 +75,15 @@ class LLM:
         if config.max_model_len is not None and config.max_model_len > limit:
             raise ValueError(f"max_model_len={config.max_model_len} exceeds the model's limit of {limit} positions")
         config.max_model_len = config.max_model_len or limit
+        window = model_config.sliding_window
+        if window is not None and config.max_model_len > window:
+            raise ValueError(f"config.json: sliding_window={window} is active, but this engine computes full "
+                             f"attention, which differs beyond {window} tokens; pass max_model_len<={window}")
         num_blocks = config.num_kv_blocks or self._auto_num_blocks(model_config, config)
         self.model_config, self.config, self.tokenizer = model_config, config, tokenizer
         self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype, self.device, seed)
+        self._lock = threading.RLock()            # generate/stream may be called from several threads
+        self._inbox: dict[str, deque] = {}        # request id -> its outputs not yet taken by its caller
 
     def _auto_num_blocks(self, mc: ModelConfig, config: EngineConfig) -> int:
         """Enough blocks for max_num_seqs requests of max_model_len tokens, within a memory budget."""
@@ -105,29 +117,63 @@ class LLM:
         return prompts, params
 
     def generate(self, prompts, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
-        """Run prompts (strings and/or lists of token ids) to completion as one continuous batch."""
+        """Run prompts (strings and/or lists of token ids) to completion as one continuous batch.
+        A request that fails alone comes back with finish_reason "error" and `error` set."""
         prompts, params = self._prepare(prompts, sampling_params)
-        ids = [self.engine.add_request(p, sp) for p, sp in zip(prompts, params)]
-        return self._run(ids, use_tqdm)
+        return self._run(self._add(prompts, params), use_tqdm)
 
     def stream(self, prompt, sampling_params: SamplingParams | None = None):
-        """Yield RequestOutputs of one prompt as tokens arrive (`out.new_text` is the new piece of text)."""
+        """Yield RequestOutputs of one prompt as tokens arrive (`out.new_text` is the new piece of text).
+        Several streams (and generate calls, from any thread) may be interleaved: each gets its own outputs."""
         prompts, params = self._prepare([prompt], sampling_params)
-        rid = self.engine.add_request(prompts[0], params[0])
+        rid = self._add(prompts, params)[0]
         try:
             while True:
-                for out in self.engine.step():
-                    if out.request_id == rid:
-                        yield out
-                        if out.finished:
-                            return
+                with self._lock:
+                    if not self._inbox[rid]:
+                        self._step()
+                    outs = list(self._inbox[rid])
+                    self._inbox[rid].clear()
+                for out in outs:                 # yielded outside the lock: the caller may run other requests
+                    yield out
+                    if out.finished:
+                        return
         finally:
-            self.engine.abort_request(rid)     # no-op when finished; frees blocks if the caller stops early
+            with self._lock:
+                self._drop(rid)                  # frees blocks if the caller stops early
 
     def chat(self, messages, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
         """messages: one conversation ([{"role": ..., "content": ...}]) or a list of them; uses the chat template."""
         convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         return self.generate([self.tokenizer.apply_chat_template(c) for c in convs], sampling_params, use_tqdm)
+
+    # ---- one engine, many consumers: every output goes to the inbox of the request it belongs to ------
+    def _add(self, prompts, params) -> list[str]:
+        """Queue every prompt, or none: if one fails, those already queued are taken back."""
+        ids: list[str] = []
+        with self._lock:
+            try:
+                for p, sp in zip(prompts, params):
+                    ids.append(self.engine.add_request(p, sp))
+                    self._inbox[ids[-1]] = deque()
+            except BaseException:
+                for rid in ids:
+                    self._drop(rid)
+                raise
+        return ids
+
+    def _drop(self, rid: str) -> None:
+        self._inbox.pop(rid, None)
+        self.engine.abort_request(rid)           # a no-op when the request has finished
+
+    def _step(self) -> None:
+        """One engine step (caller holds the lock); outputs go to their requests' inboxes."""
+        if not self.engine.has_unfinished_requests():
+            raise RuntimeError("the engine has no unfinished request, but a caller still waits for one "
+                               "(was it aborted through llm.engine directly?)")
+        for out in self.engine.step():
+            if out.request_id in self._inbox:
+                self._inbox[out.request_id].append(out)
 
     def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         results: dict[str, RequestOutput] = {}
@@ -136,17 +182,23 @@ class LLM:
             from tqdm.auto import tqdm
             bar = tqdm(total=len(ids), desc="generate", unit="req")
         try:
-            wanted = set(ids)
-            while len(results) < len(ids) and self.engine.has_unfinished_requests():
-                for out in self.engine.step():
-                    if out.finished and out.request_id in wanted:
-                        results[out.request_id] = out
-                        if bar:
-                            bar.update(1)
+            while len(results) < len(ids):
+                with self._lock:
+                    for rid in ids:
+                        box = self._inbox.get(rid) or ()
+                        for out in box:
+                            if out.finished:
+                                results[rid] = out
+                                if bar:
+                                    bar.update(1)
+                        if box:
+                            box.clear()
+                    if len(results) < len(ids):
+                        self._step()
         finally:
-            for rid in ids:                      # on an interrupt, free everything this call started
-                if rid not in results:
-                    self.engine.abort_request(rid)
+            with self._lock:
+                for rid in ids:                  # on an interrupt, free everything this call started
+                    self._drop(rid)
             if bar:
                 bar.close()
         return [results[r] for r in ids]

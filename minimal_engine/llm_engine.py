@@ -4,7 +4,9 @@
                        (repeat while has_unfinished_requests())
 
 Every input is checked in add_request (validate_request), before the request touches the queues, so a
-bad request raises a clear error and never disturbs the others.
+bad request raises a clear error and never disturbs the others. A request whose own sampling fails in a
+step (the sampler returns the exception for its row) finishes alone with finish_reason "error" and
+`error` set; the other requests of the step carry on.
 """
 from __future__ import annotations
 
@@ -23,6 +25,15 @@ from .sequence import RequestMetrics, Sequence
 from .tokenizer import IncrementalDetokenizer, Tokenizer
 
 
+def check_unicode(text: str, what: str) -> None:
+    """A lone surrogate (e.g. JSON "\\ud800") cannot be encoded: say so instead of the tokenizer's message."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} contains a lone surrogate (U+{ord(text[e.start]):04X}) at character {e.start}: "
+                         "the text must be valid Unicode") from None
+
+
 @dataclass
 class RequestOutput:
     """What a request has produced so far (or in total, when finished)."""
@@ -37,6 +48,7 @@ class RequestOutput:
     metrics: RequestMetrics
     new_text: str = ""            # text added by the latest step (streaming)
     new_token_ids: tuple = ()
+    error: str | None = None      # finish_reason "error": what went wrong (the other requests are unaffected)
 
     @property
     def outputs(self) -> list["RequestOutput"]:
@@ -68,6 +80,7 @@ class LLMEngine:
         if isinstance(prompt, str):
             if not prompt:
                 raise ValueError("prompt is empty: give at least one character or one token id")
+            check_unicode(prompt, "prompt")
             return prompt, self.tokenizer.encode(prompt)
         if isinstance(prompt, (list, tuple)):
             return None, list(prompt)
@@ -82,15 +95,19 @@ class LLMEngine:
         bad = [t for t in token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab]
         if bad:
             raise ValueError(f"token ids must be integers in [0, {vocab - 1}] (the vocabulary), got {bad[:5]}")
+        stops = [t for t in params.stop_token_ids if not 0 <= t < vocab]
+        if stops:
+            raise ValueError(f"stop_token_ids must be in [0, {vocab - 1}] (the vocabulary), got {stops[:5]}")
         if len(token_ids) >= self.max_model_len:
             raise ValueError(f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, "
                              f"so a prompt may have at most {self.max_model_len - 1} tokens")
-        need = min(len(token_ids) + params.max_tokens, self.max_model_len)
+        # the last sampled token is returned, never fed back, so it never takes a KV slot: hence the - 1
+        need = min(len(token_ids) + params.max_tokens, self.max_model_len) - 1
         pool = self.block_manager.num_blocks * self.config.block_size
         if self.block_manager.blocks_needed(need) > self.block_manager.num_blocks:
             raise ValueError(f"the KV pool holds {pool} tokens ({self.block_manager.num_blocks} blocks of "
-                             f"{self.config.block_size}) but this request needs up to {need} (prompt + max_tokens); "
-                             "raise num_kv_blocks or lower max_tokens")
+                             f"{self.config.block_size}) but this request needs up to {need} (prompt + max_tokens "
+                             "- 1); raise num_kv_blocks or lower max_tokens")
 
     # ---- the loop -----------------------------------------------------------------------------------
     def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
@@ -133,8 +150,19 @@ class LLMEngine:
         for s in sched.scheduled:
             s.seq.num_computed_tokens += s.num_tokens
         for seq, token in sampled.items():
-            outputs.append(self._append_token(seq, token, now))
+            if isinstance(token, Exception):    # this request's sampling failed: it alone fails
+                outputs.append(self._fail(seq, f"sampling failed: {type(token).__name__}: {token}", now))
+            else:
+                outputs.append(self._append_token(seq, token, now))
         return outputs
+
+    def _fail(self, seq: Sequence, message: str, now: float) -> RequestOutput:
+        seq.error = message
+        seq.detokenizer.finish()
+        self.scheduler.finish(seq, "error")
+        seq.metrics.finished_time = now
+        del self.seqs[seq.request_id]
+        return self.output(seq)
 
     def _append_token(self, seq: Sequence, token: int, now: float) -> RequestOutput:
         seq.token_ids.append(token)
@@ -144,13 +172,14 @@ class LLMEngine:
         m.token_times.append(now)
         p = seq.params
         reason = None
-        if (token in self.eos_ids and not p.ignore_eos) or token in p.stop_token_ids:
+        if (token in self.eos_ids and not p.ignore_eos) or token in p.stop_set:
             reason = "stop"
         elif seq.num_output_tokens >= p.max_tokens or len(seq) >= self.max_model_len:
             reason = "length"
-        new_text = seq.detokenizer.add(token)
+        # as vLLM: a stop token's (or EOS's) text stays out of `text` unless include_stop_str_in_output
+        new_text = "" if reason == "stop" and not p.include_stop_str_in_output else seq.detokenizer.add(token)
         if reason is not None:
-            new_text += seq.detokenizer.flush()
+            new_text += seq.detokenizer.finish()   # drops an incomplete last character, as vLLM
             self.scheduler.finish(seq, reason)
             m.finished_time = now
             del self.seqs[seq.request_id]
@@ -159,4 +188,4 @@ class LLMEngine:
     def output(self, seq: Sequence, new_text: str = "", new_ids: tuple = ()) -> RequestOutput:
         return RequestOutput(seq.request_id, seq.prompt, seq.token_ids[:seq.num_prompt_tokens],
                              seq.detokenizer.text, seq.output_token_ids, seq.is_finished, seq.finish_reason,
-                             seq.metrics, new_text, new_ids)
+                             seq.metrics, new_text, new_ids, seq.error)

@@ -1,7 +1,7 @@
 """The OpenAI request and response shapes the server speaks (/v1/completions, /v1/chat/completions).
 
 parse_request() turns a JSON body into (prompt or messages, SamplingParams, stream options), raising
-RequestError (-> HTTP 400) with a message that names the bad field. The *_chunk / *_response functions build
+RequestError (-> HTTP 400) with a message that names the bad field and `param` set to it. The *_chunk / *_response functions build
 the JSON objects. Chat prompts: the tokenizer's chat template when it has one; otherwise (the course's
 default model has none) a simple fallback template, documented here and in serve.py:
 
@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import time
 
-from .sampling_params import SamplingParams
+from .llm_engine import check_unicode
+from .sampling_params import SEED_RANGE, SamplingParams
+
+MAX_STOP_TOKEN_IDS = 1024    # longer lists are refused (a 9 MB list would slow every step of the server)
+
 
 class RequestError(ValueError):
+    """An error the client gets as OpenAI-style JSON: {"error": {message, type, param, code}}."""
+
     def __init__(self, message: str, param: str | None = None, code: str = "invalid_request", status: int = 400,
                  type_: str = "invalid_request_error"):
         super().__init__(message)
@@ -23,15 +29,53 @@ class RequestError(ValueError):
         return {"error": {"message": str(self), "type": self.type, "param": self.param, "code": self.code}}
 
 
+def server_error(message: str, status: int = 500) -> RequestError:
+    return RequestError(message, None, "server_error" if status == 500 else "unavailable", status, "server_error")
+
+
 def _number(body: dict, name: str, default, low: float, high: float, integer: bool = False):
     v = body.get(name)
     if v is None:
         return default
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if not ok or isinstance(v, bool) or not low <= v <= high:
+    if not ok or isinstance(v, bool) or not low <= v <= high:     # NaN fails the range test too
         kind = "an integer" if integer else "a number"
-        raise RequestError(f"'{name}' must be {kind} in [{low}, {high}], got {v!r}", name)
+        raise RequestError(f"'{name}' must be {kind} in [{low}, {high}], got {str(v)[:40]}", name)
     return v
+
+
+def _flag(body: dict, name: str, default: bool = False) -> bool:
+    v = body.get(name)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise RequestError(f"'{name}' must be true or false, got {str(v)[:40]!r}", name)
+    return v
+
+
+def _text(text: str, param: str) -> str:
+    try:
+        check_unicode(text, param)
+    except ValueError as e:
+        raise RequestError(str(e), param) from None
+    return text
+
+
+def _content(content, i: int) -> str:
+    if isinstance(content, str):
+        return _text(content, "messages")
+    if not isinstance(content, list):
+        raise RequestError(f"messages[{i}].content must be a string or a list of text parts", "messages")
+    texts = []
+    for j, part in enumerate(content):            # [{"type": "text", "text": ...}, ...]
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text":
+            raise RequestError(f"messages[{i}].content[{j}] has type {str(kind)[:40]!r}: this engine reads only "
+                               "text parts ({'type': 'text', 'text': string})", "messages")
+        if not isinstance(part.get("text"), str):
+            raise RequestError(f"messages[{i}].content[{j}].text must be a string", "messages")
+        texts.append(_text(part["text"], "messages"))
+    return "".join(texts)
 
 
 def parse_messages(messages) -> list[dict]:
@@ -39,67 +83,90 @@ def parse_messages(messages) -> list[dict]:
         raise RequestError("'messages' must be a non-empty list of {role, content} objects", "messages")
     out = []
     for i, m in enumerate(messages):
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, list):        # [{"type": "text", "text": ...}, ...]
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") or not isinstance(content, str):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
             raise RequestError(f"messages[{i}] must be {{'role': system|user|assistant, 'content': string}}", "messages")
-        out.append({"role": m["role"], "content": content})
+        out.append({"role": m["role"], "content": _content(m.get("content"), i)})
     return out
 
 
 def chat_prompt(tokenizer, messages: list[dict]) -> list[int]:
     if tokenizer.has_chat_template:
-        return tokenizer.apply_chat_template(messages)
+        try:
+            return tokenizer.apply_chat_template(messages)
+        except Exception as e:                   # jinja2.TemplateError raised by the template itself, ...
+            raise RequestError(f"the model's chat template refused these messages: {type(e).__name__}: {e}",
+                               "messages") from None
     text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
     return tokenizer.encode(text)
 
 
-def parse_request(body, chat: bool, max_model_len: int) -> tuple:
-    """-> (prompt: str | list[int] | messages, SamplingParams, stream: bool, include_usage: bool)."""
+def _prompt(body: dict):
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        if not prompt:
+            raise RequestError("'prompt' is empty: give at least one character", "prompt")
+        return _text(prompt, "prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return prompt
+    raise RequestError("'prompt' must be a non-empty string or a non-empty list of token ids "
+                       "(batched prompts are not supported: send one request per prompt)", "prompt")
+
+
+def _stop_token_ids(body: dict) -> list[int]:
+    ids = body.get("stop_token_ids")
+    if ids is None:
+        return []
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise RequestError("'stop_token_ids' must be a list of integer token ids", "stop_token_ids")
+    if len(ids) > MAX_STOP_TOKEN_IDS:
+        raise RequestError(f"'stop_token_ids' has {len(ids)} entries; at most {MAX_STOP_TOKEN_IDS} are allowed",
+                           "stop_token_ids")
+    return ids
+
+
+def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | None = None) -> tuple:
+    """-> (prompt: str | list[int] | messages, SamplingParams, stream: bool, include_usage: bool).
+    Every field is checked here, before anything is tokenized or queued."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise RequestError("'model' must be a string (see /v1/models)", "model")
     if _number(body, "n", 1, 1, 1, integer=True) != 1:
         raise RequestError("only n=1 is supported", "n")
     if body.get("stop") not in (None, [], ""):
         raise RequestError("'stop' strings are not supported by this engine; use 'stop_token_ids'", "stop")
     if chat:
-        prompt = parse_messages(body.get("messages"))
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        prompt, param = parse_messages(body.get("messages")), "messages"
+        chars = sum(len(m["content"]) for m in prompt)
+        name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            if not prompt:
-                raise RequestError("'prompt' is empty: give at least one character", "prompt")
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            pass
-        else:
-            raise RequestError("'prompt' must be a non-empty string or a non-empty list of token ids "
-                               "(batched prompts are not supported: send one request per prompt)", "prompt")
-        max_tokens, name = body.get("max_tokens"), "max_tokens"
-    max_tokens = _number({name: max_tokens}, name, 16, 1, max_model_len, integer=True)
-    stop_ids = body.get("stop_token_ids") or []
-    if not isinstance(stop_ids, list) or not all(isinstance(t, int) for t in stop_ids):
-        raise RequestError("'stop_token_ids' must be a list of integers", "stop_token_ids")
+        prompt, param, name = _prompt(body), "prompt", "max_tokens"
+        chars = len(prompt) if isinstance(prompt, str) else 0
+    if max_prompt_chars is not None and chars > max_prompt_chars:
+        raise RequestError(f"the {param} has {chars} characters; at most {max_prompt_chars} can fit in "
+                           f"max_model_len={max_model_len} tokens", param)
+    max_tokens = _number(body, name, 16, 1, max_model_len, integer=True)
     seed = body.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise RequestError(f"'seed' must be an integer, got {seed!r}", "seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
+                             or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]):
+        raise RequestError(f"'seed' must be an integer in [-2**63, 2**63 - 1], got {str(seed)[:40]}", "seed")
     top_k = _number(body, "top_k", -1, -1, 1 << 31, integer=True)
+    kwargs = dict(temperature=_number(body, "temperature", 1.0, 0.0, 2.0), top_p=_number(body, "top_p", 1.0, 1e-9, 1.0),
+                  top_k=-1 if top_k == 0 else top_k, max_tokens=max_tokens, seed=seed,
+                  stop_token_ids=_stop_token_ids(body), ignore_eos=_flag(body, "ignore_eos"),
+                  skip_special_tokens=_flag(body, "skip_special_tokens", True),
+                  include_stop_str_in_output=_flag(body, "include_stop_str_in_output"))
     try:
-        params = SamplingParams(
-            temperature=_number(body, "temperature", 1.0, 0.0, 2.0), top_p=_number(body, "top_p", 1.0, 1e-9, 1.0),
-            top_k=-1 if top_k == 0 else top_k, max_tokens=max_tokens, seed=seed, stop_token_ids=stop_ids,
-            ignore_eos=bool(body.get("ignore_eos", False)))
+        params = SamplingParams(**kwargs)
     except ValueError as e:
-        raise RequestError(str(e)) from None
-    stream = body.get("stream", False)
-    opts = body.get("stream_options") or {}
-    if not isinstance(stream, bool) or not isinstance(opts, dict):
-        raise RequestError("'stream' must be a boolean and 'stream_options' an object", "stream")
-    return prompt, params, stream, bool(opts.get("include_usage", False))
+        raise RequestError(str(e), str(e).split()[0]) from None   # the message starts with the field's name
+    stream = _flag(body, "stream")
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise RequestError("'stream_options' must be an object", "stream_options")
+    return prompt, params, stream, _flag(opts or {}, "include_usage")
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:

@@ -3,6 +3,8 @@
 Greedy rows take the argmax. Other rows are divided by their temperature, masked by top-k and top-p
 (masked logits become -inf) and drawn from the softmax, each with its own torch.Generator when the
 request has a seed, so the same seed gives the same tokens whatever else is in the batch.
+Each row is sampled on its own: when one row fails (e.g. its logits are not finite), that row's entry is
+the exception instead of a token and the engine fails that request alone; the other rows are unaffected.
 """
 from __future__ import annotations
 
@@ -31,18 +33,25 @@ def apply_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def sample_row(row: torch.Tensor, p: SamplingParams, gen: torch.Generator | None) -> int:
+    """row: [1, vocab] logits of one request that samples (not greedy)."""
+    row = apply_top_p(apply_top_k(row / p.temperature, p.top_k), p.top_p)
+    probs = row.softmax(dim=-1)
+    if gen is not None and gen.device != probs.device:
+        probs = probs.to(gen.device)
+    return torch.multinomial(probs, 1, generator=gen).item()
+
+
 def sample(logits: torch.Tensor, params: list[SamplingParams],
-           generators: list[torch.Generator | None]) -> list[int]:
-    """logits: [S, vocab] float32, one row per request that samples this step."""
-    tokens = logits.argmax(dim=-1)
+           generators: list[torch.Generator | None]) -> list:
+    """logits: [S, vocab] float32, one row per request that samples this step.
+    Returns one token id per row, or the exception that row raised (the engine fails that request)."""
+    tokens: list = logits.argmax(dim=-1).tolist()
     for i, p in enumerate(params):
         if p.greedy:
             continue
-        row = logits[i:i + 1] / p.temperature
-        row = apply_top_p(apply_top_k(row, p.top_k), p.top_p)
-        probs = row.softmax(dim=-1)
-        gen = generators[i]
-        if gen is not None and gen.device != probs.device:
-            probs = probs.to(gen.device)
-        tokens[i] = torch.multinomial(probs, 1, generator=gen).item()
-    return tokens.tolist()
+        try:
+            tokens[i] = sample_row(logits[i:i + 1], p, generators[i])
+        except (RuntimeError, ValueError) as e:     # this request alone fails
+            tokens[i] = e
+    return tokens

@@ -1,12 +1,28 @@
-"""SamplingParams: how to pick each next token and when to stop (vLLM's names and meanings)."""
+"""SamplingParams: how to pick each next token and when to stop (vLLM's names and meanings).
+
+Every field is checked when the object is built, so a bad value fails before any request is queued.
+As in vLLM, a temperature below SAMPLING_EPS is greedy: dividing logits by 1e-38 would overflow them.
+"""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+SAMPLING_EPS = 1e-5               # vLLM's _SAMPLING_EPS: temperatures below it mean greedy
+SEED_RANGE = (-(1 << 63), (1 << 63) - 1)   # int64, as vLLM's protocol (torch.Generator takes these)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 @dataclass
 class SamplingParams:
-    temperature: float = 1.0          # 0 = greedy (argmax)
+    temperature: float = 1.0          # 0 (or below SAMPLING_EPS) = greedy (argmax)
     top_k: int = -1                   # -1 = all tokens; otherwise keep the k most likely
     top_p: float = 1.0                # keep the smallest set whose probability reaches top_p
     max_tokens: int = 16              # at most this many new tokens
@@ -14,20 +30,30 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False          # benchmarks: always generate max_tokens
     skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False   # keep the stop token's (or EOS's) text in `text`
 
     def __post_init__(self):
-        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
+        if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+        if not _is_real(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 and finite (0 means greedy), got {self.temperature!r}")
+        if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or (self.top_k < 1 and self.top_k != -1):
+        if not _is_int(self.top_k) or (self.top_k < 1 and self.top_k != -1):
             raise ValueError(f"top_k must be -1 (disabled) or an integer >= 1, got {self.top_k!r}")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
-        self.stop_token_ids = list(self.stop_token_ids or [])
+        if self.seed is not None and (not _is_int(self.seed) or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]):
+            raise ValueError(f"seed must be None or an integer in [-2**63, 2**63 - 1], got {self.seed!r}")
+        ids = self.stop_token_ids
+        if ids is None:
+            ids = []
+        if not isinstance(ids, (list, tuple, set, frozenset)) or not all(_is_int(t) for t in ids):
+            raise ValueError(f"stop_token_ids must be a list of integers, got {str(ids)[:80]}")
+        self.stop_token_ids = list(ids)
+        self.stop_set = frozenset(ids)      # looked up once per token: a set, not a list
+        for name in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < SAMPLING_EPS

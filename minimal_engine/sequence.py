@@ -69,8 +69,9 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         self.block_table: list[int] = []       # physical block ids, in order
-        self.finish_reason: str | None = None  # "stop" | "length" | "abort"
-        self.metrics = RequestMetrics(arrival_time or time.perf_counter(),
+        self.finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+        self.error: str | None = None          # why the request failed (finish_reason "error")
+        self.metrics = RequestMetrics(time.perf_counter() if arrival_time is None else arrival_time,
                                       num_prompt_tokens=len(prompt_token_ids))
         self.detokenizer = None                # set by the engine (incremental text)
         self.generator = None                  # torch.Generator when params.seed is set

@@ -1,30 +1,44 @@
 """An OpenAI-compatible HTTP server over one shared engine loop (FastAPI + uvicorn).
 
     python -m minimal_engine.serve --model PATH|synthetic:NAME --host 127.0.0.1 --port 8000 [--max-queue 64]
+        [--max-body-bytes N] [--max-prompt-chars N] [--header-timeout S] [--body-timeout S]
+        [--allowed-host NAME ...] [--docs]
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (both with `stream: true` as server-sent events,
 `stream_options.include_usage`, and `usage`), GET /v1/models, GET /health (also free/total KV blocks).
-How a request flows: the handler parses and checks it (bad input -> 400 with an OpenAI-style error body),
-admission control (more than max_num_seqs + max_queue unfinished requests -> 429), then
-EngineLoop.submit(); the engine thread (engine_loop.py) steps all requests together and pushes each new
-token to the request's asyncio queue, which the handler turns into SSE chunks. A client that disconnects
-has its request aborted and its KV blocks freed. Chat: the tokenizer's chat template, or when the model has
+How a request flows: checks that cost nothing first (Host header, Content-Type: application/json, body
+size and arrival time: serve_limits.py), then, in a worker thread so the event loop stays free, JSON
+parsing, every field's check, tokenizing and the engine's limits (bad input -> 400); admission control
+(more than max_num_seqs + max_queue unfinished requests -> 429), then EngineLoop.submit(); the engine
+thread (engine_loop.py) steps all requests together and pushes each new token to the request's asyncio
+queue, which the handler turns into SSE chunks or one JSON answer. A client that disconnects, streaming or
+not, has its request aborted and its KV blocks freed. Every error is OpenAI-style JSON
+({"error": {message, type, param, code}}): 4xx for the client's mistakes, 500 "server_error" for ours. Chat: the tokenizer's chat template, or when the model has
 none (the course's default model) the fallback "<role>: <content>\\n ... assistant: " (openai_protocol.py).
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.requests import ClientDisconnect
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from .engine_loop import EngineLoop
-from .openai_protocol import RequestError, chat_prompt, chunk, full_response, parse_request, usage, usage_chunk
+from .openai_protocol import (RequestError, chat_prompt, chunk, full_response, parse_request, server_error, usage,
+                              usage_chunk)
+from .serve_limits import (LOOPBACK_NAMES, HostCheck, ServeLimits, check_json, error_response,
+                           header_timeout_protocol, read_body, wait_for_disconnect)
+
+log = logging.getLogger("minimal_engine.serve")
 
 
 class ClosingStream(StreamingResponse):
@@ -41,30 +55,57 @@ class ClosingStream(StreamingResponse):
             self.on_close()
 
 
-def error_response(e: RequestError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
+def engine_error(item) -> RequestError:
+    """("error", (message, status)) from the engine loop -> 400 (the request was refused) or 5xx (our failure)."""
+    message, status = item
+    return RequestError(message) if status == 400 else server_error(message, status)
 
 
-def build_app(llm, max_queue: int = 64, served_model_name: str | None = None):
+def _no_constants(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _param_of(message: str, chat: bool) -> str:
+    """Which field an engine validation message is about."""
+    if message.startswith("stop_token_ids"):
+        return "stop_token_ids"
+    if "KV pool" in message:
+        return "max_tokens"
+    return "messages" if chat else "prompt"
+
+
+def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, limits: ServeLimits | None = None):
     """The FastAPI app; app.state.engine_loop is the EngineLoop (started and stopped with the app)."""
+    limits = limits or ServeLimits()
     loop = EngineLoop(llm)
     names = {served_model_name or llm.model_name, llm.model_name}
     model_name = served_model_name or llm.model_name
     limit = llm.config.max_num_seqs + max_queue
+    max_len = llm.config.max_model_len
+    max_chars = limits.max_prompt_chars or max_len * llm.tokenizer.max_token_chars
     state = {"unfinished": 0}                  # requests accepted and not yet finished (event-loop side only)
+    pool = ThreadPoolExecutor(2, thread_name_prefix="prepare")   # JSON + tokenizing, off the event loop
 
     @asynccontextmanager
     async def lifespan(app):
         loop.start()
         yield
         loop.stop()
+        pool.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="minimal_engine", lifespan=lifespan)
-    app.state.engine_loop = loop
+    docs = {} if limits.docs else dict(docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="minimal_engine", lifespan=lifespan, **docs)
+    app.add_middleware(HostCheck, allowed_hosts=limits.allowed_hosts)
+    app.state.engine_loop, app.state.limits = loop, limits
 
     @app.exception_handler(HTTPException)
     async def http_error(request, exc):
         return error_response(RequestError(str(exc.detail), code=str(exc.status_code), status=exc.status_code))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request, exc):
+        log.exception("internal error")
+        return error_response(server_error(f"internal server error ({type(exc).__name__})"))
 
     @app.get("/health")
     async def health():
@@ -73,29 +114,47 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None):
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
-                                            "owned_by": "minimal_engine", "max_model_len": llm.config.max_model_len}]}
+                                            "owned_by": "minimal_engine", "max_model_len": max_len}]}
+
+    def full():
+        if state["unfinished"] >= limit:
+            raise RequestError(f"the server is full ({state['unfinished']} requests unfinished, limit "
+                               f"{limit} = max_num_seqs + max_queue); retry later", None, "queue_full",
+                               429, "rate_limit_error")
+
+    def prepare(raw: bytes, chat: bool):
+        """In a worker thread: parse, check every field, tokenize, check against the engine's limits."""
+        try:
+            body = json.loads(raw, parse_constant=_no_constants)
+        except RecursionError:
+            raise RequestError("the request body is nested too deeply", code="invalid_json") from None
+        except ValueError as e:                 # also UnicodeDecodeError and over-long integers
+            raise RequestError(f"the request body is not valid JSON: {str(e)[:200]}", code="invalid_json") from None
+        prompt, params, stream, include_usage = parse_request(body, chat, max_len, max_chars)
+        if body.get("model") is not None and body["model"] not in names:
+            raise RequestError(f"model {body['model'][:100]!r} is not served here; this server serves "
+                               f"{model_name!r} (see /v1/models)", "model", "model_not_found")
+        try:
+            ids = chat_prompt(llm.tokenizer, prompt) if chat else llm.engine.tokenize(prompt)[1]
+            llm.engine.validate_request(ids, params)   # reads only fixed limits: safe off the loop thread
+        except (ValueError, TypeError) as e:
+            if isinstance(e, RequestError):
+                raise
+            raise RequestError(str(e), _param_of(str(e), chat)) from None
+        return ids, params, stream, include_usage
 
     async def handle(request: Request, chat: bool):
         try:
-            try:
-                body = json.loads(await request.body())
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise RequestError(f"the request body is not valid JSON: {e}", code="invalid_json") from None
-            prompt, params, stream, include_usage = parse_request(body, chat, llm.config.max_model_len)
-            if body.get("model") is not None and body["model"] not in names:
-                raise RequestError(f"model {body['model']!r} is not served here; this server serves "
-                                   f"{model_name!r} (see /v1/models)", "model", "model_not_found")
-            try:
-                ids = chat_prompt(llm.tokenizer, prompt) if chat else llm.engine.tokenize(prompt)[1]
-                llm.engine.validate_request(ids, params)   # reads only fixed limits: safe off the loop thread
-            except (ValueError, TypeError) as e:
-                raise RequestError(str(e), "messages" if chat else "prompt") from None
-            if state["unfinished"] >= limit:
-                raise RequestError(f"the server is full ({state['unfinished']} requests unfinished, limit "
-                                   f"{limit} = max_num_seqs + max_queue); retry later", None, "queue_full",
-                                   429, "rate_limit_error")
+            check_json(request)
+            full()                              # refuse cheaply, before reading or tokenizing anything
+            raw = await read_body(request, limits)
+            ids, params, stream, include_usage = await asyncio.get_running_loop().run_in_executor(
+                pool, prepare, raw, chat)
+            full()
         except RequestError as e:
             return error_response(e)
+        except ClientDisconnect:                # left while sending the body: nobody reads an answer
+            return Response(status_code=499)
         state["unfinished"] += 1
         rid, q = loop.submit(ids, params)
         prefix = "chatcmpl-" if chat else "cmpl-"
@@ -107,17 +166,25 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None):
             state["unfinished"] -= 1
 
         if not stream:
-            try:
+            async def result():
                 while True:
                     kind, out = await q.get()
                     if kind == "error":
                         done["finished"] = True
-                        return error_response(RequestError(out))
+                        return error_response(engine_error(out))
                     if out.finished:
                         done["finished"] = True
                         u = usage(len(ids), len(out.token_ids))
                         return JSONResponse(full_response(prefix + rid, model_name, chat, out.text, out.finish_reason, u))
+
+            work = asyncio.ensure_future(result())
+            gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
+            try:                                # a client that leaves before the answer: abort its request
+                await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+                return work.result() if work.done() else Response(status_code=499)
             finally:
+                work.cancel()
+                gone.cancel()
                 close()
 
         async def events():
@@ -126,7 +193,7 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None):
                 kind, out = await q.get()
                 if kind == "error":
                     done["finished"] = True
-                    yield _sse(RequestError(out).body())
+                    yield _sse(engine_error(out).body())
                     break
                 yield _sse(chunk(prefix + rid, model_name, chat, out.new_text,
                                  out.finish_reason if out.finished else None, role=first))
@@ -164,7 +231,9 @@ class ServerThread:
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 30.0):
         import uvicorn
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        limits = getattr(app.state, "limits", ServeLimits())
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                                    http=header_timeout_protocol(limits.header_timeout_s)))
         self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + timeout_s
@@ -198,6 +267,15 @@ def main(argv=None) -> int:
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--max-queue", type=int, default=64, help="waiting requests beyond max-num-seqs; more get 429")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    d = ServeLimits()
+    parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="larger bodies get 413")
+    parser.add_argument("--max-prompt-chars", type=int, default=None,
+                        help="longer prompts get 400 before tokenizing (default: what can fit in max_model_len)")
+    parser.add_argument("--header-timeout", type=float, default=d.header_timeout_s, help="seconds for request headers")
+    parser.add_argument("--body-timeout", type=float, default=d.body_timeout_s, help="seconds for the request body")
+    parser.add_argument("--allowed-host", action="append", default=[],
+                        help="a Host name clients may use besides the loopback names and --host ('*': any)")
+    parser.add_argument("--docs", action="store_true", help="serve FastAPI's interactive /docs (off by default)")
     args = parser.parse_args(argv)
     import torch
     import uvicorn
@@ -208,11 +286,14 @@ def main(argv=None) -> int:
     llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
               max_model_len=args.max_model_len)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: listening on {args.host}: anyone who can reach this address can use the server")
+        print(f"warning: listening on {args.host}: anyone who can reach this address can use the server; "
+              "clients must send a Host header named by --host or --allowed-host")
     name = args.served_model_name or llm.model_name
     print(f"serving {name!r} on http://{args.host}:{args.port} ({llm.device}, {llm.dtype})")
-    uvicorn.run(build_app(llm, args.max_queue, args.served_model_name), host=args.host, port=args.port,
-                log_level="warning")
+    limits = ServeLimits(args.max_body_bytes, args.max_prompt_chars, args.body_timeout, args.header_timeout,
+                         (*LOOPBACK_NAMES, args.host, *args.allowed_host), args.docs)
+    uvicorn.run(build_app(llm, args.max_queue, args.served_model_name, limits), host=args.host, port=args.port,
+                log_level="warning", http=header_timeout_protocol(limits.header_timeout_s))
     return 0
 
 

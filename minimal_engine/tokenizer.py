@@ -2,7 +2,8 @@
 
 Byte-level BPE often splits one Japanese character (3 bytes in UTF-8) over two or three tokens. Decoding
 token by token would then print broken characters (U+FFFD). IncrementalDetokenizer decodes a short window
-of recent tokens and only emits text once it ends in whole characters, as vLLM does.
+of recent tokens and only emits text once it ends in whole characters, as vLLM does. When a request ends
+in the middle of a character (max_tokens cut it), finish() drops the partial bytes, as vLLM does.
 """
 from __future__ import annotations
 
@@ -27,6 +28,14 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return len(self.hf)
+
+    @property
+    def max_token_chars(self) -> int:
+        """Characters in the longest vocabulary entry: a text longer than n x this cannot fit in n tokens.
+        (Byte-level entries spell one character per byte, so this over-counts: a safe upper bound.)"""
+        if getattr(self, "_max_token_chars", None) is None:
+            self._max_token_chars = max(map(len, self.hf.get_vocab()), default=1)
+        return self._max_token_chars
 
     def encode(self, text: str) -> list[int]:
         return self.hf.encode(text)
@@ -78,5 +87,15 @@ class IncrementalDetokenizer:
         delta = full[len(prefix):] if full.startswith(prefix) else ""
         self.read_offset = len(self.ids)
         self.prefix_offset = self.read_offset
+        self.text += delta
+        return delta
+
+    def finish(self) -> str:
+        """At the end of a request: emit what is left, without a trailing incomplete character (vLLM drops
+        those bytes rather than print U+FFFD)."""
+        prefix = self.tokenizer.decode(self.ids[self.prefix_offset:self.read_offset], self.skip)
+        full = self.tokenizer.decode(self.ids[self.prefix_offset:], self.skip)
+        delta = full[len(prefix):].rstrip(REPLACEMENT) if full.startswith(prefix) else ""
+        self.prefix_offset = self.read_offset = len(self.ids)
         self.text += delta
         return delta

@@ -105,7 +105,8 @@ def test_disconnecting_clients_are_aborted(server):
 ])
 def test_bad_input_gets_400_and_server_keeps_serving(server, body, needle):
     url = server.url + ("/v1/chat/completions" if isinstance(body, dict) and "messages" in body else "/v1/completions")
-    r = httpx.post(url, content=body if isinstance(body, bytes) else json.dumps(body), timeout=30)
+    r = httpx.post(url, content=body if isinstance(body, bytes) else json.dumps(body), timeout=30,
+                   headers={"Content-Type": "application/json"})
     assert r.status_code == 400
     err = r.json()["error"]
     assert needle in err["message"] and set(err) == {"message", "type", "param", "code"}

@@ -2,7 +2,9 @@
 
 Checkpoint names follow transformers (`model.layers.0.self_attn.q_proj.weight`); our model keeps q/k/v in
 one `qkv_proj` and gate/up in one `gate_up_proj`, so those tensors are copied into slices of the fused
-weight. Every parameter must be filled exactly once; a missing one is an error that names it.
+weight. Every parameter must be filled exactly once; a missing one is an error that names it. A tensor
+the model has no place for is an error too (it would be a part of the network this engine does not
+compute, e.g. an MLP bias), except the few in IGNORED_TENSORS.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from ..config import ModelConfig
 from .llama import LlamaForCausalLM, rope_inv_freq
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+IGNORED_TENSORS = ("rotary_emb.inv_freq",)   # recomputed from config.json; lm_head.weight when tied
 HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.jinja"]
 
 
@@ -103,9 +106,10 @@ def load_weights(model: LlamaForCausalLM, tensors) -> None:
               "gate_proj": ("gate_up_proj", 0, inter), "up_proj": ("gate_up_proj", inter, inter)}
     params = dict(model.named_parameters())
     filled: dict[str, int] = {}   # parameter name -> rows filled
+    unexpected = []
     for name, tensor in tensors:
         name = name.removeprefix("model.")
-        if "rotary_emb" in name:
+        if name.endswith(IGNORED_TENSORS):
             continue
         target, offset, rows = name, 0, None
         for piece, (fused, off, n) in pieces.items():
@@ -114,7 +118,8 @@ def load_weights(model: LlamaForCausalLM, tensors) -> None:
         if target == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
         if target not in params:
-            continue  # extra tensors (e.g. unused heads) are ignored
+            unexpected.append(name)
+            continue
         p = params[target]
         rows = p.shape[0] if rows is None else rows
         if tuple(tensor.shape) != (rows, *p.shape[1:]):
@@ -122,6 +127,9 @@ def load_weights(model: LlamaForCausalLM, tensors) -> None:
         with torch.no_grad():
             p[offset:offset + rows].copy_(tensor)
         filled[target] = filled.get(target, 0) + rows
+    if unexpected:
+        raise ValueError(f"checkpoint has tensors this engine does not compute: {unexpected[:5]}"
+                         f"{' ...' if len(unexpected) > 5 else ''}; refusing to run a different network")
     missing = [n for n, p in params.items() if filled.get(n, 0) != p.shape[0]]
     if missing:
         raise ValueError(f"checkpoint is missing weights: {missing[:5]}{' ...' if len(missing) > 5 else ''}")
