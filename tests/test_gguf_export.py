@@ -1,0 +1,88 @@
+"""GGUF export (minimal_engine/bench/gguf_export.py): a tiny random model written with the `gguf` package and
+read back: tensors equal to transformers' own weights, keys right, and the q/k row permutation that
+llama.cpp's RoPE convention needs."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("gguf")
+
+from minimal_engine import LLM                                                        # noqa: E402
+from minimal_engine.bench.gguf_export import (export_gguf, permute_for_llama_cpp, read_gguf,  # noqa: E402
+                                              verify_gguf)
+
+
+def unpermute(w, heads):
+    """Inverse of permute_for_llama_cpp: interleaved pairs back to (first half, second half)."""
+    return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+@pytest.mark.parametrize("outtype", ["f32", "bf16", "q8_0"])
+def test_tiny_llama_round_trip(llama_dir, tmp_path, outtype):
+    import transformers
+    llm = LLM(llama_dir, dtype="float32", device="cpu")
+    path = export_gguf(llm, tmp_path / f"tiny-{outtype}.gguf", outtype)
+    meta, tensors = read_gguf(path)
+    cfg = llm.model_config
+    assert meta["general.architecture"] == "llama"
+    assert meta["llama.block_count"] == cfg.num_layers == 2
+    assert meta["llama.embedding_length"] == cfg.hidden_size == 64
+    assert meta["llama.attention.head_count"] == 4 and meta["llama.attention.head_count_kv"] == 2
+    assert meta["llama.feed_forward_length"] == 128
+    assert meta["llama.rope.freq_base"] == pytest.approx(cfg.rope_theta)
+    assert meta["llama.attention.layer_norm_rms_epsilon"] == pytest.approx(cfg.rms_norm_eps)
+    assert len(meta["tokenizer.ggml.tokens"]) == cfg.vocab_size
+    hf = transformers.AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32).state_dict()
+    pairs = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "lm_head.weight",
+             "output_norm.weight": "model.norm.weight", "blk.1.attn_v.weight": "model.layers.1.self_attn.v_proj.weight",
+             "blk.0.ffn_down.weight": "model.layers.0.mlp.down_proj.weight",
+             "blk.0.attn_norm.weight": "model.layers.0.input_layernorm.weight"}
+    tol = {"f32": 0.0, "bf16": 2 ** -8, "q8_0": 1 / 127}[outtype]   # relative to the largest weight
+    for ours, theirs in pairs.items():
+        t = hf[theirs]
+        atol = tol * t.abs().max().item() if tensors[ours].ndim > 1 else 0.0   # norms stay float32
+        torch.testing.assert_close(torch.from_numpy(np.array(tensors[ours])), t, atol=atol, rtol=0)
+    q = unpermute(torch.from_numpy(np.array(tensors["blk.0.attn_q.weight"])), 4)
+    k = unpermute(torch.from_numpy(np.array(tensors["blk.0.attn_k.weight"])), 2)
+    a = tol * hf["model.layers.0.self_attn.q_proj.weight"].abs().max().item()
+    torch.testing.assert_close(q, hf["model.layers.0.self_attn.q_proj.weight"], atol=a, rtol=0)
+    torch.testing.assert_close(k, hf["model.layers.0.self_attn.k_proj.weight"], atol=a * 2, rtol=0)
+    assert verify_gguf(llm, path)["tensors"] == len(tensors)
+
+
+def test_permutation_turns_half_rotation_into_pair_rotation():
+    """transformers rotates (x_i, x_{i+d/2}); llama.cpp's llama rotates (x_{2i}, x_{2i+1}). The permuted rows
+    of q make both give the same attention scores: rope_pairs(P q) == P rope_halves(q)."""
+    d, pos = 8, 5
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    cos, sin = torch.cos(pos * inv), torch.sin(pos * inv)
+    x = torch.randn(d)
+    x1, x2 = x[:d // 2], x[d // 2:]
+    halves = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin])
+    p = permute_for_llama_cpp(torch.eye(d), 1)                  # the row permutation as a matrix
+    y = p @ x
+    pairs = torch.stack([y[0::2] * cos - y[1::2] * sin, y[1::2] * cos + y[0::2] * sin], dim=1).flatten()
+    torch.testing.assert_close(pairs, p @ halves)
+    assert math.isclose(float(pairs @ pairs), float(halves @ halves), rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "llama3_rope"])
+def test_other_architectures_read_back(tmp_path, arch):
+    from conftest import save_tiny_model
+    folder = save_tiny_model(tmp_path / arch, arch)
+    llm = LLM(folder, dtype="float32", device="cpu")
+    path = export_gguf(llm, tmp_path / f"{arch}.gguf", "f32")
+    meta, tensors = read_gguf(path)
+    assert meta["general.architecture"] == {"qwen2": "qwen2", "qwen3": "qwen3", "llama3_rope": "llama"}[arch]
+    assert ("blk.0.attn_q.bias" in tensors) == (arch == "qwen2")
+    assert ("blk.0.attn_q_norm.weight" in tensors) == (arch == "qwen3")
+    assert ("rope_freqs.weight" in tensors) == (arch == "llama3_rope")
+    assert ("output.weight" in tensors) == (not llm.model_config.tie_word_embeddings)
+    assert verify_gguf(llm, path)["max_abs_error"] == 0.0
+
+
+def test_bad_outtype(llama_dir, tmp_path):
+    with pytest.raises(ValueError, match="outtype"):
+        export_gguf(LLM(llama_dir, dtype="float32", device="cpu"), tmp_path / "x.gguf", "q4_k")
