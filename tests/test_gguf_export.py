@@ -86,3 +86,34 @@ def test_other_architectures_read_back(tmp_path, arch):
 def test_bad_outtype(llama_dir, tmp_path):
     with pytest.raises(ValueError, match="outtype"):
         export_gguf(LLM(llama_dir, dtype="float32", device="cpu"), tmp_path / "x.gguf", "q4_k")
+
+
+def load_bench_script():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "llamacpp_bench.py"
+    spec = importlib.util.spec_from_file_location("llamacpp_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_llamacpp_bench_reads_llama_cpp_outputs():
+    bench = load_bench_script()
+    js = ('[{"n_prompt": 512, "n_gen": 0, "avg_ts": 250.0}, {"n_prompt": 0, "n_gen": 128, "avg_ts": 40.0}]')
+    assert bench.parse_llama_bench(js) == {"prefill_tok_s": 250.0, "tpot_ms": 25.0}
+    table = ("main: n_kv_max = 8448\n\n"
+             "|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |\n"
+             "|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|\n"
+             "|   128 |    128 |   32 |   8192 |    4.000 |  1024.00 |   12.000 |   341.33 |   16.000 |   512.00 |\n")
+    assert bench.parse_batched_bench(table) == pytest.approx(32 * 128 / 16.0)
+    assert bench.ratios({"tpot_ms": 30.0, "prefill_tok_s": 100.0}, {"tpot_ms": 20.0, "prefill_tok_s": 50.0}) == \
+        {"tpot_ms": 1.5, "prefill_tok_s": 2.0}
+
+
+def test_llamacpp_bench_export_only(llama_dir, tmp_path, capsys):
+    bench = load_bench_script()
+    assert bench.main(["--model", str(llama_dir), "--outtype", "bf16", "--threads", "1", "--out", str(tmp_path),
+                       "--export-only"]) == 0
+    assert "read back" in capsys.readouterr().out
+    assert len(list(tmp_path.glob("*-bf16.gguf"))) == 1
