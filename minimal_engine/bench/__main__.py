@@ -35,6 +35,9 @@ def parse_args(argv):
                    help="run the engine and the baselines this many times, alternating; ratios: median of the runs")
     p.add_argument("--decode-step-batch", type=int, nargs="*", default=[], help="also time pure decode steps")
     p.add_argument("--decode-step-prompt", type=int, default=128)
+    p.add_argument("--profile", action="store_true",
+                   help="only profile decode steps (batch sizes: --decode-step-batch, default 1) with torch.profiler "
+                        "and print the top operators and where the step's time goes")
     p.add_argument("--base-url", default="http://127.0.0.1:8000")
     p.add_argument("--tokenizer", default=None, help="online: tokenizer folder for random prompts")
     p.add_argument("--seed", type=int, default=0)
@@ -99,6 +102,30 @@ def run_engine(args, machine, tqdm) -> tuple[list, dict]:
     return rows, extra
 
 
+def run_profile(args) -> int:
+    """--profile: the top operators of a decode step, and the step split into linear layers, attention, KV
+    copies, other operators and time outside operators (bench/profile.py)."""
+    import json
+    from pathlib import Path
+
+    from ..llm import LLM
+    from .profile import format_profile, profile_decode_steps
+    batches = args.decode_step_batch or [1]
+    llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=max(64, *batches), seed=args.seed)
+    profiles = []
+    for b in batches:
+        p = profile_decode_steps(llm, b, args.decode_step_prompt, seed=args.seed)
+        print(format_profile(p))
+        profiles.append(p)
+    if args.out:
+        path = Path(args.out) / f"{args.name}_profile.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"argv": args.__dict__, "model": llm.model_name, "dtype": str(llm.dtype),
+                                    "threads": torch.get_num_threads(), "profiles": profiles}, indent=2))
+        print("wrote", path)
+    return 0
+
+
 def run_openai(args, tqdm) -> tuple[list, dict]:
     from ..llm import DEFAULT_MODEL
     from ..tokenizer import Tokenizer
@@ -122,6 +149,12 @@ def main(argv=None) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.profile:
+        try:
+            return run_profile(args)
+        except (ValueError, FileNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     machine = None
     if args.backend == "engine" and not args.no_roofline:
         machine = measure_machine(args.device if args.device not in (None, "auto") else "cpu")
