@@ -79,3 +79,23 @@ def test_gpu_check_stops_at_the_first_failed_section(tmp_path, monkeypatch):
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert not report["ok"] and report["stopped_at"] == "correctness" and "speed" not in report
     assert "FAILED at correctness" in (tmp_path / "gpu_check.md").read_text()
+
+
+def test_bf16_tie_tolerance_accepts_ties_only(llama_dir):
+    """A differing bf16 sequence passes only when transformers itself scores the engine's tokens as near ties."""
+    import torch
+    import transformers
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check
+    hf = transformers.AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32).eval()
+    prompt = [5, 17, 33, 100]
+    ref = gpu_check.hf_greedy(hf, prompt, 8)
+    case = {"model": "m", "dtype": "bfloat16", "case": "alone"}
+    assert gpu_check.compare(case, [ref], [ref], hf, [prompt], "bfloat16")["ok"]
+    with torch.no_grad():
+        logits = hf(torch.tensor([prompt + ref])).logits[0, len(prompt) - 1]
+    worst = int(logits.argmin())                      # the least likely token: far from a tie
+    wrong = [worst] + ref[1:]
+    r = gpu_check.compare(case, [wrong], [ref], hf, [prompt], "bfloat16")
+    assert not r["ok"] and r["max_tie_gap"] > 1 and r["exact_sequences"] == 0
+    assert not gpu_check.compare(dict(case, dtype="float32"), [wrong], [ref], hf, [prompt], "float32")["ok"]
