@@ -54,10 +54,11 @@ def resolve_device(device) -> torch.device:
 class LLM:
     def __init__(self, model: str | Path | None = None, dtype=None, device=None, block_size: int = 16,
                  num_kv_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
-                 max_model_len: int | None = None, seed: int = 0, kv_cache_memory: int | None = None):
+                 max_model_len: int | None = None, seed: int = 0, kv_cache_memory: int | None = None,
+                 cuda_graphs: bool | None = None):
         config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_memory=kv_cache_memory,
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                              max_model_len=max_model_len)
+                              max_model_len=max_model_len, cuda_graphs=cuda_graphs)
         self.device = resolve_device(device)
         torch.manual_seed(seed)
         if isinstance(model, str) and model.startswith("synthetic:"):

@@ -149,3 +149,12 @@ def test_captured_graphs_on_cuda(llama_dir):
     assert llm.engine.runner.graphs is not None and llm.engine.runner.graphs.capture
     assert [o.token_ids for o in llm.generate(PROMPTS, p, use_tqdm=False)] == expected
     assert llm.engine.runner.graphs.graphs           # some sizes were captured and replayed
+
+
+def test_llm_takes_the_cuda_graphs_option(reference):
+    """`LLM(..., cuda_graphs=...)` reaches the model runner (None: off on the CPU; True: the static path)."""
+    folder, _ = reference
+    assert LLM(folder, dtype="float32", device="cpu").engine.runner.graphs is None
+    assert LLM(folder, dtype="float32", device="cpu", cuda_graphs=True).engine.runner.graphs is not None
+    with pytest.raises(ValueError, match="cuda_graphs"):
+        LLM(folder, dtype="float32", device="cpu", cuda_graphs="on")
