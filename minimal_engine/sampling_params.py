@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 SAMPLING_EPS = 1e-5               # vLLM's _SAMPLING_EPS: temperatures below it mean greedy
 SEED_RANGE = (-(1 << 63), (1 << 63) - 1)   # int64, as vLLM's protocol (torch.Generator takes these)
+MAX_LOGPROBS = 20                 # vLLM's default max_logprobs
 
 
 def _is_int(v) -> bool:
@@ -30,7 +31,14 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False          # benchmarks: always generate max_tokens
     skip_special_tokens: bool = True
-    include_stop_str_in_output: bool = False   # keep the stop token's (or EOS's) text in `text`
+    include_stop_str_in_output: bool = False   # keep the stop string's (or stop token's / EOS's) text in `text`
+    stop: str | list[str] | None = None        # stop strings: the text is cut before the first one found
+    presence_penalty: float = 0.0     # [-2, 2]: subtract it from every token already generated
+    frequency_penalty: float = 0.0    # [-2, 2]: subtract it times the token's count in the output
+    repetition_penalty: float = 1.0   # > 0: divide (>1 discourages) the logits of prompt and output tokens
+    min_tokens: int = 0               # EOS and stop tokens are masked (stop strings unchecked) before this many
+    logprobs: int | None = None       # sampled token's logprob + the top k (raw model output, as vLLM)
+    prompt_logprobs: int | None = None
 
     def __post_init__(self):
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
@@ -50,9 +58,32 @@ class SamplingParams:
             raise ValueError(f"stop_token_ids must be a list of integers, got {str(ids)[:80]}")
         self.stop_token_ids = list(ids)
         self.stop_set = frozenset(ids)      # looked up once per token: a set, not a list
+        self._check_extras()
         for name in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    def _check_extras(self) -> None:
+        """vLLM's ranges for stop strings, penalties, min_tokens and logprobs."""
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"stop must be a string or a list of non-empty strings, got {str(self.stop)[:80]}")
+        self.stop = stop
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not _is_real(getattr(self, name)) or not -2 <= getattr(self, name) <= 2:
+                raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)!r}")
+        if not _is_real(self.repetition_penalty) or not 0 < self.repetition_penalty <= 2 ** 31:
+            raise ValueError(f"repetition_penalty must be greater than zero, got {self.repetition_penalty!r}")
+        if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be an integer in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
+        for name in ("logprobs", "prompt_logprobs"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or not 0 <= v <= MAX_LOGPROBS):
+                raise ValueError(f"{name} must be None or an integer in [0, {MAX_LOGPROBS}], got {v!r}")
+
+    @property
+    def penalized(self) -> bool:
+        return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
 
     @property
     def greedy(self) -> bool:
