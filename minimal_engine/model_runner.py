@@ -146,5 +146,5 @@ class ModelRunner:
         samplers = [s.seq for s in order if s.samples]
         if not samplers:
             return {}
-        tokens = sample(logits, [s.params for s in samplers], [s.generator for s in samplers])
+        tokens = sample(logits, [s.params for s in samplers], [s.generator for s in samplers], samplers)
         return dict(zip(samplers, tokens))

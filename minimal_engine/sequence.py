@@ -75,6 +75,11 @@ class Sequence:
                                       num_prompt_tokens=len(prompt_token_ids))
         self.detokenizer = None                # set by the engine (incremental text)
         self.generator = None                  # torch.Generator when params.seed is set
+        self.min_tokens_ids = frozenset()      # set by the engine: EOS + stop tokens, masked before min_tokens
+        self.logprobs = [] if params.logprobs is not None else None   # one dict per output token (sampler)
+        self.prompt_logprobs = [None] if params.prompt_logprobs is not None else None   # first token: None
+        self.stop_reason = None                # the stop string or stop token id that ended the request
+        self.sent_chars = 0                    # characters of text already returned (stop-string hold-back)
 
     def __len__(self) -> int:
         return len(self.token_ids)
