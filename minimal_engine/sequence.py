@@ -69,6 +69,7 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         self.block_table: list[int] = []       # physical block ids, in order
+        self.num_cached_tokens: int | None = None   # prompt tokens found in the prefix cache when first scheduled
         self.finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
         self.error: str | None = None          # why the request failed (finish_reason "error")
         self.metrics = RequestMetrics(time.perf_counter() if arrival_time is None else arrival_time,
