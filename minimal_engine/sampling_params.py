@@ -39,10 +39,13 @@ class SamplingParams:
     min_tokens: int = 0               # EOS and stop tokens are masked (stop strings unchecked) before this many
     logprobs: int | None = None       # sampled token's logprob + the top k (raw model output, as vLLM)
     prompt_logprobs: int | None = None
+    n: int = 1                        # completions of the prompt (LLM.generate; they share its cached blocks)
 
     def __post_init__(self):
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if not _is_int(self.n) or self.n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {self.n!r}")
         if not _is_real(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature must be >= 0 and finite (0 means greedy), got {self.temperature!r}")
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
