@@ -163,6 +163,8 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048  # at most this many tokens (prefill + decode) in one step
     max_model_len: int | None = None  # prompt + output limit; None: the model's max positions
     cuda_graphs: bool | None = None   # decode steps as CUDA graphs; None: on for CUDA, off elsewhere (cuda_graphs.py)
+    enable_prefix_caching: bool = False  # reuse cached KV blocks of equal prompt prefixes (prefix_cache.py)
+    batching: str = "continuous"      # "continuous" | "static" (groups of max_num_seqs run to completion)
 
     def __post_init__(self):
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -175,3 +177,7 @@ class EngineConfig:
             raise ValueError(f"max_model_len must be an integer >= 2 or None, got {self.max_model_len!r}")
         if self.cuda_graphs not in (None, True, False):
             raise ValueError(f"cuda_graphs must be None (auto), True or False, got {self.cuda_graphs!r}")
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ValueError(f"enable_prefix_caching must be True or False, got {self.enable_prefix_caching!r}")
+        if self.batching not in ("continuous", "static"):
+            raise ValueError(f"batching must be 'continuous' or 'static', got {self.batching!r}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -55,10 +56,11 @@ class LLM:
     def __init__(self, model: str | Path | None = None, dtype=None, device=None, block_size: int = 16,
                  num_kv_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
                  max_model_len: int | None = None, seed: int = 0, kv_cache_memory: int | None = None,
-                 cuda_graphs: bool | None = None):
+                 cuda_graphs: bool | None = None, enable_prefix_caching: bool = False, batching: str = "continuous"):
         config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_memory=kv_cache_memory,
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                              max_model_len=max_model_len, cuda_graphs=cuda_graphs)
+                              max_model_len=max_model_len, cuda_graphs=cuda_graphs,
+                              enable_prefix_caching=enable_prefix_caching, batching=batching)
         self.device = resolve_device(device)
         torch.manual_seed(seed)
         if isinstance(model, str) and model.startswith("synthetic:"):
@@ -119,14 +121,26 @@ class LLM:
 
     def generate(self, prompts, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
         """Run prompts (strings and/or lists of token ids) to completion as one continuous batch.
-        A request that fails alone comes back with finish_reason "error" and `error` set."""
+        A request that fails alone comes back with finish_reason "error" and `error` set.
+        SamplingParams(n=k > 1): k requests of the prompt (seeds seed, seed+1, ... as vLLM), returned as one
+        output per prompt whose `.outputs` lists the k completions (the top-level fields are the first's)."""
         prompts, params = self._prepare(prompts, sampling_params)
-        return self._run(self._add(prompts, params), use_tqdm)
+        kids = [[sp] if sp.n == 1 else [replace(sp, n=1, seed=None if sp.seed is None else sp.seed + i)
+                                        for i in range(sp.n)] for sp in params]
+        outs = self._run(self._add([p for p, k in zip(prompts, kids) for _ in k], [c for k in kids for c in k]),
+                         use_tqdm)
+        grouped, i = [], 0
+        for k in kids:
+            grouped.append(outs[i] if len(k) == 1 else replace(outs[i], completions=outs[i:i + len(k)]))
+            i += len(k)
+        return grouped
 
     def stream(self, prompt, sampling_params: SamplingParams | None = None):
         """Yield RequestOutputs of one prompt as tokens arrive (`out.new_text` is the new piece of text).
         Several streams (and generate calls, from any thread) may be interleaved: each gets its own outputs."""
         prompts, params = self._prepare([prompt], sampling_params)
+        if params[0].n != 1:
+            raise ValueError("stream() gives one completion: use generate() for SamplingParams(n > 1)")
         rid = self._add(prompts, params)[0]
         try:
             while True:

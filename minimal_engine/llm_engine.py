@@ -49,11 +49,13 @@ class RequestOutput:
     new_text: str = ""            # text added by the latest step (streaming)
     new_token_ids: tuple = ()
     error: str | None = None      # finish_reason "error": what went wrong (the other requests are unaffected)
+    num_cached_tokens: int = 0    # prompt tokens whose K/V came from the prefix cache (as vLLM's)
+    completions: list | None = None  # SamplingParams(n > 1): the n completions of this prompt (LLM groups them)
 
     @property
     def outputs(self) -> list["RequestOutput"]:
-        """vLLM compatibility: `out.outputs[0].text` works as in vLLM (one completion per prompt)."""
-        return [self]
+        """vLLM compatibility: `out.outputs[i].text` as in vLLM (n completions per prompt; one when n=1)."""
+        return self.completions or [self]
 
 
 class LLMEngine:
@@ -61,7 +63,7 @@ class LLMEngine:
                  num_blocks: int, dtype: torch.dtype, device: torch.device, seed: int = 0):
         self.model_config, self.tokenizer, self.config = model_config, tokenizer, config
         self.device = device
-        self.block_manager = BlockManager(num_blocks, config.block_size)
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
         self.runner = ModelRunner(model, config, num_blocks, dtype, device)
         self.seqs: dict[str, Sequence] = {}
@@ -188,4 +190,5 @@ class LLMEngine:
     def output(self, seq: Sequence, new_text: str = "", new_ids: tuple = ()) -> RequestOutput:
         return RequestOutput(seq.request_id, seq.prompt, seq.token_ids[:seq.num_prompt_tokens],
                              seq.detokenizer.text, seq.output_token_ids, seq.is_finished, seq.finish_reason,
-                             seq.metrics, new_text, new_ids, seq.error)
+                             seq.metrics, new_text, new_ids, seq.error,
+                             num_cached_tokens=seq.num_cached_tokens or 0)

@@ -7,6 +7,12 @@ under two limits: `max_num_batched_tokens` tokens and `max_num_seqs` requests pe
 Running requests go first (so decoding never stalls behind a long prompt), then waiting ones are admitted
 while the token budget and KV blocks last. When blocks run out, the newest running request is preempted:
 its blocks are freed and it goes back to the front of the waiting queue, to be recomputed later.
+
+Prefix caching (block_manager.py, prefix_cache.py): a waiting request first asks how many tokens of its start
+are already cached, takes those blocks, and is scheduled as if they were an already computed chunk.
+
+batching="static" (for comparison, chapter 5): requests are taken in groups of max_num_seqs; no request
+joins until every member of the running group has finished, so finished members' slots stay idle.
 """
 from __future__ import annotations
 
@@ -50,6 +56,7 @@ class Scheduler:
         self.block_manager = block_manager
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []     # oldest first: the last one is preempted first
+        self.group_left = 0                   # static batching: members of the group not yet admitted
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -78,13 +85,21 @@ class Scheduler:
             i += 1
 
         # 2) waiting requests, oldest first, while budget, sequence slots and blocks last
+        static = self.config.batching == "static"
+        if static and not self.running and not self.group_left:   # the group has finished: take the next
+            self.group_left = min(len(self.waiting), self.config.max_num_seqs)
         while (self.waiting and budget > 0 and not out.preempted
-               and len(self.running) < self.config.max_num_seqs):
+               and len(self.running) < self.config.max_num_seqs and (self.group_left or not static)):
             seq = self.waiting[0]
-            n = min(seq.num_uncomputed_tokens, budget)
-            if not bm.can_allocate(seq, seq.num_computed_tokens + n):
+            cached = bm.num_cached_tokens(seq)           # prefix caching: a chunk that is already computed
+            n = min(len(seq) - cached, budget)
+            if not bm.can_allocate(seq, cached + n):
                 break
             self.waiting.popleft()
+            self.group_left -= static
+            seq.num_computed_tokens = bm.take_cached(seq)
+            if seq.num_cached_tokens is None:           # as vLLM: counted when the request is first scheduled
+                seq.num_cached_tokens = seq.num_computed_tokens
             bm.allocate(seq, seq.num_computed_tokens + n)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
@@ -98,6 +113,7 @@ class Scheduler:
         seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING
         seq.metrics.num_preemptions += 1
+        self.group_left += self.config.batching == "static"   # it rejoins its own group
         self.waiting.appendleft(seq)
         out.preempted.append(seq)
 
@@ -109,4 +125,5 @@ class Scheduler:
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
+            self.group_left -= self.waiting.index(seq) < self.group_left   # static: a member leaves its group
             self.waiting.remove(seq)
