@@ -1,0 +1,44 @@
+"""Stop strings on the incremental detokenizer's text, as vLLM does.
+
+A stop string may span several tokens, so after each token the end of the text is searched (the new
+characters plus the len(stop) - 1 before them). When one is found the text is cut before it (or after it,
+with include_stop_str_in_output) and the request stops with stop_reason = that string.
+While streaming, the last max(len(stop)) - 1 characters are held back: they may be the start of a stop
+string, which must never reach the client. They are sent when the request ends.
+Stop strings are not checked before min_tokens output tokens.
+"""
+from __future__ import annotations
+
+
+def find_stop(text: str, new_chars: int, stops: list[str], include: bool) -> tuple[int, str] | None:
+    """(where to cut text, which stop string) for the earliest stop string ending in the new characters."""
+    best = None
+    for stop in stops:
+        i = text.find(stop, max(0, len(text) - new_chars - len(stop) + 1))
+        if i != -1 and (best is None or i < best[0]):
+            best = (i, stop)
+    if best is None:
+        return None
+    return (best[0] + len(best[1]) if include else best[0]), best[1]
+
+
+def check_stop(seq, new_chars: int) -> str | None:
+    """Cut seq's text at a stop string that just appeared; return that string (or None)."""
+    p = seq.params
+    if not p.stop or seq.num_output_tokens < p.min_tokens:
+        return None
+    hit = find_stop(seq.detokenizer.text, new_chars, p.stop, p.include_stop_str_in_output)
+    if hit is None:
+        return None
+    seq.detokenizer.text = seq.detokenizer.text[:hit[0]]
+    seq.stop_reason = hit[1]
+    return hit[1]
+
+
+def take_new_text(seq, finished: bool) -> str:
+    """The text not yet returned, less what may still turn out to be the start of a stop string."""
+    p, text = seq.params, seq.detokenizer.text
+    hold = 0 if finished or not p.stop or p.include_stop_str_in_output else max(map(len, p.stop)) - 1
+    end = max(seq.sent_chars, len(text) - hold)
+    new, seq.sent_chars = text[seq.sent_chars:end], end
+    return new
