@@ -22,6 +22,8 @@ from .model_runner import ModelRunner
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .sequence import RequestMetrics, Sequence
+from .logprobs import decode_logprobs
+from .stop_strings import check_stop, take_new_text
 from .tokenizer import IncrementalDetokenizer, Tokenizer
 
 
@@ -49,6 +51,9 @@ class RequestOutput:
     new_text: str = ""            # text added by the latest step (streaming)
     new_token_ids: tuple = ()
     error: str | None = None      # finish_reason "error": what went wrong (the other requests are unaffected)
+    logprobs: list | None = None  # SamplingParams.logprobs: per output token {id: Logprob} (logprobs.py)
+    prompt_logprobs: list | None = None
+    stop_reason: str | int | None = None   # the stop string or stop token id that ended it (None for EOS)
     num_cached_tokens: int = 0    # prompt tokens whose K/V came from the prefix cache (as vLLM's)
     completions: list | None = None  # SamplingParams(n > 1): the n completions of this prompt (LLM groups them)
 
@@ -122,6 +127,8 @@ class LLMEngine:
             raise ValueError(f"request id {request_id!r} is already in use")
         seq = Sequence(request_id, text, token_ids, params, arrival_time)
         seq.detokenizer = IncrementalDetokenizer(self.tokenizer, token_ids, params.skip_special_tokens)
+        if params.min_tokens:
+            seq.min_tokens_ids = params.stop_set | (frozenset() if params.ignore_eos else frozenset(self.eos_ids))
         seq.generator = (torch.Generator(device=self.device).manual_seed(params.seed)
                          if params.seed is not None else (None if params.greedy else self.generator))
         self.seqs[request_id] = seq
@@ -179,9 +186,17 @@ class LLMEngine:
         elif seq.num_output_tokens >= p.max_tokens or len(seq) >= self.max_model_len:
             reason = "length"
         # as vLLM: a stop token's (or EOS's) text stays out of `text` unless include_stop_str_in_output
-        new_text = "" if reason == "stop" and not p.include_stop_str_in_output else seq.detokenizer.add(token)
+        if reason == "stop":
+            seq.stop_reason = token if token in p.stop_set else None
+        delta = "" if reason == "stop" and not p.include_stop_str_in_output else seq.detokenizer.add(token)
+        if reason != "stop" and check_stop(seq, len(delta)) is not None:    # stop strings (stop_strings.py)
+            reason = "stop"
+        elif reason is not None:
+            seq.detokenizer.finish()             # drops an incomplete last character, as vLLM
+        if seq.logprobs:
+            decode_logprobs(seq.logprobs[-1:], self.tokenizer)
+        new_text = take_new_text(seq, reason is not None)
         if reason is not None:
-            new_text += seq.detokenizer.finish()   # drops an incomplete last character, as vLLM
             self.scheduler.finish(seq, reason)
             m.finished_time = now
             del self.seqs[seq.request_id]
@@ -190,5 +205,6 @@ class LLMEngine:
     def output(self, seq: Sequence, new_text: str = "", new_ids: tuple = ()) -> RequestOutput:
         return RequestOutput(seq.request_id, seq.prompt, seq.token_ids[:seq.num_prompt_tokens],
                              seq.detokenizer.text, seq.output_token_ids, seq.is_finished, seq.finish_reason,
-                             seq.metrics, new_text, new_ids, seq.error,
+                             seq.metrics, new_text, new_ids, seq.error, seq.logprobs and list(seq.logprobs),
+                             seq.prompt_logprobs and list(seq.prompt_logprobs), seq.stop_reason,
                              num_cached_tokens=seq.num_cached_tokens or 0)
