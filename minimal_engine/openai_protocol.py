@@ -169,9 +169,10 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
     return prompt, params, stream, _flag(opts or {}, "include_usage")
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage; prompt_tokens_details.cached_tokens: prompt tokens the prefix cache supplied (as vLLM)."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
 def chunk(rid: str, model: str, chat: bool, text: str | None, finish_reason: str | None, role: bool = False) -> dict:

@@ -174,7 +174,7 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
                         return error_response(engine_error(out))
                     if out.finished:
                         done["finished"] = True
-                        u = usage(len(ids), len(out.token_ids))
+                        u = usage(len(ids), len(out.token_ids), out.num_cached_tokens)
                         return JSONResponse(full_response(prefix + rid, model_name, chat, out.text, out.finish_reason, u))
 
             work = asyncio.ensure_future(result())
@@ -201,7 +201,7 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
                 if out.finished:
                     done["finished"] = True
                     if include_usage:
-                        yield _sse(usage_chunk(prefix + rid, model_name, chat, usage(len(ids), len(out.token_ids))))
+                        yield _sse(usage_chunk(prefix + rid, model_name, chat, usage(len(ids), len(out.token_ids), out.num_cached_tokens)))
                     break
             yield "data: [DONE]\n\n"
 
@@ -265,6 +265,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--max-num-seqs", type=int, default=64, help="requests in one engine step")
     parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--enable-prefix-caching", action="store_true", help="reuse KV blocks of shared prompt prefixes")
     parser.add_argument("--max-queue", type=int, default=64, help="waiting requests beyond max-num-seqs; more get 429")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     d = ServeLimits()
@@ -284,7 +285,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
-              max_model_len=args.max_model_len)
+              max_model_len=args.max_model_len, enable_prefix_caching=args.enable_prefix_caching)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: listening on {args.host}: anyone who can reach this address can use the server; "
               "clients must send a Host header named by --host or --allowed-host")

@@ -162,3 +162,24 @@ def test_n_completions_share_the_prompt(llama_dir, reference):
     assert_no_leak(llm)
     with pytest.raises(ValueError, match="n must be"):
         SamplingParams(n=0)
+
+
+def test_server_reports_cached_tokens(llama_dir):
+    """usage.prompt_tokens_details.cached_tokens over HTTP, with and without streaming."""
+    import httpx
+    import json
+
+    from minimal_engine.serve import ServerThread, build_app
+    llm = cached_llm(llama_dir)
+    body = {"model": "tiny", "prompt": BASE + [1], "max_tokens": 3, "temperature": 0}
+    with ServerThread(build_app(llm, max_queue=8, served_model_name="tiny")) as s:
+        first = httpx.post(s.url + "/v1/completions", json=body, timeout=60).json()
+        again = httpx.post(s.url + "/v1/completions", json=body, timeout=60).json()
+        streamed = httpx.post(s.url + "/v1/completions", timeout=60, json={
+            **body, "prompt": BASE + [2], "stream": True, "stream_options": {"include_usage": True}})
+        usage = [json.loads(line[6:]) for line in streamed.text.splitlines()
+                 if line.startswith("data: {")][-1]["usage"]
+    assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert again["usage"]["prompt_tokens_details"] == {"cached_tokens": 40} and again["usage"]["prompt_tokens"] == 41
+    assert usage["prompt_tokens_details"] == {"cached_tokens": 40}
+    assert first["choices"][0]["text"] == again["choices"][0]["text"]
