@@ -12,9 +12,11 @@ from __future__ import annotations
 import time
 
 from .llm_engine import check_unicode
-from .sampling_params import SEED_RANGE, SamplingParams
+from .sampling_params import MAX_LOGPROBS, SEED_RANGE, SamplingParams
 
 MAX_STOP_TOKEN_IDS = 1024    # longer lists are refused (a 9 MB list would slow every step of the server)
+MAX_STOP_STRINGS = 64
+MAX_PROMPTS = 64             # batched prompts x n in one request
 
 
 class RequestError(ValueError):
@@ -100,18 +102,45 @@ def chat_prompt(tokenizer, messages: list[dict]) -> list[int]:
     return tokenizer.encode(text)
 
 
-def _prompt(body: dict):
+def _ids(x) -> bool:
+    return isinstance(x, list) and bool(x) and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+
+
+def _prompts(body: dict) -> list:
+    """'prompt' as OpenAI and vLLM take it: a string, a list of token ids, or a list of either (a batch)."""
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        if not prompt:
+    batch = [prompt] if isinstance(prompt, str) or _ids(prompt) else prompt
+    if not isinstance(batch, list) or not batch or not all(isinstance(p, str) or _ids(p) for p in batch):
+        raise RequestError("'prompt' must be a non-empty string, a non-empty list of token ids, or a non-empty "
+                           "list of those (one completion per prompt)", "prompt")
+    if len(batch) > MAX_PROMPTS:
+        raise RequestError(f"'prompt' has {len(batch)} prompts; at most {MAX_PROMPTS} per request", "prompt")
+    for p in batch:
+        if p == "":
             raise RequestError("'prompt' is empty: give at least one character", "prompt")
-        return _text(prompt, "prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return prompt
-    raise RequestError("'prompt' must be a non-empty string or a non-empty list of token ids "
-                       "(batched prompts are not supported: send one request per prompt)", "prompt")
+        if isinstance(p, str):
+            _text(p, "prompt")
+    return batch
+
+
+def _stop(body: dict) -> list[str]:
+    stop = body.get("stop")
+    stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop) or len(stop) > MAX_STOP_STRINGS:
+        raise RequestError(f"'stop' must be a string or a list of at most {MAX_STOP_STRINGS} strings", "stop")
+    return [_text(x, "stop") for x in stop if x]
+
+
+def _logprobs(body: dict, chat: bool) -> int | None:
+    """Completions: logprobs=k. Chat: logprobs=true with top_logprobs=k (OpenAI's names)."""
+    if not chat:
+        return _number(body, "logprobs", None, 0, MAX_LOGPROBS, integer=True)
+    top = _number(body, "top_logprobs", None, 0, MAX_LOGPROBS, integer=True)
+    if not _flag(body, "logprobs"):
+        if top is not None:
+            raise RequestError("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        return None
+    return top or 0
 
 
 def _stop_token_ids(body: dict) -> list[int]:
@@ -127,23 +156,22 @@ def _stop_token_ids(body: dict) -> list[int]:
 
 
 def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | None = None) -> tuple:
-    """-> (prompt: str | list[int] | messages, SamplingParams, stream: bool, include_usage: bool).
+    """-> (prompts: list[str | list[int]] or messages, SamplingParams, stream: bool, include_usage: bool).
     Every field is checked here, before anything is tokenized or queued."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     if body.get("model") is not None and not isinstance(body["model"], str):
         raise RequestError("'model' must be a string (see /v1/models)", "model")
-    if _number(body, "n", 1, 1, 1, integer=True) != 1:
-        raise RequestError("only n=1 is supported", "n")
-    if body.get("stop") not in (None, [], ""):
-        raise RequestError("'stop' strings are not supported by this engine; use 'stop_token_ids'", "stop")
+    n = _number(body, "n", 1, 1, MAX_PROMPTS, integer=True)
     if chat:
         prompt, param = parse_messages(body.get("messages")), "messages"
         chars = sum(len(m["content"]) for m in prompt)
         name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     else:
-        prompt, param, name = _prompt(body), "prompt", "max_tokens"
-        chars = len(prompt) if isinstance(prompt, str) else 0
+        prompt, param, name = _prompts(body), "prompt", "max_tokens"
+        chars = max(len(p) if isinstance(p, str) else 0 for p in prompt)
+        if len(prompt) * n > MAX_PROMPTS:
+            raise RequestError(f"{len(prompt)} prompts x n={n} completions: at most {MAX_PROMPTS} per request", "n")
     if max_prompt_chars is not None and chars > max_prompt_chars:
         raise RequestError(f"the {param} has {chars} characters; at most {max_prompt_chars} can fit in "
                            f"max_model_len={max_model_len} tokens", param)
@@ -157,7 +185,10 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
                   top_k=-1 if top_k == 0 else top_k, max_tokens=max_tokens, seed=seed,
                   stop_token_ids=_stop_token_ids(body), ignore_eos=_flag(body, "ignore_eos"),
                   skip_special_tokens=_flag(body, "skip_special_tokens", True),
-                  include_stop_str_in_output=_flag(body, "include_stop_str_in_output"))
+                  include_stop_str_in_output=_flag(body, "include_stop_str_in_output"), stop=_stop(body),
+                  logprobs=_logprobs(body, chat), n=n,
+                  **{k: body[k] for k in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens")
+                     if body.get(k) is not None})
     try:
         params = SamplingParams(**kwargs)
     except ValueError as e:
@@ -175,15 +206,47 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
             "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
-def chunk(rid: str, model: str, chat: bool, text: str | None, finish_reason: str | None, role: bool = False) -> dict:
+def completion_logprobs(entries: list[dict], offset: int = 0) -> dict:
+    """OpenAI's completions format: tokens, token_logprobs, top_logprobs ({token text: logprob}), text_offset."""
+    out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for entry in entries:
+        tid, lp = next(iter(entry.items()))     # the sampled token comes first (logprobs.token_logprobs)
+        out["tokens"].append(lp.decoded_token)
+        out["token_logprobs"].append(lp.logprob)
+        out["top_logprobs"].append({e.decoded_token: e.logprob for e in entry.values()})
+        out["text_offset"].append(offset)
+        offset += len(lp.decoded_token or "")
+    return out
+
+
+def chat_logprobs(entries: list[dict], k: int) -> dict:
+    """OpenAI's chat format: {"content": [{token, logprob, bytes, top_logprobs: [k x {token, logprob, bytes}]}]}."""
+    def one(lp):
+        t = lp.decoded_token or ""
+        return {"token": t, "logprob": lp.logprob, "bytes": list(t.encode("utf-8", "replace"))}
+    content = []
+    for entry in entries:
+        first = next(iter(entry.values()))
+        top = sorted((e for e in entry.values() if e.rank <= k), key=lambda e: e.rank)[:k]
+        content.append({**one(first), "top_logprobs": [one(e) for e in top]})
+    return {"content": content}
+
+
+def _choice(chat: bool, index: int, text: str | None, finish_reason, logprobs, stop_reason, stream: bool,
+            role: bool = False) -> dict:
+    if not chat:
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason,
+                "stop_reason": stop_reason}
+    body = {"role": "assistant", "content": text} if role or not stream else {"content": text}
+    return {"index": index, "delta" if stream else "message": body, "logprobs": logprobs,
+            "finish_reason": finish_reason, "stop_reason": stop_reason}
+
+
+def chunk(rid: str, model: str, chat: bool, text: str | None, finish_reason: str | None, role: bool = False,
+          index: int = 0, logprobs: dict | None = None, stop_reason=None) -> dict:
     """One streamed event (one token's text, possibly ""); role=True: the first chat chunk also names the role."""
-    if chat:
-        delta = {"role": "assistant", "content": text} if role else {"content": text}
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-                "choices": [choice]}
-    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]}
+    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": int(time.time()),
+            "model": model, "choices": [_choice(chat, index, text, finish_reason, logprobs, stop_reason, True, role)]}
 
 
 def usage_chunk(rid: str, model: str, chat: bool, u: dict) -> dict:
@@ -191,11 +254,35 @@ def usage_chunk(rid: str, model: str, chat: bool, u: dict) -> dict:
             "created": int(time.time()), "model": model, "choices": [], "usage": u}
 
 
-def full_response(rid: str, model: str, chat: bool, text: str, finish_reason: str, u: dict) -> dict:
-    if chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": finish_reason}
-        return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-                "choices": [choice], "usage": u}
-    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}], "usage": u}
+def full_response(rid: str, model: str, chat: bool, choices: list[tuple], u: dict) -> dict:
+    """choices: (text, finish_reason, logprobs, stop_reason) per choice, in index order."""
+    return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+            "model": model, "choices": [_choice(chat, i, *c, False) for i, c in enumerate(choices)], "usage": u}
+
+
+def tokenize_request(body, tokenizer, engine, max_len: int, max_chars: int) -> dict:
+    """vLLM's POST /tokenize: {"prompt": str, "add_special_tokens": bool} or {"messages": [...]}
+    -> {"count", "max_model_len", "tokens", "token_strs"} (token_strs with "return_token_strs": true)."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    if body.get("messages") is not None:
+        ids = chat_prompt(tokenizer, parse_messages(body["messages"]))
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise RequestError("'prompt' must be a string (or send 'messages')", "prompt")
+        if len(prompt) > max_chars:
+            raise RequestError(f"the prompt has {len(prompt)} characters; at most {max_chars}", "prompt")
+        _text(prompt, "prompt")
+        ids = tokenizer.hf.encode(prompt, add_special_tokens=_flag(body, "add_special_tokens", True)) if prompt else []
+    strs = [tokenizer.hf.convert_ids_to_tokens(i) for i in ids] if _flag(body, "return_token_strs") else None
+    return {"count": len(ids), "max_model_len": max_len, "tokens": ids, "token_strs": strs}
+
+
+def detokenize_request(body, tokenizer, vocab_size: int) -> dict:
+    """vLLM's POST /detokenize: {"tokens": [ids]} -> {"prompt": text}."""
+    ids = body.get("tokens") if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size
+                                            for t in ids) or len(ids) > MAX_STOP_TOKEN_IDS * 64:
+        raise RequestError(f"'tokens' must be a list of token ids in [0, {vocab_size - 1}]", "tokens")
+    return {"prompt": tokenizer.decode(ids, skip_special_tokens=False)}

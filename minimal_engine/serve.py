@@ -32,8 +32,12 @@ from starlette.requests import ClientDisconnect
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
+from dataclasses import replace
+
 from .engine_loop import EngineLoop
-from .openai_protocol import (RequestError, chat_prompt, chunk, full_response, parse_request, server_error, usage,
+from .metrics_prometheus import ServerMetrics
+from .openai_protocol import (RequestError, chat_logprobs, chat_prompt, chunk, completion_logprobs, full_response,
+                              detokenize_request, parse_request, server_error, tokenize_request, usage,
                               usage_chunk)
 from .serve_limits import (LOOPBACK_NAMES, HostCheck, ServeLimits, check_json, error_response,
                            header_timeout_protocol, read_body, wait_for_disconnect)
@@ -97,6 +101,7 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
     app = FastAPI(title="minimal_engine", lifespan=lifespan, **docs)
     app.add_middleware(HostCheck, allowed_hosts=limits.allowed_hosts)
     app.state.engine_loop, app.state.limits = loop, limits
+    app.state.metrics = metrics = ServerMetrics(model_name)      # its own registry: several apps may coexist
 
     @app.exception_handler(HTTPException)
     async def http_error(request, exc):
@@ -116,8 +121,33 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
                                             "owned_by": "minimal_engine", "max_model_len": max_len}]}
 
-    def full():
-        if state["unfinished"] >= limit:
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        return Response(metrics.render(loop.stats), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def tokens_route(request: Request, work):
+        """/tokenize and /detokenize (vLLM's): the same checks as the completions, work in the worker pool."""
+        try:
+            check_json(request)
+            raw = await read_body(request, limits)
+            return JSONResponse(await asyncio.get_running_loop().run_in_executor(
+                pool, lambda: work(json.loads(raw, parse_constant=_no_constants))))
+        except ValueError as e:                 # a RequestError, or invalid JSON
+            return error_response(e if isinstance(e, RequestError) else
+                                  RequestError(f"the request body is not valid JSON: {str(e)[:200]}", code="invalid_json"))
+        except ClientDisconnect:
+            return Response(status_code=499)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        return await tokens_route(request, lambda b: tokenize_request(b, llm.tokenizer, llm.engine, max_len, max_chars))
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        return await tokens_route(request, lambda b: detokenize_request(b, llm.tokenizer, llm.model_config.vocab_size))
+
+    def full(extra: int = 1):
+        if state["unfinished"] + extra - 1 >= limit:
             raise RequestError(f"the server is full ({state['unfinished']} requests unfinished, limit "
                                f"{limit} = max_num_seqs + max_queue); retry later", None, "queue_full",
                                429, "rate_limit_error")
@@ -135,47 +165,79 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
             raise RequestError(f"model {body['model'][:100]!r} is not served here; this server serves "
                                f"{model_name!r} (see /v1/models)", "model", "model_not_found")
         try:
-            ids = chat_prompt(llm.tokenizer, prompt) if chat else llm.engine.tokenize(prompt)[1]
-            llm.engine.validate_request(ids, params)   # reads only fixed limits: safe off the loop thread
+            prompts = [chat_prompt(llm.tokenizer, prompt)] if chat else [llm.engine.tokenize(p)[1] for p in prompt]
+            for i, ids in enumerate(prompts):
+                try:
+                    llm.engine.validate_request(ids, params)   # reads only fixed limits: safe off the loop thread
+                except (ValueError, TypeError) as e:
+                    raise type(e)(f"prompt {i}: {e}" if len(prompts) > 1 else str(e)) from None
         except (ValueError, TypeError) as e:
             if isinstance(e, RequestError):
                 raise
-            raise RequestError(str(e), _param_of(str(e), chat)) from None
-        return ids, params, stream, include_usage
+            raise RequestError(str(e), _param_of(str(e).split(": ", 1)[-1], chat)) from None
+        one = replace(params, n=1)             # n completions: n requests, seeds seed, seed+1, ... (as LLM.generate)
+        jobs = [(ids, one if params.n == 1 else replace(one, seed=None if params.seed is None else params.seed + j))
+                for ids in prompts for j in range(params.n)]
+        return jobs, sum(map(len, prompts)), params, stream, include_usage
 
     async def handle(request: Request, chat: bool):
         try:
             check_json(request)
             full()                              # refuse cheaply, before reading or tokenizing anything
             raw = await read_body(request, limits)
-            ids, params, stream, include_usage = await asyncio.get_running_loop().run_in_executor(
+            jobs, num_prompt_tokens, params, stream, include_usage = await asyncio.get_running_loop().run_in_executor(
                 pool, prepare, raw, chat)
-            full()
+            full(len(jobs))
         except RequestError as e:
             return error_response(e)
         except ClientDisconnect:                # left while sending the body: nobody reads an answer
             return Response(status_code=499)
-        state["unfinished"] += 1
-        rid, q = loop.submit(ids, params)
+        state["unfinished"] += len(jobs)
+        subs = [loop.submit(ids, p) for ids, p in jobs]       # one engine request per choice
+        rid = subs[0][0]
         prefix = "chatcmpl-" if chat else "cmpl-"
-        done = {"finished": False}
+        finished: set[int] = set()
+        merged: asyncio.Queue = asyncio.Queue()   # (choice index, item) from every choice's queue
+
+        async def forward(i: int, q: asyncio.Queue):
+            while True:
+                kind, out = await q.get()
+                if kind == "output" and out.finished:
+                    finished.add(i)
+                    metrics.observe_finished(out)
+                await merged.put((i, (kind, out)))
+                if kind == "error" or out.finished:
+                    return
+
+        tasks = [asyncio.ensure_future(forward(i, q)) for i, (_, q) in enumerate(subs)]
 
         def close():                            # runs once, whatever way the response ends
-            if not done["finished"]:
-                loop.abort(rid)
-            state["unfinished"] -= 1
+            for t in tasks:
+                t.cancel()
+            for i, (r, _) in enumerate(subs):
+                if i not in finished:
+                    loop.abort(r)
+            state["unfinished"] -= len(jobs)
+
+        def logprobs_of(entries, offset=0):
+            if params.logprobs is None:
+                return None
+            return chat_logprobs(entries, params.logprobs) if chat else completion_logprobs(entries, offset)
 
         if not stream:
             async def result():
-                while True:
-                    kind, out = await q.get()
+                outs = {}
+                while len(outs) < len(jobs):
+                    i, (kind, out) = await merged.get()
                     if kind == "error":
-                        done["finished"] = True
                         return error_response(engine_error(out))
                     if out.finished:
-                        done["finished"] = True
-                        u = usage(len(ids), len(out.token_ids), out.num_cached_tokens)
-                        return JSONResponse(full_response(prefix + rid, model_name, chat, out.text, out.finish_reason, u))
+                        outs[i] = out
+                u = usage(num_prompt_tokens, sum(len(o.token_ids) for o in outs.values()),
+                          sum(outs[i].num_cached_tokens for i in range(0, len(jobs), params.n)))  # once per prompt
+                choices = [(o.text, o.finish_reason, logprobs_of(o.logprobs or []), o.stop_reason)
+                           for o in (outs[i] for i in range(len(jobs)))]
+                return JSONResponse(full_response(prefix + rid, model_name, chat, choices, u))
 
             work = asyncio.ensure_future(result())
             gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
@@ -188,21 +250,30 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
                 close()
 
         async def events():
-            first = True                        # chat: the role goes with the first token, so TTFT stays honest
-            while True:
-                kind, out = await q.get()
+            first = set()                       # chat: the role goes with each choice's first token
+            sent = [0] * len(jobs)              # characters sent per choice (completions' text_offset)
+            tokens = [0] * len(jobs)            # tokens whose logprobs were sent, per choice
+            done, generated, cached = 0, 0, 0
+            while done < len(jobs):
+                i, (kind, out) = await merged.get()
                 if kind == "error":
-                    done["finished"] = True
                     yield _sse(engine_error(out).body())
                     break
+                entries = (out.logprobs or [])[tokens[i]:]
+                tokens[i] += len(entries)
                 yield _sse(chunk(prefix + rid, model_name, chat, out.new_text,
-                                 out.finish_reason if out.finished else None, role=first))
-                first = False
+                                 out.finish_reason if out.finished else None, role=i not in first, index=i,
+                                 logprobs=logprobs_of(entries, sent[i]),
+                                 stop_reason=out.stop_reason if out.finished else None))
+                first.add(i)
+                sent[i] += len(out.new_text)
                 if out.finished:
-                    done["finished"] = True
-                    if include_usage:
-                        yield _sse(usage_chunk(prefix + rid, model_name, chat, usage(len(ids), len(out.token_ids), out.num_cached_tokens)))
-                    break
+                    done += 1
+                    generated += len(out.token_ids)
+                    cached += out.num_cached_tokens if i % params.n == 0 else 0   # once per prompt
+            else:
+                if include_usage:
+                    yield _sse(usage_chunk(prefix + rid, model_name, chat, usage(num_prompt_tokens, generated, cached)))
             yield "data: [DONE]\n\n"
 
         return ClosingStream(events(), close)
