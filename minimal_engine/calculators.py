@@ -56,6 +56,10 @@ __all__ = [
 from minimal_engine.roofline_calc import *  # noqa: E402,F401,F403
 from minimal_engine import roofline_calc as _roofline_calc  # noqa: E402
 __all__ += _roofline_calc.__all__
+# 8. KV memory and batching arithmetic (chapters 4 and 5), in their own module
+from minimal_engine.capacity_calc import *  # noqa: E402,F401,F403
+from minimal_engine import capacity_calc as _capacity_calc  # noqa: E402
+__all__ += _capacity_calc.__all__
 
 
 # ------------------------------------------------------- 1. KV cache size

@@ -32,7 +32,7 @@ def test_engine_is_small_enough_to_read():
     """Core engine (model files, training, benchmarks, the HTTP server and its engine thread, calculators and
     their tables aside) under ~2,000 lines, and every engine file under ~300 lines."""
     pkg = ROOT / "minimal_engine"
-    aside = {"train.py", "model_card.py", "bench.py", "calculators.py", "specs.py", "roofline.py", "roofline_calc.py",
+    aside = {"train.py", "model_card.py", "bench.py", "calculators.py", "specs.py", "roofline.py", "roofline_calc.py", "capacity_calc.py",
              "serve.py", "serve_limits.py", "openai_protocol.py", "engine_loop.py"}
     core = [f for f in pkg.glob("*.py") if f.name not in aside]
     total = sum(len(f.read_text().splitlines()) for f in core)
