@@ -92,6 +92,14 @@ class BlockManager:
         if self.cache is not None:
             self.cache.forget(seq)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block (as vLLM's reset_prefix_cache); only when no request holds blocks."""
+        if self.cache is None or self.seqs:
+            return False
+        for block in list(self.cache.block_hash):
+            self.cache.evict(block)
+        return True
+
     def slot(self, seq: Sequence, position: int) -> int:
         """Flat slot index of token `position` of seq in the pool."""
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size

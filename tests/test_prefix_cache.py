@@ -183,3 +183,20 @@ def test_server_reports_cached_tokens(llama_dir):
     assert again["usage"]["prompt_tokens_details"] == {"cached_tokens": 40} and again["usage"]["prompt_tokens"] == 41
     assert usage["prompt_tokens_details"] == {"cached_tokens": 40}
     assert first["choices"][0]["text"] == again["choices"][0]["text"]
+
+
+def test_bench_shared_prefix_runs_both_engines(llama_dir):
+    """bench --shared-prefix-len: same prefix in every request, caching on hits it, off never does; the ratio
+    is reported (its value is a timing: not asserted)."""
+    from minimal_engine.bench.prefix import run_prefix_compare, shared_prefix_requests
+    reqs = shared_prefix_requests(6, 24, 5, 3, vocab_size=200, seed=3)
+    assert all(r.prompt_ids[:24] == reqs[0].prompt_ids[:24] for r in reqs) and reqs[0].prompt_ids != reqs[1].prompt_ids
+    off = LLM(llama_dir, dtype="float32", device="cpu", block_size=4)
+    on = cached_llm(llama_dir)
+    res = run_prefix_compare(off, on, reqs, max_concurrency=2, repeats=2)
+    assert [r["backend"] for r in res["runs"]] == ["prefix_caching_off", "prefix_caching_on"] * 2
+    assert len(res["ttft_ratios"]) == 2 and res["median_ttft_ratio"] > 0
+    assert all(r["prefix_cache_hit_rate"] > 0.5 for r in res["runs"][1::2])
+    assert off.engine.block_manager.cache is None
+    assert_no_leak(on)
+    assert on.engine.block_manager.reset_prefix_cache() and on.engine.block_manager.snapshot()["cached"] == []

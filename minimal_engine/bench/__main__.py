@@ -41,6 +41,9 @@ def parse_args(argv):
     p.add_argument("--base-url", default="http://127.0.0.1:8000")
     p.add_argument("--tokenizer", default=None, help="online: tokenizer folder for random prompts")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shared-prefix-len", type=int, default=0,
+                   help="every prompt starts with the same N tokens; runs prefix caching off and on, prints the "
+                        "TTFT ratio (bench/prefix.py)")
     p.add_argument("--no-roofline", action="store_true", help="skip measuring this machine's peaks")
     p.add_argument("--out", default=None, help="folder for NAME.json / .csv / .png")
     p.add_argument("--name", default="bench")
@@ -156,11 +159,14 @@ def main(argv=None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     machine = None
-    if args.backend == "engine" and not args.no_roofline:
+    if args.backend == "engine" and not args.no_roofline and not args.shared_prefix_len:
         machine = measure_machine(args.device if args.device not in (None, "auto") else "cpu")
         print("this machine:", format_machine(machine))
     try:
-        if args.backend == "engine":
+        if args.backend == "engine" and args.shared_prefix_len:
+            from .prefix import run_prefix_bench
+            rows, extra = run_prefix_bench(args)
+        elif args.backend == "engine":
             rows, extra = run_engine(args, machine, not args.no_tqdm)
         else:
             if not args.model:
