@@ -92,6 +92,11 @@ class BlockManager:
         if self.cache is not None:
             self.cache.forget(seq)
 
+    def prefix_cache_stats(self) -> dict:
+        """Engine-wide: prompt tokens looked up in the prefix cache, found there, and their ratio."""
+        c = self.cache
+        return {"queries": c.queries if c else 0, "hits": c.hits if c else 0, "hit_rate": c.hit_rate if c else 0.0}
+
     def reset_prefix_cache(self) -> bool:
         """Forget every cached block (as vLLM's reset_prefix_cache); only when no request holds blocks."""
         if self.cache is None or self.seqs:

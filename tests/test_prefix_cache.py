@@ -85,6 +85,7 @@ def test_caching_off_caches_nothing():
     admit(bm, a)
     bm.free(a)
     assert bm.num_cached_tokens(seq("b", list(range(9)))) == 0 and bm.snapshot()["cached"] == []
+    assert bm.prefix_cache_stats() == {"queries": 0, "hits": 0, "hit_rate": 0.0}
 
 
 # ---- the engine: same tokens on and off ------------------------------------------------------------------
@@ -115,8 +116,8 @@ def test_same_tokens_alone_and_mixed(llama_dir, reference, kw):
     mixed = llm.generate(PROMPTS, GREEDY, use_tqdm=False)                   # all in one batch, cache warm
     assert [o.token_ids for o in mixed] == reference
     assert all(o.num_cached_tokens > 0 for o in mixed[:3])
-    cache = llm.engine.block_manager.cache
-    assert cache.hits >= 96 and 0 < cache.hit_rate < 1
+    stats = llm.engine.block_manager.prefix_cache_stats()
+    assert stats["hits"] >= 96 and 0 < stats["hit_rate"] < 1 and stats["hits"] < stats["queries"]
     assert_no_leak(llm)
 
 
