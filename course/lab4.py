@@ -28,7 +28,7 @@ from course.runtime import (apply_thread_policy, check_device, check_int, get_ll
 from minimal_engine import LLM, SamplingParams
 from minimal_engine import calculators as calc
 
-SHARED_LEN_RANGE = (0, 768)
+SHARED_LEN_RANGE = (0, 480)        # + OWN_LEN + OUTPUT_LEN within the default model's 512
 NUM_REQUESTS_RANGE = (2, 32)
 OWN_LEN = 16
 OUTPUT_LEN = 4
