@@ -1,0 +1,134 @@
+"""Stop strings, logprobs, penalties and min_tokens in the engine (vLLM's meanings and ranges), and the
+server agreeing with LLM.generate / LLM.chat: same text, same tokens, same logprobs within float tolerance."""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import httpx
+import pytest
+import torch
+
+from minimal_engine import LLM, SamplingParams
+from minimal_engine.sampler import apply_penalties
+from minimal_engine.serve import ServerThread, build_app
+
+PROMPT = "吾輩は"
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM(device="cpu", max_num_seqs=16)
+
+
+def gen(llm, prompt=PROMPT, **kw):
+    return llm.generate([prompt], SamplingParams(**({"temperature": 0, "max_tokens": 30} | kw)), use_tqdm=False)[0]
+
+
+def test_stop_string_across_token_boundaries(llm):
+    base = gen(llm)
+    pieces = [llm.tokenizer.decode([t]) for t in base.token_ids]
+    # "\n一" spans two tokens of the greedy loop 「、\n\n一、一、…」
+    assert "\n一" in base.text and "\n一" not in pieces
+    out = gen(llm, stop=["\n一"])
+    assert out.text == base.text[:base.text.index("\n一")] and out.finish_reason == "stop"
+    assert out.stop_reason == "\n一"
+    inc = gen(llm, stop=["\n一"], include_stop_str_in_output=True)
+    assert inc.text == base.text[:base.text.index("\n一") + 2]
+    earliest = gen(llm, stop=["一、一", "\n\n"])        # the one that appears first in the text wins
+    assert earliest.text == base.text[:base.text.index("\n\n")]
+
+
+def test_stream_holds_back_a_possible_stop_string(llm):
+    base = gen(llm)
+    never = [o.new_text for o in llm.stream(PROMPT, SamplingParams(temperature=0, max_tokens=30, stop=["一、二"]))]
+    assert "".join(never) == base.text                  # held-back text is sent when the request ends
+    cut = [o.new_text for o in llm.stream(PROMPT, SamplingParams(temperature=0, max_tokens=30, stop=["\n一"]))]
+    final = base.text[:base.text.index("\n一")]       # "、\n": the second "\n" starts the stop string
+    assert "".join(cut) == final
+    sent = ""
+    for piece in cut:                                   # nothing sent is ever taken back: the "\n" before "一"
+        sent += piece                                   # was held until "一" showed it belongs to the stop
+        assert final.startswith(sent)
+
+
+def test_min_tokens_masks_stop_tokens(llm):
+    base = gen(llm)
+    one = llm.tokenizer.encode("一")[0]
+    first = base.token_ids.index(one)
+    stopped = gen(llm, stop_token_ids=[one])
+    assert len(stopped.token_ids) == first + 1
+    later = gen(llm, stop_token_ids=[one], min_tokens=first + 3)
+    assert one not in later.token_ids[:first + 3] and len(later.token_ids) > first + 3
+
+
+def test_logprobs_are_raw_model_output(llm):
+    greedy = gen(llm, max_tokens=1, logprobs=5)
+    hot = gen(llm, max_tokens=1, logprobs=5, temperature=1.5, seed=3, repetition_penalty=1.5)
+    g, h = greedy.logprobs[0], hot.logprobs[0]
+    top = sorted((lp for lp in g.values() if lp.rank <= 5), key=lambda lp: lp.rank)
+    assert [lp.rank for lp in top] == [1, 2, 3, 4, 5] and greedy.token_ids[0] in g
+    assert all(a.logprob >= b.logprob for a, b in zip(top, top[1:]))
+    assert sum(math.exp(lp.logprob) for lp in top) <= 1 + 1e-6
+    for tid, lp in h.items():                            # temperature and penalties do not change them
+        if tid in g:
+            assert lp.logprob == pytest.approx(g[tid].logprob, abs=1e-5)
+    assert g[greedy.token_ids[0]].decoded_token == llm.tokenizer.decode([greedy.token_ids[0]])
+
+
+def test_penalty_formulas():
+    seq = SimpleNamespace(output_token_ids=[1, 1, 2], token_ids=[3, 1, 1, 2], num_prompt_tokens=1)
+    logits = torch.tensor([1.0, 2.0, -2.0, 4.0, 5.0])
+    p = SamplingParams(repetition_penalty=2.0)
+    assert apply_penalties(logits, seq, p).tolist() == [1.0, 1.0, -4.0, 2.0, 5.0]
+    p = SamplingParams(frequency_penalty=0.5, presence_penalty=0.25)
+    assert apply_penalties(logits, seq, p).tolist() == [1.0, 2.0 - 1.0 - 0.25, -2.0 - 0.5 - 0.25, 4.0, 5.0]
+
+
+def test_repetition_penalty_breaks_the_greedy_loop(llm):
+    assert gen(llm).text.count("一、") > 5
+    assert gen(llm, repetition_penalty=1.3).text.count("一、") < 3
+
+
+@pytest.mark.parametrize("kwargs, start", [
+    (dict(presence_penalty=2.5), "presence_penalty must be in [-2, 2]"),
+    (dict(frequency_penalty=float("nan")), "frequency_penalty must be in [-2, 2]"),
+    (dict(repetition_penalty=0.0), "repetition_penalty must be greater than zero"),
+    (dict(min_tokens=-1), "min_tokens"),
+    (dict(min_tokens=5, max_tokens=4), "min_tokens"),
+    (dict(logprobs=21), "logprobs must be None or an integer in [0, 20]"),
+    (dict(stop=[""]), "stop must be"),
+    (dict(stop=[3]), "stop must be"),
+    (dict(prompt_logprobs=1), "prompt_logprobs is not implemented"),
+])
+def test_bad_values_are_refused(kwargs, start):
+    with pytest.raises(ValueError) as e:
+        SamplingParams(**kwargs)
+    assert str(e.value).startswith(start)
+
+
+def test_server_agrees_with_offline(llm):
+    prompts = ["吾輩は", "東京の空は"]
+    offline = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=12, logprobs=3), use_tqdm=False)
+    seeded = gen(llm, temperature=0.9, seed=11, max_tokens=12, logprobs=1)
+    chat = llm.chat([{"role": "user", "content": "猫とは"}], SamplingParams(temperature=0, max_tokens=10,
+                                                                          logprobs=2), use_tqdm=False)[0]
+    with ServerThread(build_app(llm)) as s:
+        def post(path, body):
+            r = httpx.post(s.url + path, json=body, timeout=60)
+            assert r.status_code == 200, r.text
+            return r.json()
+        r = post("/v1/completions", {"prompt": prompts, "max_tokens": 12, "temperature": 0, "logprobs": 3})
+        rs = post("/v1/completions", {"prompt": PROMPT, "max_tokens": 12, "temperature": 0.9, "seed": 11,
+                                      "logprobs": 1})
+        rc = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "猫とは"}], "max_tokens": 10,
+                                           "temperature": 0, "logprobs": True, "top_logprobs": 2})
+    for out, choice in zip(offline + [seeded], r["choices"] + rs["choices"]):
+        assert choice["text"] == out.text
+        lp = choice["logprobs"]
+        assert lp["tokens"] == [llm.tokenizer.decode([t]) for t in out.token_ids]
+        want = [e[t].logprob for e, t in zip(out.logprobs, out.token_ids)]
+        assert lp["token_logprobs"] == pytest.approx(want, abs=1e-5)
+    assert rc["choices"][0]["message"]["content"] == chat.text
+    got = [t["logprob"] for t in rc["choices"][0]["logprobs"]["content"]]
+    assert got == pytest.approx([e[t].logprob for e, t in zip(chat.logprobs, chat.token_ids)], abs=1e-5)
