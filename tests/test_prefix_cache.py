@@ -107,7 +107,8 @@ def assert_no_leak(llm):
     assert not llm.engine.has_unfinished_requests()
 
 
-@pytest.mark.parametrize("kw", [{}, {"max_num_batched_tokens": 8}], ids=["one-step-prefill", "chunked-prefill"])
+@pytest.mark.parametrize("kw", [{}, {"max_num_batched_tokens": 8}, {"cuda_graphs": True}],
+                         ids=["one-step-prefill", "chunked-prefill", "static-decode-buffers"])
 def test_same_tokens_alone_and_mixed(llama_dir, reference, kw):
     llm = cached_llm(llama_dir, **kw)
     alone = [llm.generate(p, GREEDY, use_tqdm=False)[0] for p in PROMPTS]      # each after the earlier ones
