@@ -4,11 +4,12 @@
         --input-len 512 --range-ratio 0.125 --output-len 256 --output-range-ratio 0.0625 \\
         --max-concurrency 1 4 16 --compare hf hf-cb --out benchmarks/results --name mixed
     python -m minimal_engine.bench --backend openai --base-url http://127.0.0.1:8000 --model NAME ...
-    python -m minimal_engine.bench --model synthetic:llama-125m --shared-prefix-len 256 --input-len 32 \
+    python -m minimal_engine.bench --model synthetic:llama-125m --shared-prefix-len 256 --input-len 32 \\
         --output-len 4 --num-prompts 8 --max-concurrency 4 --repeats 3    # TTFT, prefix caching off / on
 
 workload.py (the requests) -> offline.py (our engine) / hf_baselines.py (transformers) / online.py (a server)
-prefix.py: a shared system prompt, prefix caching off and on. -> report.py (JSON with vLLM's field names, CSV, tables, the tok/s vs tok/s/user plot). __main__.py is the CLI.
+-> report.py (JSON with vLLM's field names, CSV, tables, the tok/s vs tok/s/user plot). __main__.py is the CLI.
+prefix.py: every request starts with one shared system prompt; engines with prefix caching off and on alternate.
 """
 from .hf_baselines import hf_model_for, run_hf_continuous, run_hf_static
 from .offline import add_bounds, decode_step_time, run_offline, run_sweep
