@@ -70,7 +70,10 @@ def _engine(batching: str, concurrency: int, kv_blocks: int, device: str):
 def _hf_model(device: str):
     key = ("hf", device)
     if key not in _CACHE:
+        from transformers.utils import logging as hf_logging
+
         from minimal_engine.bench.hf_baselines import hf_model_for
+        hf_logging.disable_progress_bar()                   # no "Loading weights" bar in the notebooks
         _CACHE[key] = hf_model_for(get_llm("default", device))
     return _CACHE[key]
 

@@ -61,6 +61,24 @@ def paged_users(pool_tokens: int, tokens_per_user: int, block_size: int = 16) ->
                                                                          block_size)
 
 
+def paged_over_contiguous(pool_tokens: int, max_model_len: int, tokens_per_user: int, block_size: int = 16) -> float:
+    """How many times more requests fit with paging than with max_model_len reservations."""
+    return paged_users(pool_tokens, tokens_per_user, block_size) / contiguous_users(pool_tokens, max_model_len)
+
+
+def static_batch_idle_slots(output_lens: list[int]) -> int:
+    """Decode slot-steps one static batch leaves idle: ``len x max - sum`` (tokens it could have made)."""
+    lens = [_pos_int(x, "output length") for x in output_lens]
+    if not lens:
+        raise ValueError("output_lens must not be empty")
+    return len(lens) * max(lens) - sum(lens)
+
+
+def padding_tokens(prompt_lens: list[int]) -> int:
+    """Pad tokens in one left-padded prefill batch: ``len x max - sum``."""
+    return static_batch_idle_slots(prompt_lens)
+
+
 def static_batch_idle_share(output_lens: list[int]) -> float:
     """Share of decode slot-steps left idle by one static batch: every member waits for the longest one.
 
@@ -89,4 +107,5 @@ def goodput_rps(ttft_ms: list[float], tpot_ms: list[float], duration_s: float, t
 
 
 __all__ = ["cached_prefix_tokens", "contiguous_users", "goodput_rps", "last_block_waste", "padded_slots",
-           "padding_share", "paged_users", "prefix_hit_rate", "static_batch_idle_share"]
+           "padding_share", "padding_tokens", "paged_over_contiguous", "paged_users", "prefix_hit_rate",
+           "static_batch_idle_share", "static_batch_idle_slots"]
