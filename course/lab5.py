@@ -182,7 +182,7 @@ def readout_html(res: dict) -> str:
         span = f"（{r['tok_s_min']:.1f}〜{r['tok_s_max']:.1f}）" if res["repeats"] > 1 else ""
         rows.append((r["label"], f"{r['tok_s']:.1f}{span}", _v(r["tok_s_per_user"]), _v(r["ttft_ms"], ".0f"),
                      _v(r["p90_ttft_ms"], ".0f"), _v(r["tpot_ms"]), _v(r["goodput_rps"], ".2f"), _v(r["num_preemptions"], "")))
-    head = ("方式", "出力 tok/s", "tok/s/ユーザー", "TTFT 中央値 [ms]", "TTFT p90 [ms]", "TPOT [ms]",
+    head = ("方式", "出力 tok/s", "tok/s/user", "TTFT 中央値 [ms]", "TTFT p90 [ms]", "TPOT [ms]",
             f"グッドプット [件/s]（TTFT≤{res['ttft_slo_ms']:.0f} ms, TPOT≤{res['tpot_slo_ms']:.0f} ms）", "プリエンプション")
     note = f"<div style='color:#555'>繰り返し {res['repeats']} 回の中央値（最小〜最大）</div>" if res["repeats"] > 1 else ""
     return note + table_html(rows, head, right=set(range(1, len(head)))) + warnings_html(res["warnings"])
@@ -205,7 +205,7 @@ def add_run(history: list[dict], res: dict) -> list[dict]:
 def history_html(history: list[dict], last: int = 24) -> str:
     if not history:
         return "<div style='color:#555'>実行の履歴: まだありません（実行するとここに方式ごとに1行ずつ増えます）</div>"
-    head = ("#", "方式", "プロンプト長", "同時リクエスト数", "リクエスト数", "出力 tok/s", "tok/s/ユーザー", "TTFT [ms]",
+    head = ("#", "方式", "プロンプト長", "同時リクエスト数", "リクエスト数", "出力 tok/s", "tok/s/user", "TTFT [ms]",
             "グッドプット [件/s]")
     rows = [(r["run"], POLICIES[r["policy"]], r["prompt_len"], r["concurrency"], r["num_requests"], _v(r["tok_s"]),
              _v(r["tok_s_per_user"]), _v(r["ttft_ms"], ".0f"), _v(r["goodput_rps"], ".2f")) for r in history[-last:]]
@@ -234,7 +234,7 @@ def plot_run(res: dict):
         a1.scatter([r["tok_s_per_user"]], [r["tok_s"]], color=COLORS[k], label=r["label"], s=50)
         if r["ttft_ms_list"]:
             a2.hist(r["ttft_ms_list"], bins=12, alpha=0.5, color=COLORS[k], label=r["label"])
-    a1.set_xlabel("tok/s/ユーザー（1人が体感する速さ）")
+    a1.set_xlabel("tok/s/user（1人が体感する速さ）")
     a1.set_ylabel("出力 tok/s（システム全体）")
     a1.set_xlim(0, None)
     a1.set_ylim(0, None)
@@ -261,13 +261,13 @@ def plot_pareto(history: list[dict]):
             for r in rows:
                 ax.annotate(str(r["concurrency"]), (r["tok_s_per_user"], r["tok_s"]), fontsize=7,
                             xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("tok/s/ユーザー")
+    ax.set_xlabel("tok/s/user")
     ax.set_ylabel("出力 tok/s")
     ax.set_xlim(0, None)
     ax.set_ylim(0, None)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title("方式ごとのパレート曲線（点の数字は同時リクエスト数）", fontsize=10)
+    ax.set_title("方式ごとのパレートフロンティア（点の数字は同時リクエスト数）", fontsize=10)
     return fig
 
 
