@@ -105,6 +105,8 @@ class LLMEngine:
         stops = [t for t in params.stop_token_ids if not 0 <= t < vocab]
         if stops:
             raise ValueError(f"stop_token_ids must be in [0, {vocab - 1}] (the vocabulary), got {stops[:5]}")
+        if params.prompt_logprobs is not None and self.config.enable_prefix_caching:
+            raise ValueError("prompt_logprobs needs every prompt token computed: not with enable_prefix_caching")
         if len(token_ids) >= self.max_model_len:
             raise ValueError(f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, "
                              f"so a prompt may have at most {self.max_model_len - 1} tokens")
@@ -193,8 +195,9 @@ class LLMEngine:
             reason = "stop"
         elif reason is not None:
             seq.detokenizer.finish()             # drops an incomplete last character, as vLLM
-        if seq.logprobs:
-            decode_logprobs(seq.logprobs[-1:], self.tokenizer)
+        if seq.logprobs or seq.prompt_logprobs:    # the prompt's are complete once the first token is out
+            first = seq.num_output_tokens == 1 and seq.prompt_logprobs or []
+            decode_logprobs((seq.logprobs or [])[-1:] + first, self.tokenizer)
         new_text = take_new_text(seq, reason is not None)
         if reason is not None:
             self.scheduler.finish(seq, reason)

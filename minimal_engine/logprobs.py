@@ -34,6 +34,6 @@ def token_logprobs(logprobs: torch.Tensor, token: int, k: int) -> dict[int, Logp
 def decode_logprobs(entries: list[dict[int, Logprob]], tokenizer) -> None:
     """Fill decoded_token of every entry (the text of that one token)."""
     for entry in entries:
-        for tid, lp in entry.items():
+        for tid, lp in (entry or {}).items():       # the first prompt token has no entry (None)
             if lp is not None and lp.decoded_token is None:
                 lp.decoded_token = tokenizer.decode([tid], skip_special_tokens=False)

@@ -17,6 +17,7 @@ import torch
 from .attention import ForwardBatch, PrefillChunk
 from .config import EngineConfig
 from .cuda_graphs import DecodeGraphs
+from .logprobs import token_logprobs
 from .sampler import sample
 from .scheduler import SchedulerOutput
 
@@ -43,6 +44,17 @@ def pack_linear_weights(model: torch.nn.Module) -> bool:
         bias = None if m.bias is None else m.bias.detach()
         m.forward = lambda x, p=packed, b=bias: torch.ops.mkldnn._linear_pointwise(x, p, b, "none", [], "")
     return True
+
+
+def prompt_logprobs(logits: torch.Tensor, num_samplers: int, rows: list) -> torch.Tensor:
+    """Score the prompt tokens of requests with prompt_logprobs (rows after the samplers'); return the rest."""
+    i = num_samplers
+    for seq, first, _, last in rows:
+        lps = logits[i:i + last - first].float().log_softmax(-1)
+        for j, pos in enumerate(range(first, last)):
+            seq.prompt_logprobs.append(token_logprobs(lps[j], seq.token_ids[pos + 1], seq.params.prompt_logprobs))
+        i += last - first
+    return logits[:num_samplers]
 
 
 class ModelRunner:
@@ -89,6 +101,7 @@ class ModelRunner:
         decodes = [s for s in out.scheduled if s.num_tokens == 1]
         prefills = [s for s in out.scheduled if s.num_tokens > 1]
         input_ids, positions, slots, logits_rows = [], [], [], []
+        self.prompt_rows = []                   # (seq, first position): prompt_logprobs rows, after the samplers'
         for s in decodes + prefills:
             seq, row0 = s.seq, len(input_ids)
             input_ids.extend(seq.token_ids[s.start:s.start + s.num_tokens])
@@ -97,6 +110,10 @@ class ModelRunner:
                 slots.append(seq.block_table[pos // bs] * bs + pos % bs)
             if s.samples:
                 logits_rows.append(row0 + s.num_tokens - 1)
+            if seq.prompt_logprobs is not None:  # positions whose next token is a prompt token not yet scored
+                first = max(s.start, len(seq.prompt_logprobs) - 1)
+                last = min(s.start + s.num_tokens, seq.num_prompt_tokens - 1)
+                self.prompt_rows += [(seq, first, row0 - s.start, last)] if first < last else []
         dev = self.device
 
         def tensor(x):
@@ -126,6 +143,7 @@ class ModelRunner:
             cached = block_rows([s.seq.block_table]) if s.start > 0 else None   # the table covers this step
             chunks.append(PrefillChunk(row, row + s.num_tokens, s.start + s.num_tokens, cached))
             row += s.num_tokens
+        logits_rows += [r + p for _, first, r, last in self.prompt_rows for p in range(first, last)]
         batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
                              decode_rows=decode_rows, decode_padding=decode_padding, prefills=chunks,
                              logits_indices=tensor(logits_rows), block_size=bs,
@@ -136,14 +154,17 @@ class ModelRunner:
     def run(self, out: SchedulerOutput) -> dict:
         """One forward pass; returns {sequence: sampled token} for the requests that sample this step."""
         steps = out.scheduled
-        if self.graphs is not None and all(s.num_tokens == 1 for s in steps) and self.graphs.fits(len(steps)):
+        scoring = any(s.seq.prompt_logprobs is not None and s.start < s.seq.num_prompt_tokens - 1 for s in steps)
+        if (self.graphs is not None and all(s.num_tokens == 1 for s in steps) and self.graphs.fits(len(steps))
+                and not scoring):
             logits = self.graphs.run([self.decode_row(s) for s in steps])   # one row per request
             logits = logits[[i for i, s in enumerate(steps) if s.samples]]
-            order = steps
+            order, self.prompt_rows = steps, []
         else:
             input_ids, batch, order = self.prepare(out)
             logits = self.model(input_ids, batch, self.kv_caches)
         samplers = [s.seq for s in order if s.samples]
+        logits = prompt_logprobs(logits, len(samplers), self.prompt_rows)
         if not samplers:
             return {}
         tokens = sample(logits, [s.params for s in samplers], [s.generator for s in samplers], samplers)

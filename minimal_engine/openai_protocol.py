@@ -187,6 +187,7 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
                   skip_special_tokens=_flag(body, "skip_special_tokens", True),
                   include_stop_str_in_output=_flag(body, "include_stop_str_in_output"), stop=_stop(body),
                   logprobs=_logprobs(body, chat), n=n,
+                  prompt_logprobs=_number(body, "prompt_logprobs", None, 0, MAX_LOGPROBS, integer=True),
                   **{k: body[k] for k in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens")
                      if body.get(k) is not None})
     try:
@@ -232,14 +233,24 @@ def chat_logprobs(entries: list[dict], k: int) -> dict:
     return {"content": content}
 
 
+def prompt_logprobs_json(entries: list | None) -> list | None:
+    """vLLM's prompt_logprobs: per prompt token None (the first) or {token id: {logprob, rank, decoded_token}}."""
+    if entries is None:
+        return None
+    return [None if e is None else {str(t): {"logprob": lp.logprob, "rank": lp.rank,
+                                             "decoded_token": lp.decoded_token} for t, lp in e.items()}
+            for e in entries]
+
+
 def _choice(chat: bool, index: int, text: str | None, finish_reason, logprobs, stop_reason, stream: bool,
-            role: bool = False) -> dict:
+            role: bool = False, prompt_logprobs=None) -> dict:
+    extra = {} if prompt_logprobs is None else {"prompt_logprobs": prompt_logprobs_json(prompt_logprobs)}
     if not chat:
         return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason,
-                "stop_reason": stop_reason}
+                "stop_reason": stop_reason, **extra}
     body = {"role": "assistant", "content": text} if role or not stream else {"content": text}
     return {"index": index, "delta" if stream else "message": body, "logprobs": logprobs,
-            "finish_reason": finish_reason, "stop_reason": stop_reason}
+            "finish_reason": finish_reason, "stop_reason": stop_reason, **extra}
 
 
 def chunk(rid: str, model: str, chat: bool, text: str | None, finish_reason: str | None, role: bool = False,
@@ -255,9 +266,9 @@ def usage_chunk(rid: str, model: str, chat: bool, u: dict) -> dict:
 
 
 def full_response(rid: str, model: str, chat: bool, choices: list[tuple], u: dict) -> dict:
-    """choices: (text, finish_reason, logprobs, stop_reason) per choice, in index order."""
+    """choices: (text, finish_reason, logprobs, stop_reason, prompt_logprobs) per choice, in index order."""
     return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": model, "choices": [_choice(chat, i, *c, False) for i, c in enumerate(choices)], "usage": u}
+            "model": model, "choices": [_choice(chat, i, *c[:4], False, prompt_logprobs=c[4]) for i, c in enumerate(choices)], "usage": u}
 
 
 def tokenize_request(body, tokenizer, engine, max_len: int, max_chars: int) -> dict:

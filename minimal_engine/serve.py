@@ -235,7 +235,7 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
                         outs[i] = out
                 u = usage(num_prompt_tokens, sum(len(o.token_ids) for o in outs.values()),
                           sum(outs[i].num_cached_tokens for i in range(0, len(jobs), params.n)))  # once per prompt
-                choices = [(o.text, o.finish_reason, logprobs_of(o.logprobs or []), o.stop_reason)
+                choices = [(o.text, o.finish_reason, logprobs_of(o.logprobs or []), o.stop_reason, o.prompt_logprobs)
                            for o in (outs[i] for i in range(len(jobs)))]
                 return JSONResponse(full_response(prefix + rid, model_name, chat, choices, u))
 

@@ -76,6 +76,25 @@ def test_logprobs_are_raw_model_output(llm):
     assert g[greedy.token_ids[0]].decoded_token == llm.tokenizer.decode([greedy.token_ids[0]])
 
 
+@pytest.mark.parametrize("chunk", [2048, 3])
+def test_prompt_logprobs_match_a_full_forward(chunk):
+    """Scored from the prefill's rows, also when the prompt is prefilled in chunks of 3 tokens."""
+    from transformers import AutoModelForCausalLM
+    llm = LLM(device="cpu", max_num_batched_tokens=chunk)
+    out = llm.generate(["吾輩は猫である。名前はまだ無い。", "東京"],
+                       SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=2), use_tqdm=False)[0]
+    ids = out.prompt_token_ids
+    assert len(out.prompt_logprobs) == len(ids) and out.prompt_logprobs[0] is None
+    model = AutoModelForCausalLM.from_pretrained(str(llm.model_path), dtype=torch.float32)
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].log_softmax(-1)
+    for pos in range(1, len(ids)):
+        entry = out.prompt_logprobs[pos]
+        assert entry[ids[pos]].logprob == pytest.approx(ref[pos - 1, ids[pos]].item(), abs=1e-4)
+        assert entry[ids[pos]].decoded_token == llm.tokenizer.decode([ids[pos]])
+        assert len([lp for lp in entry.values() if lp.rank <= 2]) == 2
+
+
 def test_penalty_formulas():
     seq = SimpleNamespace(output_token_ids=[1, 1, 2], token_ids=[3, 1, 1, 2], num_prompt_tokens=1)
     logits = torch.tensor([1.0, 2.0, -2.0, 4.0, 5.0])
@@ -99,7 +118,7 @@ def test_repetition_penalty_breaks_the_greedy_loop(llm):
     (dict(logprobs=21), "logprobs must be None or an integer in [0, 20]"),
     (dict(stop=[""]), "stop must be"),
     (dict(stop=[3]), "stop must be"),
-    (dict(prompt_logprobs=1), "prompt_logprobs is not implemented"),
+    (dict(prompt_logprobs=21), "prompt_logprobs must be None or an integer in [0, 20]"),
 ])
 def test_bad_values_are_refused(kwargs, start):
     with pytest.raises(ValueError) as e:
@@ -121,6 +140,7 @@ def test_server_agrees_with_offline(llm):
         r = post("/v1/completions", {"prompt": prompts, "max_tokens": 12, "temperature": 0, "logprobs": 3})
         rs = post("/v1/completions", {"prompt": PROMPT, "max_tokens": 12, "temperature": 0.9, "seed": 11,
                                       "logprobs": 1})
+        rp = post("/v1/completions", {"prompt": PROMPT, "max_tokens": 1, "prompt_logprobs": 1})
         rc = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "猫とは"}], "max_tokens": 10,
                                            "temperature": 0, "logprobs": True, "top_logprobs": 2})
     for out, choice in zip(offline + [seeded], r["choices"] + rs["choices"]):
@@ -129,6 +149,18 @@ def test_server_agrees_with_offline(llm):
         assert lp["tokens"] == [llm.tokenizer.decode([t]) for t in out.token_ids]
         want = [e[t].logprob for e, t in zip(out.logprobs, out.token_ids)]
         assert lp["token_logprobs"] == pytest.approx(want, abs=1e-5)
+    plp = rp["choices"][0]["prompt_logprobs"]
+    ids = llm.tokenizer.encode(PROMPT)
+    assert plp[0] is None and len(plp) == len(ids)
+    ref = gen(llm, max_tokens=1, prompt_logprobs=1).prompt_logprobs
+    assert [e[str(t)]["logprob"] for e, t in zip(plp[1:], ids[1:])] == pytest.approx(
+        [e[t].logprob for e, t in zip(ref[1:], ids[1:])], abs=1e-5)
     assert rc["choices"][0]["message"]["content"] == chat.text
     got = [t["logprob"] for t in rc["choices"][0]["logprobs"]["content"]]
     assert got == pytest.approx([e[t].logprob for e, t in zip(chat.logprobs, chat.token_ids)], abs=1e-5)
+
+
+def test_prompt_logprobs_refused_with_prefix_caching():
+    llm = LLM(device="cpu", enable_prefix_caching=True, num_kv_blocks=16)
+    with pytest.raises(ValueError, match="prompt_logprobs needs every prompt token computed"):
+        llm.generate([PROMPT], SamplingParams(prompt_logprobs=1), use_tqdm=False)
