@@ -206,8 +206,9 @@ class LLMEngine:
         return self.output(seq, new_text, (token,))
 
     def output(self, seq: Sequence, new_text: str = "", new_ids: tuple = ()) -> RequestOutput:
+        text = seq.detokenizer.text if seq.is_finished else seq.detokenizer.text[:seq.sent_chars]  # less held-back
         return RequestOutput(seq.request_id, seq.prompt, seq.token_ids[:seq.num_prompt_tokens],
-                             seq.detokenizer.text, seq.output_token_ids, seq.is_finished, seq.finish_reason,
+                             text, seq.output_token_ids, seq.is_finished, seq.finish_reason,
                              seq.metrics, new_text, new_ids, seq.error, seq.logprobs and list(seq.logprobs),
                              seq.prompt_logprobs and list(seq.prompt_logprobs), seq.stop_reason,
                              num_cached_tokens=seq.num_cached_tokens or 0)

@@ -50,6 +50,8 @@ def test_stream_holds_back_a_possible_stop_string(llm):
     for piece in cut:                                   # nothing sent is ever taken back: the "\n" before "一"
         sent += piece                                   # was held until "一" showed it belongs to the stop
         assert final.startswith(sent)
+    texts = [o.text for o in llm.stream(PROMPT, SamplingParams(temperature=0, max_tokens=30, stop=["\n一"]))]
+    assert all(final.startswith(t) for t in texts)      # out.text never shows held-back text either
 
 
 def test_min_tokens_masks_stop_tokens(llm):
