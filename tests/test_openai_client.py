@@ -113,3 +113,17 @@ def test_bad_requests_raise_bad_request_with_param(client, kwargs, param):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(**call)
     assert e.value.status_code == 400 and e.value.body["param"] == param and e.value.body["message"]
+
+
+def test_streamed_logprobs_and_chat_n(client):
+    full = client.completions.create(model="minimal-ja", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=1)
+    chunks = [c.choices[0].logprobs for c in client.completions.create(
+        model="minimal-ja", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=1, stream=True) if c.choices]
+    assert [v for lp in chunks if lp for v in lp.token_logprobs] == pytest.approx(
+        full.choices[0].logprobs.token_logprobs, abs=1e-5)
+    chat = client.chat.completions.create(model="minimal-ja", messages=[{"role": "user", "content": "猫とは"}],
+                                          max_tokens=6, temperature=1.0, n=2, seed=5)
+    assert [c.index for c in chat.choices] == [0, 1]
+    plp = client.completions.create(model="minimal-ja", prompt=PROMPT, max_tokens=1,
+                                    extra_body={"prompt_logprobs": 0}).choices[0].model_extra["prompt_logprobs"]
+    assert plp[0] is None and len(plp) >= 2
