@@ -2,8 +2,9 @@
 
 parse_request() turns a JSON body into (prompt or messages, SamplingParams, stream options), raising
 RequestError (-> HTTP 400) with a message that names the bad field and `param` set to it. The *_chunk / *_response functions build
-the JSON objects. Chat prompts: the tokenizer's chat template when it has one; otherwise (the course's
-default model has none) a simple fallback template, documented here and in serve.py:
+the JSON objects (choices with index for batched prompts and n; logprobs in OpenAI's completions and chat
+formats; vLLM's stop_reason and prompt_logprobs). Chat prompts: the tokenizer's chat template when it has one
+(the course's default model has a Japanese-only one: see its README); otherwise a fallback template:
 
     <role>: <content>\\n   for each message, then   "assistant: "
 """

@@ -5,7 +5,9 @@
         [--allowed-host NAME ...] [--docs]
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (both with `stream: true` as server-sent events,
-`stream_options.include_usage`, and `usage`), GET /v1/models, GET /health (also free/total KV blocks).
+`stream_options.include_usage`, and `usage`; batched prompts and `n` as choices; `stop`, `logprobs`, penalties),
+GET /v1/models, GET /health (also free/total KV blocks), GET /metrics (Prometheus, vLLM's names:
+metrics_prometheus.py), POST /tokenize and /detokenize (as vLLM's).
 How a request flows: checks that cost nothing first (Host header, Content-Type: application/json, body
 size and arrival time: serve_limits.py), then, in a worker thread so the event loop stays free, JSON
 parsing, every field's check, tokenizing and the engine's limits (bad input -> 400); admission control
@@ -13,8 +15,9 @@ parsing, every field's check, tokenizing and the engine's limits (bad input -> 4
 thread (engine_loop.py) steps all requests together and pushes each new token to the request's asyncio
 queue, which the handler turns into SSE chunks or one JSON answer. A client that disconnects, streaming or
 not, has its request aborted and its KV blocks freed. Every error is OpenAI-style JSON
-({"error": {message, type, param, code}}): 4xx for the client's mistakes, 500 "server_error" for ours. Chat: the tokenizer's chat template, or when the model has
-none (the course's default model) the fallback "<role>: <content>\\n ... assistant: " (openai_protocol.py).
+({"error": {message, type, param, code}}): 4xx for the client's mistakes, 500 "server_error" for ours. Chat: the tokenizer's chat template (the course's default
+model: 質問：/回答：, no English role words), or for a model without one the fallback "<role>: <content>\\n ...
+assistant: " (openai_protocol.py).
 """
 from __future__ import annotations
 
@@ -135,6 +138,8 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
         except ValueError as e:                 # a RequestError, or invalid JSON
             return error_response(e if isinstance(e, RequestError) else
                                   RequestError(f"the request body is not valid JSON: {str(e)[:200]}", code="invalid_json"))
+        except RecursionError:
+            return error_response(RequestError("the request body is nested too deeply", code="invalid_json"))
         except ClientDisconnect:
             return Response(status_code=499)
 
