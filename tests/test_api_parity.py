@@ -166,3 +166,11 @@ def test_prompt_logprobs_refused_with_prefix_caching():
     llm = LLM(device="cpu", enable_prefix_caching=True, num_kv_blocks=16)
     with pytest.raises(ValueError, match="prompt_logprobs needs every prompt token computed"):
         llm.generate([PROMPT], SamplingParams(prompt_logprobs=1), use_tqdm=False)
+
+
+def test_server_n_agrees_with_offline_n(llm):
+    offline = llm.generate([PROMPT], SamplingParams(temperature=1.0, seed=4, n=3, max_tokens=8), use_tqdm=False)[0]
+    with ServerThread(build_app(llm)) as s:
+        r = httpx.post(s.url + "/v1/completions", timeout=60,
+                       json={"prompt": PROMPT, "n": 3, "seed": 4, "temperature": 1.0, "max_tokens": 8}).json()
+    assert [c["text"] for c in r["choices"]] == [o.text for o in offline.outputs]
