@@ -236,8 +236,9 @@ def plot_run(res: dict):
             a2.hist(r["ttft_ms_list"], bins=12, alpha=0.5, color=COLORS[k], label=r["label"])
     a1.set_xlabel("tok/s/user（1人が体感する速さ）")
     a1.set_ylabel("出力 tok/s（システム全体）")
-    a1.set_xlim(0, None)
-    a1.set_ylim(0, None)
+    pts = [(r["tok_s_per_user"], r["tok_s"]) for r in res["policies"].values()]
+    a1.set_xlim(0, max(x for x, _ in pts) * 1.15)           # room around the points (none sits on the edge)
+    a1.set_ylim(0, max(y for _, y in pts) * 1.15)
     a1.grid(alpha=0.3)
     a1.legend(fontsize=7)
     a2.axvline(res["ttft_slo_ms"], color="k", linestyle="--", linewidth=1, label="TTFT の SLO")
@@ -263,8 +264,9 @@ def plot_pareto(history: list[dict]):
                             xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("tok/s/user")
     ax.set_ylabel("出力 tok/s")
-    ax.set_xlim(0, None)
-    ax.set_ylim(0, None)
+    if history:
+        ax.set_xlim(0, max(r["tok_s_per_user"] for r in history) * 1.15)
+        ax.set_ylim(0, max(r["tok_s"] for r in history) * 1.15)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("方式ごとのパレートフロンティア（点の数字は同時リクエスト数）", fontsize=10)
