@@ -87,6 +87,7 @@ def run_prefix_lab(shared_len=None, num_requests=None, device="cpu", repeats=Non
            "expected_hit_rate": calc.prefix_hit_rate(shared, OWN_LEN, block, n),
            "expected_cached_tokens": calc.cached_prefix_tokens(min(shared, shared + OWN_LEN - 1), block)}
     runs = {"off": [], "on": []}
+    counters = None
     cached_seen = []
     for r in range(repeats):
         # a shared prefix never sent before (salted with the clock), so that the cache starts cold each time
@@ -95,7 +96,11 @@ def run_prefix_lab(shared_len=None, num_requests=None, device="cpu", repeats=Non
         prompts = [common + own for own in random_prompts(off, OWN_LEN, n, seed + r)]
         runs["off"].append(_one_pass(off, prompts, params)[0])
         if res["available"]:
+            cache = getattr(_llm(True, device).engine.block_manager, "cache", None)
+            before = (cache.queries, cache.hits) if cache is not None else None
             ttft, cached = _one_pass(_llm(True, device), prompts, params)
+            if before is not None:              # the engine's own counters (vLLM's prefix cache queries / hits)
+                counters = (cache.queries - before[0], cache.hits - before[1])
             runs["on"].append(ttft)
             cached_seen.append(cached)
     for key, vals in runs.items():
@@ -110,6 +115,7 @@ def run_prefix_lab(shared_len=None, num_requests=None, device="cpu", repeats=Non
     res["cached_tokens"] = cached_seen[-1] if cached_seen else None
     prompt_total = n * (shared + OWN_LEN)
     res["hit_rate"] = sum(cached_seen[-1]) / prompt_total if cached_seen else float("nan")
+    res["counter_hit_rate"] = counters[1] / counters[0] if counters and counters[0] else float("nan")
     res["ratio"] = res["ttft_off_ms"] / res["ttft_on_ms"] if res["available"] else float("nan")
     warnings = [load["warning"]] if load and load["warning"] else []
     if not res["available"]:
@@ -136,7 +142,10 @@ def readout_rows(res: dict) -> list[tuple[str, str, str]]:
              f"満杯のブロック（{res['block_size']} トークン）の分だけ"),
             ("ヒット率（計算）", f"{res['expected_hit_rate'] * 100:.1f} %", "1件目は全部計算、2件目以降が共有部分を再利用"),
             ("ヒット率（エンジン）", "—" if res["hit_rate"] != res["hit_rate"] else f"{res['hit_rate'] * 100:.1f} %",
-             "num_cached_tokens の合計 / プロンプトトークンの合計")]
+             "num_cached_tokens の合計 / プロンプトトークンの合計"),
+            ("ヒット率（エンジンのカウンタ）",
+             "—" if res["counter_hit_rate"] != res["counter_hit_rate"] else f"{res['counter_hit_rate'] * 100:.1f} %",
+             "プレフィックスキャッシュのヒット ÷ 問い合わせ（トークン、最後の繰り返し）")]
     return rows
 
 

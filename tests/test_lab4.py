@@ -67,6 +67,7 @@ def test_prefix_lab_measures_both_and_counts_hits():
     assert res["available"]
     assert res["cached_tokens"] == [0, 64, 64]
     assert res["hit_rate"] == pytest.approx(res["expected_hit_rate"])
+    assert res["counter_hit_rate"] == pytest.approx(res["expected_hit_rate"])     # the engine's hit counters
     assert res["ttft_off_ms"] > 0 and res["ttft_on_ms"] > 0 and res["ratio"] > 0
     again = lab4.run_prefix_lab(shared_len=64, num_requests=3, repeats=1, load_check=False)
     assert again["cached_tokens"][0] == 0                             # a fresh shared prompt every run
