@@ -276,12 +276,10 @@ def history_html(history: list[dict], last: int = 12) -> str:
 
 
 def save_history_csv(history: list[dict], path) -> str:
-    import csv
     from pathlib import Path
-    with Path(path).open("w", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=HISTORY_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(history)
+
+    from course.labkit.history import to_csv
+    Path(path).write_text(to_csv(history, fields=HISTORY_FIELDS), encoding="utf-8")
     return str(path)
 
 

@@ -21,13 +21,12 @@ The lab kit supplies the thread policy and the load check (``course.labkit``), m
 """
 from __future__ import annotations
 
-import csv
-import io
 import statistics
 import time
 
 from course import labkit
 from course.labkit.charts import figure
+from course.labkit.history import to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
 from course.labkit.tables import table_html, warnings_html
@@ -208,13 +207,8 @@ def history_html(history: list[dict], last: int = 15) -> str:
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:
-    """The history as CSV text (HISTORY_FIELDS, plus the learner's name)."""
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=("learner",) + HISTORY_FIELDS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in history:
-        w.writerow({"learner": learner, **r})
-    return buf.getvalue()
+    """The history as CSV text (HISTORY_FIELDS, plus the learner's name): the lab kit's writer."""
+    return to_csv(history, learner, fields=("learner",) + HISTORY_FIELDS)
 
 
 # ---------------------------------------------------------------- plots

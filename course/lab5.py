@@ -21,12 +21,11 @@ show preemptions. Every policy is run ``repeats`` times (alternating); figures a
 """
 from __future__ import annotations
 
-import csv
-import io
 import random
 import statistics
 import time
 
+from course.labkit.history import to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
 from course.labkit.tables import table_html, warnings_html
@@ -213,12 +212,8 @@ def history_html(history: list[dict], last: int = 24) -> str:
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=("learner",) + HISTORY_FIELDS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in history:
-        w.writerow({"learner": learner, **r})
-    return buf.getvalue()
+    """The history as CSV text (HISTORY_FIELDS, plus the learner's name): the lab kit's writer."""
+    return to_csv(history, learner, fields=("learner",) + HISTORY_FIELDS)
 
 
 COLORS = {"continuous": "tab:blue", "static": "tab:orange", "hf_static": "tab:gray"}

@@ -62,16 +62,17 @@ def sweeps(history: list[dict], last: int | None = None) -> list[list[dict]]:
 
 
 # ---------------------------------------------------------------- CSV
-def to_csv(history: list[dict], learner: str | None = None) -> str:
-    """The history as CSV text (columns FIELDS); ``learner`` fills the learner column."""
+def to_csv(history: list[dict], learner: str | None = None, fields: tuple[str, ...] = FIELDS) -> str:
+    """The history as CSV text (columns ``fields``: the kit's FIELDS, or a chapter's own); ``learner`` fills
+    the learner column."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIELDS, extrasaction="ignore", lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in history:
         row = dict(r)
         if learner is not None:
             row["learner"] = learner
-        w.writerow({k: "" if row.get(k) is None else row.get(k) for k in FIELDS})
+        w.writerow({k: "" if row.get(k) is None else row.get(k) for k in fields})
     return buf.getvalue()
 
 
