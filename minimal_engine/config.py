@@ -165,6 +165,8 @@ class EngineConfig:
     cuda_graphs: bool | None = None   # decode steps as CUDA graphs; None: on for CUDA, off elsewhere (cuda_graphs.py)
     enable_prefix_caching: bool = False  # reuse cached KV blocks of equal prompt prefixes (prefix_cache.py)
     batching: str = "continuous"      # "continuous" | "static" (groups of max_num_seqs run to completion)
+    quantization: str | None = None   # None | "int8": weight-only INT8 per output channel (quantization.py)
+    kv_cache_dtype: str = "auto"      # "auto" (model dtype) | "fp8" | "int8": one byte per KV value (kv_quant.py)
 
     def __post_init__(self):
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -181,3 +183,7 @@ class EngineConfig:
             raise ValueError(f"enable_prefix_caching must be True or False, got {self.enable_prefix_caching!r}")
         if self.batching not in ("continuous", "static"):
             raise ValueError(f"batching must be 'continuous' or 'static', got {self.batching!r}")
+        from .kv_quant import check_kv_cache_dtype
+        from .quantization import check_quantization
+        check_quantization(self.quantization)
+        check_kv_cache_dtype(self.kv_cache_dtype)

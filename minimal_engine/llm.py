@@ -23,7 +23,9 @@ import torch
 
 from .config import EngineConfig, ModelConfig
 from .llm_engine import LLMEngine, RequestOutput
+from .kv_quant import kv_bytes_per_value
 from .models.loader import load_model, resolve_dtype, resolve_model_path
+from .quantization import quantize_model
 from .sampling_params import SamplingParams
 from .tokenizer import Tokenizer
 
@@ -56,11 +58,13 @@ class LLM:
     def __init__(self, model: str | Path | None = None, dtype=None, device=None, block_size: int = 16,
                  num_kv_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
                  max_model_len: int | None = None, seed: int = 0, kv_cache_memory: int | None = None,
-                 cuda_graphs: bool | None = None, enable_prefix_caching: bool = False, batching: str = "continuous"):
+                 cuda_graphs: bool | None = None, enable_prefix_caching: bool = False, batching: str = "continuous",
+                 quantization: str | None = None, kv_cache_dtype: str = "auto"):
         config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_memory=kv_cache_memory,
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               max_model_len=max_model_len, cuda_graphs=cuda_graphs,
-                              enable_prefix_caching=enable_prefix_caching, batching=batching)
+                              enable_prefix_caching=enable_prefix_caching, batching=batching,
+                              quantization=quantization, kv_cache_dtype=kv_cache_dtype)
         self.device = resolve_device(device)
         torch.manual_seed(seed)
         if isinstance(model, str) and model.startswith("synthetic:"):
@@ -73,6 +77,7 @@ class LLM:
             self.dtype = resolve_dtype(dtype, self.device, model_config)
             tokenizer = Tokenizer(self.model_path)
             net = load_model(self.model_path, model_config, self.dtype, self.device)
+        quantize_model(net, config.quantization)   # int8: every Linear -> Int8Linear (quantization.py)
         self.model_name = str(model) if model is not None else "minimal-ja (default)"
         limit = model_config.max_position_embeddings
         if config.max_model_len is not None and config.max_model_len > limit:
@@ -90,7 +95,7 @@ class LLM:
 
     def _auto_num_blocks(self, mc: ModelConfig, config: EngineConfig) -> int:
         """Enough blocks for max_num_seqs requests of max_model_len tokens, within a memory budget."""
-        per_block = mc.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8) * config.block_size
+        per_block = mc.kv_bytes_per_token(kv_bytes_per_value(config.kv_cache_dtype, self.dtype)) * config.block_size
         wanted = config.max_num_seqs * -(-config.max_model_len // config.block_size)
         budget = config.kv_cache_memory
         if budget is None:

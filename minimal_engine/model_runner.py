@@ -17,6 +17,7 @@ import torch
 from .attention import ForwardBatch, PrefillChunk
 from .config import EngineConfig
 from .cuda_graphs import DecodeGraphs
+from .kv_quant import calibrate_kv_scales, make_kv_caches
 from .logprobs import token_logprobs
 from .sampler import sample
 from .scheduler import SchedulerOutput
@@ -34,6 +35,8 @@ def pack_linear_weights(model: torch.nn.Module) -> bool:
     a second copy of the weights: skipped above PACK_LIMIT_BYTES, on other devices and dtypes.
     """
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    if not linears:                               # every Linear is an Int8Linear (quantization.py)
+        return False
     w0 = linears[0].weight
     size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
     if (w0.device.type != "cpu" or w0.dtype != torch.bfloat16 or size > PACK_LIMIT_BYTES
@@ -69,9 +72,13 @@ class ModelRunner:
         self.kv_caches = [   # per layer (K, V), each [kv_heads, slots, head_dim]: see attention.py
             (torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device),
              torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device))
-            for _ in range(cfg.num_layers)]
-        self.paged_decode = device.type == "cuda"      # decode attention through block tables, in place
-        self.set_cuda_graphs(getattr(config, "cuda_graphs", None))
+            for _ in range(cfg.num_layers)] if config.kv_cache_dtype == "auto" else \
+            make_kv_caches(cfg, slots, config.kv_cache_dtype, dtype, device)   # one byte per value (kv_quant.py)
+        self.kv_quantized = config.kv_cache_dtype != "auto"
+        if self.kv_quantized:
+            calibrate_kv_scales(model, self.kv_caches, config.block_size)
+        self.paged_decode = device.type == "cuda" and not self.kv_quantized   # through block tables, in place
+        self.set_cuda_graphs(False if self.kv_quantized else getattr(config, "cuda_graphs", None))
 
     def set_cuda_graphs(self, enabled: bool | None) -> None:
         """None: CUDA graphs on CUDA, off elsewhere. True on the CPU: the static-buffer path, not captured."""
