@@ -125,6 +125,42 @@ def quality(max_chars: int | None = None, settings=None) -> list[dict]:
     return evaluate_settings(settings, max_chars=(1000 if is_quick() else 3000) if max_chars is None else max_chars)
 
 
+def kernel_times(rows=(1, 8, 32, 256), shape=(8192, 320), repeats: int = 5, iters: int = 20) -> list[dict]:
+    """One linear layer of the default model's shape (lm_head: [8192, 320]) at several batch rows, in microseconds:
+    the engine's BF16 path on the CPU (oneDNN, weight pre-packed: model_runner.pack_linear_weights), INT8 through
+    `_weight_int8pack_mm`, and INT8 dequantize-then-matmul. Paths alternate inside each repeat; medians."""
+    import time
+
+    import torch
+    from torch import nn
+
+    from minimal_engine.quantization import Int8Linear
+    torch.manual_seed(0)
+    lin = nn.Linear(shape[1], shape[0], bias=False).to(torch.bfloat16)
+    packed = torch.ops.mkldnn._reorder_linear_weight(lin.weight.detach(), 1)
+    pack = Int8Linear(lin, use_int8pack=False)
+    paths = {"bf16": lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""),
+             "int8pack": lambda x: torch.ops.aten._weight_int8pack_mm(x, pack.weight_int8, pack.scales),
+             "int8_dequant": pack}
+    out = []
+    with torch.inference_mode():
+        for m in rows:
+            x = torch.randn(m, shape[1], dtype=torch.bfloat16)
+            times = {k: [] for k in paths}
+            for f in paths.values():
+                f(x)                                                  # warm-up
+            for _ in range(repeats):
+                for k, f in paths.items():
+                    t = time.perf_counter()
+                    for _ in range(iters):
+                        f(x)
+                    times[k].append((time.perf_counter() - t) / iters * 1e6)
+            row = {"rows": m, **{f"{k}_us": statistics.median(v) for k, v in times.items()}}
+            row["int8pack_over_bf16"] = row["int8pack_us"] / row["bf16_us"]
+            out.append(row)
+    return out
+
+
 # ---------------------------------------------------------------- readouts and history
 def readout_html(res: dict) -> str:
     rows = []
@@ -199,5 +235,5 @@ def build_lab(**kwargs):
 
 
 __all__ = ["BATCH_RANGE", "HISTORY_FIELDS", "KV_DTYPES", "OUTPUT_LEN_RANGE", "PROMPT_LEN_RANGE", "SETTINGS",
-           "add_run", "build_lab", "default_repeats", "defaults", "history_csv", "history_html", "kv_capacity",
+           "add_run", "build_lab", "default_repeats", "defaults", "history_csv", "history_html", "kernel_times", "kv_capacity",
            "plot_run", "quality", "readout_html", "run_quant_lab"]

@@ -12,8 +12,10 @@ token is bound by how fast the weights stream from memory, so fewer bytes per we
 it does depends on the kernel (the lesson and lab of chapter 6 measure it).
 
 Kernels: on the CPU, PyTorch's `torch.ops.aten._weight_int8pack_mm(x, W_q, scale)` (the op gpt-fast uses) for
-float32 and bfloat16 activations; elsewhere (CUDA, other dtypes, a PyTorch without the op) a plain
-dequantize-and-matmul: `F.linear(x, W_q.to(x.dtype)) * scale`. Both compute the same product.
+float32 and bfloat16 activations, for steps of at most INT8PACK_MAX_ROWS rows (decode); elsewhere (more rows,
+CUDA, other dtypes, a PyTorch without the op) a plain dequantize-and-matmul: `F.linear(x, W_q.to(x.dtype)) * scale`.
+Both compute the same product. (On the course's CPU, one thread, `_weight_int8pack_mm`'s time grew about in
+proportion to the rows: from ~16 rows up the dequantize path was faster; course/lab6.py's kernel_times measures it.)
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 QUANTIZATION_METHODS = (None, "int8")
+INT8PACK_MAX_ROWS = 16     # rows (tokens) of a step up to which the CPU int8 kernel is used
 
 
 def check_quantization(value) -> None:
@@ -61,7 +64,7 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)                                  # [M, K]
-        if self.use_int8pack:
+        if self.use_int8pack and x2.shape[0] <= INT8PACK_MAX_ROWS:
             y = torch.ops.aten._weight_int8pack_mm(x2.contiguous(), self.weight_int8, self.scales)  # [M, N]
         else:
             y = F.linear(x2, self.weight_int8.to(x.dtype)) * self.scales   # dequantize, then matmul

@@ -52,6 +52,18 @@ def test_rounding_table_on_a_real_weight_is_ordered_by_bits():
     assert rows["mxfp4"]["bits"] == 4.25 and rows["nvfp4"]["bits"] == 4.5
 
 
+def test_an_outlier_hurts_integer_grids_with_a_shared_scale_but_not_fp8():
+    w = formats.default_weight()
+    w_out = w.clone()
+    w_out[0, 0] = 20 * w.abs().max()
+
+    def rest(fmt, m):                                            # error on the rows without the outlier
+        return formats.relative_error(w[1:], formats.fake_quantize(m, fmt)[0][1:])
+    assert rest("int8_tensor", w_out) > 10 * rest("int8_tensor", w)        # one scale for all: every row coarser
+    assert rest("int8_channel", w_out) == pytest.approx(rest("int8_channel", w))   # only the outlier's row
+    assert rest("fp8_e4m3_tensor", w_out) == pytest.approx(rest("fp8_e4m3_tensor", w), rel=0.05)  # floating grid
+
+
 @pytest.fixture(scope="module")
 def res():
     return lab6.run_quant_lab(prompt_len=16, output_len=8, batch=4, repeats=1, load_check=False)
