@@ -98,7 +98,7 @@ def fake_quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, float]:
         return w.to(torch.bfloat16).float(), 16.0
     if fmt in ("int8_tensor", "int8_channel"):
         s = (w.abs().max() if fmt == "int8_tensor" else w.abs().amax(1, keepdim=True)).clamp_min(1e-12) / 127
-        return (w / s).round().clamp(-127, 127) * s, 8 + 32 / k
+        return (w / s).round().clamp(-127, 127) * s, 8 + 32 / (w.numel() if fmt == "int8_tensor" else k)
     if fmt == "fp8_e4m3_tensor":
         s = w.abs().max().clamp_min(1e-12) / 448
         return (w / s).to(torch.float8_e4m3fn).float() * s, 8.0
