@@ -1,0 +1,272 @@
+"""A roofline performance simulator: TTFT, TPOT, tok/s per GPU and cost for a model served on GPUs (chapter 10).
+
+    simulate(model="llama-3.3-70b", gpu="H100", num_gpus=2, tp=2, weight_dtype="fp8", kv_dtype="fp8",
+             input_len=5000, output_len=500, concurrency=25)
+    -> {"ttft_ms", "tpot_ms", "output_tok_s_per_gpu", "total_tok_s_per_gpu", "interactivity", "fits",
+        "max_concurrency", ...}  (+ "usd_per_m_total_tokens", "usd_per_m_output_tokens", "joules_per_token"
+        with usd_per_gpu_hour and kw_per_gpu)
+    simulate_sweep(..., concurrencies=[1, 2, 4, ...]) -> one such dict per concurrency (a frontier)
+
+The model, in four parts (every number it prints is a prediction, 予測, not a measurement):
+
+1. One engine step on one GPU takes ``max(FLOPs / (peak x COMPUTE_EFF), bytes / (bandwidth x MEMORY_EFF))
+   + STEP_OVERHEAD``: the roofline of chapter 2 with two efficiencies and a fixed cost per step (kernel
+   launches, scheduling). FLOPs: ``roofline_calc.decode_step_flops`` for the decodes plus 2 x active params and
+   causal attention for the prefill tokens; bytes: the weights the step's tokens touch (a MoE touches more
+   experts as the batch grows) plus each decode's KV cache (``roofline_calc.decode_step_bytes``).
+2. Tensor parallelism splits FLOPs and bytes over ``tp`` GPUs and adds two ring all-reduces per layer of
+   ``tokens x hidden x 2`` bytes: ``ALLREDUCE_LATENCY + 2 (tp - 1) / tp x bytes / link bandwidth`` each.
+3. Steady serving at a concurrency C (a closed loop: each finished request is replaced at once, as in
+   InferenceX): each step holds the decodes of the requests past their prefill and the prefill tokens of
+   arriving requests (chunked, at most MAX_BATCHED_TOKENS per step, vLLM's ``max_num_batched_tokens``).
+   TPOT = the step time; a prompt takes ceil-free ``input_len / free budget`` steps plus an M/D/1 wait when
+   prefills queue; Little's law gives requests/s = C / E2EL. Requests beyond what the KV cache holds wait in
+   a queue (their wait is in TTFT; throughput stops growing).
+4. Memory: weights / tp plus the KV of (input_len + output_len) tokens per request within
+   MEMORY_UTILIZATION of HBM (``calculators.max_concurrent_users``).
+
+What it cannot predict: software maturity (kernels, scheduler, one framework vs another on the same GPU),
+speculative decoding / MTP, prefix-cache hits, stream chunking of ITL, power capping, disaggregation, expert
+load imbalance. The constants are fitted on published points (``minimal_engine.sim_calibration``); the
+held-out error is in docs/simulator.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from minimal_engine.calculators import (attention_flops_per_token, bytes_per_value, get_gpu_cost,
+                                        joules_per_token, kv_bytes_per_token, max_concurrent_users,
+                                        usd_per_million_tokens, weight_bytes)
+from minimal_engine.roofline_calc import active_params, decode_step_bytes, decode_step_flops
+from minimal_engine.sim_tables import EXTRA_COSTS, SIM_GPUS, SIM_MODELS, SimGpu, SimModel, model_from_hf_config
+from minimal_engine.specs import GpuSpec, _check_positive
+
+
+@dataclass(frozen=True)
+class SimConstants:
+    """The few constants of the model (fitted by ``sim_calibration``; see docs/simulator.md)."""
+
+    compute_eff: float = 0.45          # share of dense peak FLOP/s a step's matmuls reach
+    memory_eff: float = 0.75           # share of HBM bandwidth a step's reads reach
+    step_overhead_ms: float = 2.0      # fixed time per engine step (launches, scheduling, sampling)
+    allreduce_latency_us: float = 8.0  # fixed time of one all-reduce (plus bytes / link bandwidth)
+    max_batched_tokens: int = 8192     # tokens per step (vLLM max_num_batched_tokens; InferenceX's scripts)
+    memory_utilization: float = 0.9    # share of HBM the engine may use (vLLM gpu_memory_utilization)
+
+
+DEFAULT_CONSTANTS = SimConstants()
+DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "int4")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One GPU (or the learner's machine) as the simulator sees it: memory, bandwidth, peak FLOP/s by
+    compute precision, the scale-up link, power, and the constants to use with it."""
+
+    name: str
+    memory_bytes: float
+    bandwidth: float                   # B/s
+    flops: dict                        # compute dtype -> FLOP/s
+    link_bytes_s: float
+    watts: float | None
+    constants: SimConstants
+
+
+def get_sim_model(model) -> SimModel:
+    """A model by table name (``SIM_MODELS``), a :class:`SimModel`, or an HF config (dict, file or folder)."""
+    if isinstance(model, SimModel):
+        return model
+    if isinstance(model, str) and model in SIM_MODELS:
+        return SIM_MODELS[model]
+    if isinstance(model, dict) or (isinstance(model, str) and ("/" in model or model.endswith(".json"))):
+        return model_from_hf_config(model)
+    raise ValueError(f"unknown model {model!r}; known models: {', '.join(SIM_MODELS)} "
+                     "(or an HF config.json as a dict, file or folder)")
+
+
+def get_hardware(gpu, constants: SimConstants | None = None) -> Hardware:
+    """A GPU by name (``SIM_GPUS``) or a custom spec dict.
+
+    Custom keys: ``name``, ``memory_gb``; bandwidth as ``hbm_tb_s``, ``bandwidth_gb_s`` or ``bandwidth`` (B/s,
+    as ``roofline.measure_machine`` returns it); BF16 compute as ``bf16_tflops``, ``gflops`` or ``flops_bf16``
+    (FLOP/s); optional ``fp8_tflops``, ``fp4_tflops``, ``link_gb_s``, ``tgp_w`` and any :class:`SimConstants`
+    field (``compute_eff``, ``memory_eff``, ``step_overhead_ms``, ...) to replace the fitted value.
+    """
+    c = constants or DEFAULT_CONSTANTS
+    if isinstance(gpu, str):
+        if gpu not in SIM_GPUS:
+            raise ValueError(f"unknown GPU {gpu!r}; known GPUs: {', '.join(SIM_GPUS)} (or a custom spec dict)")
+        g: SimGpu = SIM_GPUS[gpu]
+        s: GpuSpec = g.spec
+        flops = {"bf16": s.bf16_tflops * 1e12, "fp8": (g.fp8_tflops or s.bf16_tflops) * 1e12}
+        flops["fp4"] = g.fp4_tflops * 1e12 if g.fp4_tflops else flops["fp8"]
+        return Hardware(s.name, s.memory_gb * 1e9, s.hbm_tb_s * 1e12, flops, g.link_gb_s * 1e9, g.tgp_w, c)
+    if not isinstance(gpu, dict):
+        raise ValueError(f"gpu must be a name ({', '.join(SIM_GPUS)}) or a spec dict, got {gpu!r}")
+    d = dict(gpu)
+    bw = d.get("bandwidth") or (d["hbm_tb_s"] * 1e12 if "hbm_tb_s" in d else
+                                d["bandwidth_gb_s"] * 1e9 if "bandwidth_gb_s" in d else None)
+    fl = d.get("flops_bf16") or (d["bf16_tflops"] * 1e12 if "bf16_tflops" in d else
+                                 d["gflops"] * 1e9 if "gflops" in d else None)
+    if bw is None or fl is None or "memory_gb" not in d:
+        raise ValueError("a custom GPU spec needs memory_gb, a bandwidth (hbm_tb_s, bandwidth_gb_s or bandwidth "
+                         "in B/s) and a BF16 compute rate (bf16_tflops, gflops or flops_bf16 in FLOP/s)")
+    for v, what in ((bw, "bandwidth"), (fl, "compute rate"), (d["memory_gb"], "memory_gb")):
+        _check_positive(v, what)
+    flops = {"bf16": fl, "fp8": d.get("fp8_tflops", 0) * 1e12 or fl}
+    flops["fp4"] = d.get("fp4_tflops", 0) * 1e12 or flops["fp8"]
+    fields = {k: d[k] for k in SimConstants.__dataclass_fields__ if k in d}
+    return Hardware(str(d.get("name", "custom")), d["memory_gb"] * 1e9, bw, flops, d.get("link_gb_s", 50) * 1e9,
+                    d.get("tgp_w"), replace(c, **fields))
+
+
+def compute_dtype(weight_dtype: str) -> str:
+    """The precision the matmuls run in: FP8/FP4 weights on FP8/FP4 tensor cores (or the next slower rate
+    where a GPU has none); INT8/INT4 are weight-only (dequantised to BF16, as gpt-fast does)."""
+    return {"fp8": "fp8", "fp4": "fp4"}.get(weight_dtype, "bf16")
+
+
+def weight_read_bytes(model: SimModel, tokens: float, dtype: str) -> float:
+    """Weight bytes a step with ``tokens`` tokens reads (all GPUs together). Dense: every weight once.
+    MoE: the shared part plus each routed expert that at least one token picks; with k of E experts per
+    token the chance an expert is idle is (1 - k/E)^tokens, so one token reads the active params and a
+    large batch reads all of them."""
+    total = weight_bytes(model.shape, dtype)
+    if not model.experts:
+        return total
+    frac = model.top_k / model.experts
+    routed = (total - active_params(model.shape) * bytes_per_value(dtype)) / (1 - frac)
+    return total - routed * (1 - frac) ** max(tokens, 1)
+
+
+def step_time_s(model: SimModel, hw: Hardware, tp: int, decodes: float, context: float, prefill_tokens: float,
+                prompt_len: float, weight_dtype: str, kv_dtype: str) -> dict:
+    """One engine step on a TP group: ``decodes`` requests at an average ``context``, plus ``prefill_tokens``
+    prompt tokens of prompts ``prompt_len`` long. Returns t_compute, t_memory, t_comm and t (seconds)."""
+    c, s = hw.constants, model.shape
+    tokens = decodes + prefill_tokens
+    flops = decode_step_flops(s, 1, int(context)) * decodes + prefill_tokens * (
+        2 * active_params(s) + attention_flops_per_token(s.layers, s.heads, s.head_dim, int((prompt_len + 1) / 2)))
+    kv_shards = 1 if s.is_mla else min(tp, s.kv_heads)            # MLA's latent is replicated on every rank
+    kv = decode_step_bytes(s, 1, int(context), weight_dtype, kv_dtype)["kv_bytes"] * decodes
+    kv += kv_bytes_per_token(s, kv_dtype) * tokens                 # the new K and V written
+    t_compute = flops / tp / (hw.flops[compute_dtype(weight_dtype)] * c.compute_eff)
+    t_memory = (weight_read_bytes(model, tokens, weight_dtype) / tp + kv / kv_shards) / (hw.bandwidth * c.memory_eff)
+    t_comm = 0.0
+    if tp > 1:                                                     # two all-reduces per layer, ring
+        ar_bytes = tokens * model.hidden * 2
+        t_comm = 2 * s.layers * (c.allreduce_latency_us * 1e-6 + 2 * (tp - 1) / tp * ar_bytes / hw.link_bytes_s)
+    t = max(t_compute, t_memory) + t_comm + c.step_overhead_ms * 1e-3
+    return {"t_compute": t_compute, "t_memory": t_memory, "t_comm": t_comm, "t": t,
+            "bound": "compute" if t_compute > t_memory else "memory"}
+
+
+def max_concurrency_for(model: SimModel, hw: Hardware, num_gpus: int, tp: int, weight_dtype: str, kv_dtype: str,
+                        tokens_per_request: int) -> int:
+    """Requests whose whole KV cache (``tokens_per_request`` tokens) fits beside the weights, over all
+    ``num_gpus // tp`` replicas: ``calculators.max_concurrent_users`` on one TP group's usable HBM
+    (KV split over min(tp, kv_heads) ranks; MLA's latent is replicated). 0 when the weights do not fit."""
+    s = model.shape
+    shards = 1 if s.is_mla else min(tp, s.kv_heads)
+    usable = hw.memory_bytes * hw.constants.memory_utilization           # per GPU
+    w = weight_bytes(s, weight_dtype) / tp                               # per GPU
+    if w >= usable:
+        return 0
+    per_group = max_concurrent_users(s, tokens_per_request, usable * shards, kv_dtype, w * shards)
+    return per_group * (num_gpus // tp)
+
+
+def _check_args(num_gpus, tp, weight_dtype, kv_dtype, input_len, output_len, concurrency):
+    for v, what in ((num_gpus, "num_gpus"), (tp, "tp"), (output_len, "output_len"), (concurrency, "concurrency")):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{what} must be a positive integer, got {v!r}")
+    if isinstance(input_len, bool) or not isinstance(input_len, int) or input_len < 0:
+        raise ValueError(f"input_len must be a non-negative integer, got {input_len!r}")
+    if num_gpus % tp:
+        raise ValueError(f"num_gpus ({num_gpus}) must be a multiple of tp ({tp}): replicas = num_gpus / tp")
+    for v, what in ((weight_dtype, "weight_dtype"), (kv_dtype, "kv_dtype")):
+        if v not in DTYPES:
+            raise ValueError(f"{what} must be one of {', '.join(DTYPES)}, got {v!r}")
+
+
+def simulate(model="llama-3.3-70b", gpu="H100", num_gpus: int = 2, tp: int = 2, weight_dtype: str = "fp8",
+             kv_dtype: str = "fp8", input_len: int = 5000, output_len: int = 500, concurrency: int = 25,
+             usd_per_gpu_hour: float | None = None, kw_per_gpu: float | None = None,
+             constants: SimConstants | None = None) -> dict:
+    """Predicted (予測) steady-state serving of ``concurrency`` requests in flight (all GPUs together).
+
+    Returns ttft_ms, tpot_ms, e2el_ms, interactivity (tok/s/user = 1000 / tpot_ms), requests_s,
+    output_tok_s_per_gpu, total_tok_s_per_gpu (input + output, InferenceX's unit), fits, max_concurrency,
+    batch (decodes per step), bound, and with cost inputs usd_per_m_total_tokens, usd_per_m_output_tokens,
+    joules_per_token (per total token, as InferenceX) and joules_per_output_token.
+    """
+    _check_args(num_gpus, tp, weight_dtype, kv_dtype, input_len, output_len, concurrency)
+    m, hw = get_sim_model(model), get_hardware(gpu, constants)
+    c = hw.constants
+    replicas = num_gpus // tp
+    max_conc = max_concurrency_for(m, hw, num_gpus, tp, weight_dtype, kv_dtype, input_len + output_len)
+    out = {"model": m.name, "gpu": hw.name, "num_gpus": num_gpus, "tp": tp, "weight_dtype": weight_dtype,
+           "kv_dtype": kv_dtype, "input_len": input_len, "output_len": output_len, "concurrency": concurrency,
+           "fits": concurrency <= max_conc, "max_concurrency": max_conc, "predicted": True}
+    if max_conc < replicas:                                   # the weights (or one request) do not fit
+        nan = float("nan")
+        return out | dict.fromkeys(("ttft_ms", "tpot_ms", "e2el_ms", "interactivity", "requests_s", "batch",
+                                    "output_tok_s_per_gpu", "total_tok_s_per_gpu"), nan) | {"bound": "memory"}
+    conc = concurrency / replicas                             # per TP group
+    running = min(conc, max_conc // replicas)                 # the rest waits for KV space
+    context = input_len + output_len / 2                      # average context of a decoding request
+    t_avg, ttft, f = 0.0, 0.0, 0.0
+    for _ in range(200):                                      # fixed point of the steady state
+        e2el = ttft + (output_len - 1) * t_avg
+        decodes = running * (output_len - 1) * t_avg / e2el if e2el > 0 else running
+        prefill = running / e2el * input_len * t_avg if e2el > 0 else 0.0   # prompt tokens per step
+        chunk = max(min(input_len, c.max_batched_tokens - decodes), 1.0)     # one prompt's tokens per step
+        mixed = step_time_s(m, hw, tp, decodes, context, chunk if input_len else 0, input_len, weight_dtype, kv_dtype)
+        dec = step_time_s(m, hw, tp, decodes, context, 0, input_len, weight_dtype, kv_dtype)
+        f = min(prefill / chunk, 0.95) if input_len else 0.0  # share of steps that carry a prompt chunk
+        service = max(input_len / chunk, 1.0) * mixed["t"]    # the prompt's own steps
+        new = (f * mixed["t"] + (1 - f) * dec["t"], service * (1 + f / (2 * (1 - f))))   # M/D/1 wait
+        if abs(new[0] - t_avg) + abs(new[1] - ttft) < 1e-12:
+            break
+        t_avg, ttft = 0.5 * (t_avg + new[0]), 0.5 * (ttft + new[1])
+    t, step = t_avg, dec                                     # bound: that of the decode steps
+    e2el = ttft + (output_len - 1) * t
+    req_s = running / e2el * replicas
+    ttft += (conc - running) / (req_s / replicas)             # queued beyond the KV cache: wait for a slot
+    out.update(ttft_ms=ttft * 1e3, tpot_ms=t * 1e3, e2el_ms=(ttft + (output_len - 1) * t) * 1e3,
+               interactivity=1 / t, requests_s=req_s, batch=decodes, bound=step["bound"],
+               output_tok_s_per_gpu=req_s * output_len / num_gpus,
+               total_tok_s_per_gpu=req_s * (input_len + output_len) / num_gpus)
+    if usd_per_gpu_hour is not None:
+        out["usd_per_m_total_tokens"] = usd_per_million_tokens(usd_per_gpu_hour, out["total_tok_s_per_gpu"])
+        out["usd_per_m_output_tokens"] = usd_per_million_tokens(usd_per_gpu_hour, out["output_tok_s_per_gpu"])
+    if kw_per_gpu is not None:
+        out["joules_per_token"] = joules_per_token(kw_per_gpu, out["total_tok_s_per_gpu"])
+        out["joules_per_output_token"] = joules_per_token(kw_per_gpu, out["output_tok_s_per_gpu"])
+    return out
+
+
+def simulate_sweep(model="llama-3.3-70b", gpu="H100", concurrencies=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+                   **kwargs) -> list[dict]:
+    """:func:`simulate` at each concurrency (a frontier: tok/s/GPU against tok/s/user)."""
+    if not concurrencies:
+        raise ValueError("concurrencies must not be empty")
+    return [simulate(model, gpu, concurrency=int(n), **kwargs) for n in concurrencies]
+
+
+def inferencex_cost_inputs(gpu: str, tier: str = "hyperscaler") -> dict:
+    """InferenceX's $/GPU-hr and all-in kW for a GPU name, as ``simulate``'s cost keyword arguments."""
+    if gpu in EXTRA_COSTS and tier == "hyperscaler":
+        usd, kw = EXTRA_COSTS[gpu]
+        return {"usd_per_gpu_hour": usd, "kw_per_gpu": kw}
+    from minimal_engine.calculators import gpu_hour_price
+    return {"usd_per_gpu_hour": gpu_hour_price(gpu, tier), "kw_per_gpu": get_gpu_cost(gpu).all_in_kw}
+
+
+def frontier(points: list[dict], x: str = "interactivity", y: str = "output_tok_s_per_gpu") -> list[dict]:
+    """The Pareto frontier of ``points``: those no other point beats on both x and y (higher is better),
+    sorted by x. NaN points (did not fit) are dropped."""
+    ok = [p for p in points if not (math.isnan(p[x]) or math.isnan(p[y]))]
+    front = [p for p in ok if not any(q[x] >= p[x] and q[y] >= p[y] and (q[x] > p[x] or q[y] > p[y]) for q in ok)]
+    return sorted(front, key=lambda p: p[x])
