@@ -10,9 +10,9 @@
 The model, in four parts (every number it prints is a prediction, 予測, not a measurement):
 
 1. One engine step on one GPU takes ``max(FLOPs / (peak x COMPUTE_EFF), bytes / (bandwidth x MEMORY_EFF))
-   + STEP_OVERHEAD``: the roofline of chapter 2 with two efficiencies and a fixed cost per step (kernel
-   launches, scheduling). FLOPs: ``roofline_calc.decode_step_flops`` for the decodes plus 2 x active params and
-   causal attention for the prefill tokens; bytes: the weights the step's tokens touch (a MoE touches more
+   + layers x LAYER_OVERHEAD``: the roofline of chapter 2 with two efficiencies and a fixed cost per layer
+   (kernel launches, syncs; a MoE layer adds MOE_OVERHEAD for routing, dispatch and combine). FLOPs: 2 x active params per token at the weights' precision (FP8/FP4 tensor cores)
+   and attention (``roofline_calc.decode_step_flops`` / ``attention_flops_per_token``) at the BF16 rate; bytes: the weights the step's tokens touch (a MoE touches more
    experts as the batch grows) plus each decode's KV cache (``roofline_calc.decode_step_bytes``).
 2. Tensor parallelism splits FLOPs and bytes over ``tp`` GPUs and adds two ring all-reduces per layer of
    ``tokens x hidden x 2`` bytes: ``ALLREDUCE_LATENCY + 2 (tp - 1) / tp x bytes / link bandwidth`` each.
@@ -45,14 +45,17 @@ from minimal_engine.specs import GpuSpec, _check_positive
 
 @dataclass(frozen=True)
 class SimConstants:
-    """The few constants of the model (fitted by ``sim_calibration``; see docs/simulator.md)."""
+    """The few constants of the model. The defaults are the output of ``sim_calibration.fit()`` (rounded) on
+    the ``fit`` points; docs/simulator.md shows the error on the held-out ones."""
 
-    compute_eff: float = 0.45          # share of dense peak FLOP/s a step's matmuls reach
-    memory_eff: float = 0.75           # share of HBM bandwidth a step's reads reach
-    step_overhead_ms: float = 2.0      # fixed time per engine step (launches, scheduling, sampling)
-    allreduce_latency_us: float = 8.0  # fixed time of one all-reduce (plus bytes / link bandwidth)
-    max_batched_tokens: int = 8192     # tokens per step (vLLM max_num_batched_tokens; InferenceX's scripts)
-    memory_utilization: float = 0.9    # share of HBM the engine may use (vLLM gpu_memory_utilization)
+    compute_eff: float = 0.433         # share of dense peak FLOP/s a step's matmuls reach
+    memory_eff: float = 0.800          # share of HBM bandwidth a step's reads reach
+    layer_overhead_us: float = 37.5    # fixed time per layer per step (kernel launches, syncs, scheduling share)
+    moe_overhead_us: float = 70.8      # extra fixed time per MoE layer per step (routing, dispatch, combine)
+    allreduce_latency_us: float = 20.0  # fixed time of one all-reduce (plus bytes / link bandwidth)
+    request_overhead_ms: float = 87.5  # fixed time added to each TTFT (HTTP, tokenizer, scheduling, launches)
+    max_batched_tokens: int = 8192     # tokens per step (vLLM max_num_batched_tokens; InferenceX's scripts) [set]
+    memory_utilization: float = 0.9    # share of HBM the engine may use (vLLM gpu_memory_utilization) [set]
 
 
 DEFAULT_CONSTANTS = SimConstants()
@@ -91,7 +94,7 @@ def get_hardware(gpu, constants: SimConstants | None = None) -> Hardware:
     Custom keys: ``name``, ``memory_gb``; bandwidth as ``hbm_tb_s``, ``bandwidth_gb_s`` or ``bandwidth`` (B/s,
     as ``roofline.measure_machine`` returns it); BF16 compute as ``bf16_tflops``, ``gflops`` or ``flops_bf16``
     (FLOP/s); optional ``fp8_tflops``, ``fp4_tflops``, ``link_gb_s``, ``tgp_w`` and any :class:`SimConstants`
-    field (``compute_eff``, ``memory_eff``, ``step_overhead_ms``, ...) to replace the fitted value.
+    field (``compute_eff``, ``memory_eff``, ``layer_overhead_us``, ...) to replace the fitted value.
     """
     c = constants or DEFAULT_CONSTANTS
     if isinstance(gpu, str):
@@ -146,18 +149,20 @@ def step_time_s(model: SimModel, hw: Hardware, tp: int, decodes: float, context:
     prompt tokens of prompts ``prompt_len`` long. Returns t_compute, t_memory, t_comm and t (seconds)."""
     c, s = hw.constants, model.shape
     tokens = decodes + prefill_tokens
-    flops = decode_step_flops(s, 1, int(context)) * decodes + prefill_tokens * (
-        2 * active_params(s) + attention_flops_per_token(s.layers, s.heads, s.head_dim, int((prompt_len + 1) / 2)))
+    dense = 2 * active_params(s) * tokens                          # matmuls with the weights
+    attn = decode_step_flops(s, 1, int(context)) * decodes - 2 * active_params(s) * decodes \
+        + prefill_tokens * attention_flops_per_token(s.layers, s.heads, s.head_dim, int((prompt_len + 1) / 2))
     kv_shards = 1 if s.is_mla else min(tp, s.kv_heads)            # MLA's latent is replicated on every rank
     kv = decode_step_bytes(s, 1, int(context), weight_dtype, kv_dtype)["kv_bytes"] * decodes
     kv += kv_bytes_per_token(s, kv_dtype) * tokens                 # the new K and V written
-    t_compute = flops / tp / (hw.flops[compute_dtype(weight_dtype)] * c.compute_eff)
+    t_compute = (dense / hw.flops[compute_dtype(weight_dtype)] + attn / hw.flops["bf16"]) / tp / c.compute_eff
     t_memory = (weight_read_bytes(model, tokens, weight_dtype) / tp + kv / kv_shards) / (hw.bandwidth * c.memory_eff)
     t_comm = 0.0
     if tp > 1:                                                     # two all-reduces per layer, ring
         ar_bytes = tokens * model.hidden * 2
         t_comm = 2 * s.layers * (c.allreduce_latency_us * 1e-6 + 2 * (tp - 1) / tp * ar_bytes / hw.link_bytes_s)
-    t = max(t_compute, t_memory) + t_comm + c.step_overhead_ms * 1e-3
+    overhead = s.layers * (c.layer_overhead_us + (c.moe_overhead_us if model.experts else 0)) * 1e-6
+    t = max(t_compute, t_memory) + t_comm + overhead
     return {"t_compute": t_compute, "t_memory": t_memory, "t_comm": t_comm, "t": t,
             "bound": "compute" if t_compute > t_memory else "memory"}
 
@@ -226,7 +231,8 @@ def simulate(model="llama-3.3-70b", gpu="H100", num_gpus: int = 2, tp: int = 2, 
         dec = step_time_s(m, hw, tp, decodes, context, 0, input_len, weight_dtype, kv_dtype)
         f = min(prefill / chunk, 0.95) if input_len else 0.0  # share of steps that carry a prompt chunk
         service = max(input_len / chunk, 1.0) * mixed["t"]    # the prompt's own steps
-        new = (f * mixed["t"] + (1 - f) * dec["t"], service * (1 + f / (2 * (1 - f))))   # M/D/1 wait
+        new = (f * mixed["t"] + (1 - f) * dec["t"],                                        # TPOT
+               service * (1 + f / (2 * (1 - f))) + c.request_overhead_ms * 1e-3)        # TTFT: M/D/1 wait
         if abs(new[0] - t_avg) + abs(new[1] - ttft) < 1e-12:
             break
         t_avg, ttft = 0.5 * (t_avg + new[0]), 0.5 * (ttft + new[1])

@@ -31,13 +31,13 @@ def test_issue_example_has_every_key_and_consistent_units():
 
 
 def test_batch1_decode_is_the_memory_roofline_plus_overhead():
-    c = SimConstants(memory_eff=1.0, compute_eff=1.0, step_overhead_ms=0.0)
+    c = SimConstants(memory_eff=1.0, compute_eff=1.0, layer_overhead_us=0.0)
     r = simulate(**{**KW, "input_len": 1, "output_len": 64}, concurrency=1, constants=c)
     bound = calc.decode_tpot_bound_ms("Llama 3.1 8B", "H100")          # weights / bandwidth (chapter 2)
     assert r["tpot_ms"] == pytest.approx(bound, rel=0.01)
     r2 = simulate(**{**KW, "input_len": 1, "output_len": 64}, concurrency=1,
-                  constants=SimConstants(memory_eff=1.0, compute_eff=1.0, step_overhead_ms=3.0))
-    assert r2["tpot_ms"] == pytest.approx(r["tpot_ms"] + 3.0, rel=1e-3)
+                  constants=SimConstants(memory_eff=1.0, compute_eff=1.0, layer_overhead_us=100.0))
+    assert r2["tpot_ms"] == pytest.approx(r["tpot_ms"] + 32 * 0.1, rel=1e-3)     # 32 layers x 100 us
 
 
 def test_monotone_in_concurrency():
@@ -94,12 +94,12 @@ def test_moe_reads_more_experts_as_the_batch_grows():
 
 def test_custom_machine_from_measured_peaks():
     measured = {"name": "この PC", "memory_gb": 16, "flops_bf16": 400e9, "bandwidth": 30e9,
-                "compute_eff": 1.0, "memory_eff": 1.0, "step_overhead_ms": 5.0}
+                "compute_eff": 1.0, "memory_eff": 1.0, "layer_overhead_us": 100.0}
     hw = get_hardware(measured)
-    assert hw.bandwidth == 30e9 and hw.flops["bf16"] == 400e9 and hw.constants.step_overhead_ms == 5.0
+    assert hw.bandwidth == 30e9 and hw.flops["bf16"] == 400e9 and hw.constants.layer_overhead_us == 100.0
     r = simulate("llama-2-7b", measured, num_gpus=1, tp=1, weight_dtype="bf16", kv_dtype="bf16",
                  input_len=16, output_len=32, concurrency=1)
-    assert r["tpot_ms"] == pytest.approx(calc.weight_bytes("Llama 2 7B", "bf16") / 30e9 * 1e3 + 5.0, rel=0.02)
+    assert r["tpot_ms"] == pytest.approx(calc.weight_bytes("Llama 2 7B", "bf16") / 30e9 * 1e3 + 3.2, rel=0.02)
     with pytest.raises(ValueError, match="bandwidth"):
         get_hardware({"memory_gb": 16, "gflops": 100})
 
@@ -130,3 +130,36 @@ def test_tables_and_costs():
 def test_bad_input(bad):
     with pytest.raises(ValueError):
         simulate(**bad)
+
+
+# ------------------------------------------------------------------ calibration (docs/simulator.md)
+BOUNDS = {"tpot": 0.20, "throughput": 0.20, "ttft": 0.60, "all": 0.25}   # held-out median |error|, stated in the lesson
+
+
+def test_held_out_error_stays_within_the_stated_bounds():
+    from minimal_engine.sim_calibration import error_table, summary
+    rows = error_table()
+    assert {r["split"] for r in rows} == {"fit", "held-out"}
+    s = summary(rows)
+    for kind, bound in BOUNDS.items():
+        assert s[kind]["median"] < bound, (kind, s[kind])
+
+
+def test_constants_in_use_are_the_fit():
+    from dataclasses import fields
+
+    from minimal_engine.sim_calibration import FIT_RANGES, fit
+    from minimal_engine.simulator import DEFAULT_CONSTANTS
+    fitted = fit()
+    for f in fields(SimConstants):
+        want = getattr(fitted, f.name)
+        assert getattr(DEFAULT_CONSTANTS, f.name) == pytest.approx(want, rel=0.01, abs=0.01), f.name
+    assert set(FIT_RANGES) < {f.name for f in fields(SimConstants)}
+
+
+def test_docs_table_is_generated_from_the_code():
+    from pathlib import Path
+
+    from minimal_engine.sim_calibration import markdown
+    doc = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
+    assert doc.read_text(encoding="utf-8") == markdown()
