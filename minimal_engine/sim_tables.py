@@ -88,6 +88,15 @@ SIM_GPUS = {g.name: g for g in [
 EXTRA_COSTS = {"MI325X": (1.28, 2.18)}
 
 
+def inferencex_cost_inputs(gpu: str, tier: str = "hyperscaler") -> dict:
+    """InferenceX's $/GPU-hr and all-in kW for a GPU name, as ``simulate``'s cost keyword arguments."""
+    if gpu in EXTRA_COSTS and tier == "hyperscaler":
+        usd, kw = EXTRA_COSTS[gpu]
+        return {"usd_per_gpu_hour": usd, "kw_per_gpu": kw}
+    from minimal_engine.calculators import get_gpu_cost, gpu_hour_price
+    return {"usd_per_gpu_hour": gpu_hour_price(gpu, tier), "kw_per_gpu": get_gpu_cost(gpu).all_in_kw}
+
+
 def model_from_hf_config(config, name: str | None = None) -> SimModel:
     """A :class:`SimModel` from a Hugging Face ``config.json`` (a dict, a path to the file or to its folder).
 

@@ -9,11 +9,13 @@
 
 The model, in four parts (every number it prints is a prediction, 予測, not a measurement):
 
-1. One engine step on one GPU takes ``max(FLOPs / (peak x COMPUTE_EFF), bytes / (bandwidth x MEMORY_EFF))
-   + layers x LAYER_OVERHEAD``: the roofline of chapter 2 with two efficiencies and a fixed cost per layer
-   (kernel launches, syncs; a MoE layer adds MOE_OVERHEAD for routing, dispatch and combine). FLOPs: 2 x active params per token at the weights' precision (FP8/FP4 tensor cores)
-   and attention (``roofline_calc.decode_step_flops`` / ``attention_flops_per_token``) at the BF16 rate; bytes: the weights the step's tokens touch (a MoE touches more
-   experts as the batch grows) plus each decode's KV cache (``roofline_calc.decode_step_bytes``).
+1. One engine step on one GPU takes ``max(FLOPs / (peak x COMPUTE_EFF), bytes / (bandwidth x MEMORY_EFF))``
+   plus fixed costs: the roofline of chapter 2 with two efficiencies, plus per layer LAYER_OVERHEAD (launches,
+   syncs), MOE_OVERHEAD for a MoE layer (routing, dispatch, combine) and SEQ_OVERHEAD per request (work an
+   engine does request by request; 0 for GPU engines, large for a Python engine on a CPU). FLOPs: 2 x active
+   params per token at the weights' precision (FP8/FP4 tensor cores), attention (``attention_flops_per_token``)
+   at the BF16 rate; bytes: the weights the step's tokens touch (a MoE touches more experts as the batch grows)
+   plus each decode's KV cache (``roofline_calc.decode_step_bytes``).
 2. Tensor parallelism splits FLOPs and bytes over ``tp`` GPUs and adds two ring all-reduces per layer of
    ``tokens x hidden x 2`` bytes: ``ALLREDUCE_LATENCY + 2 (tp - 1) / tp x bytes / link bandwidth`` each.
 3. Steady serving at a concurrency C (a closed loop: each finished request is replaced at once, as in
@@ -25,21 +27,19 @@ The model, in four parts (every number it prints is a prediction, 予測, not a 
 4. Memory: weights / tp plus the KV of (input_len + output_len) tokens per request within
    MEMORY_UTILIZATION of HBM (``calculators.max_concurrent_users``).
 
-What it cannot predict: software maturity (kernels, scheduler, one framework vs another on the same GPU),
-speculative decoding / MTP, prefix-cache hits, stream chunking of ITL, power capping, disaggregation, expert
-load imbalance. The constants are fitted on published points (``minimal_engine.sim_calibration``); the
-held-out error is in docs/simulator.md.
+It cannot predict software maturity (kernels, scheduler, one framework against another), speculative decoding
+/ MTP, prefix-cache hits, stream chunking of ITL, power capping, disaggregation, expert load imbalance.
+Constants: fitted by ``minimal_engine.sim_calibration``; the held-out error is in docs/simulator.md.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
-from minimal_engine.calculators import (attention_flops_per_token, bytes_per_value, get_gpu_cost,
-                                        joules_per_token, kv_bytes_per_token, max_concurrent_users,
-                                        usd_per_million_tokens, weight_bytes)
-from minimal_engine.roofline_calc import active_params, decode_step_bytes, decode_step_flops
-from minimal_engine.sim_tables import EXTRA_COSTS, SIM_GPUS, SIM_MODELS, SimGpu, SimModel, model_from_hf_config
+from minimal_engine.calculators import (attention_flops_per_token, bytes_per_value, joules_per_token,
+                                        kv_bytes_per_token, max_concurrent_users, usd_per_million_tokens, weight_bytes)
+from minimal_engine.roofline_calc import active_params, decode_step_bytes
+from minimal_engine.sim_tables import (SIM_GPUS, SIM_MODELS, SimGpu, SimModel, inferencex_cost_inputs,  # noqa: F401
+                                      model_from_hf_config)
 from minimal_engine.specs import GpuSpec, _check_positive
 
 
@@ -52,6 +52,7 @@ class SimConstants:
     memory_eff: float = 0.800          # share of HBM bandwidth a step's reads reach
     layer_overhead_us: float = 37.5    # fixed time per layer per step (kernel launches, syncs, scheduling share)
     moe_overhead_us: float = 70.8      # extra fixed time per MoE layer per step (routing, dispatch, combine)
+    seq_overhead_us: float = 0.0       # fixed time per request per layer per step (not batched work) [set]
     allreduce_latency_us: float = 20.0  # fixed time of one all-reduce (plus bytes / link bandwidth)
     request_overhead_ms: float = 87.5  # fixed time added to each TTFT (HTTP, tokenizer, scheduling, launches)
     max_batched_tokens: int = 8192     # tokens per step (vLLM max_num_batched_tokens; InferenceX's scripts) [set]
@@ -59,7 +60,7 @@ class SimConstants:
 
 
 DEFAULT_CONSTANTS = SimConstants()
-DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "int4")
+DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "fp4", "int4")
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Hardware:
     memory_bytes: float
     bandwidth: float                   # B/s
     flops: dict                        # compute dtype -> FLOP/s
-    link_bytes_s: float
+    link_bytes_s: float                # B/s, one direction
     watts: float | None
     constants: SimConstants
 
@@ -93,8 +94,8 @@ def get_hardware(gpu, constants: SimConstants | None = None) -> Hardware:
 
     Custom keys: ``name``, ``memory_gb``; bandwidth as ``hbm_tb_s``, ``bandwidth_gb_s`` or ``bandwidth`` (B/s,
     as ``roofline.measure_machine`` returns it); BF16 compute as ``bf16_tflops``, ``gflops`` or ``flops_bf16``
-    (FLOP/s); optional ``fp8_tflops``, ``fp4_tflops``, ``link_gb_s``, ``tgp_w`` and any :class:`SimConstants`
-    field (``compute_eff``, ``memory_eff``, ``layer_overhead_us``, ...) to replace the fitted value.
+    (FLOP/s); optional ``flops_fp32`` (FLOP/s, an FP32 engine), ``fp8_tflops``, ``fp4_tflops``, ``link_gb_s``,
+    ``tgp_w`` and any :class:`SimConstants` field (``compute_eff``, ``layer_overhead_us``, ...) to replace it.
     """
     c = constants or DEFAULT_CONSTANTS
     if isinstance(gpu, str):
@@ -119,6 +120,8 @@ def get_hardware(gpu, constants: SimConstants | None = None) -> Hardware:
         _check_positive(v, what)
     flops = {"bf16": fl, "fp8": d.get("fp8_tflops", 0) * 1e12 or fl}
     flops["fp4"] = d.get("fp4_tflops", 0) * 1e12 or flops["fp8"]
+    if d.get("flops_fp32"):
+        flops["fp32"] = d["flops_fp32"]
     fields = {k: d[k] for k in SimConstants.__dataclass_fields__ if k in d}
     return Hardware(str(d.get("name", "custom")), d["memory_gb"] * 1e9, bw, flops, d.get("link_gb_s", 50) * 1e9,
                     d.get("tgp_w"), replace(c, **fields))
@@ -127,7 +130,7 @@ def get_hardware(gpu, constants: SimConstants | None = None) -> Hardware:
 def compute_dtype(weight_dtype: str) -> str:
     """The precision the matmuls run in: FP8/FP4 weights on FP8/FP4 tensor cores (or the next slower rate
     where a GPU has none); INT8/INT4 are weight-only (dequantised to BF16, as gpt-fast does)."""
-    return {"fp8": "fp8", "fp4": "fp4"}.get(weight_dtype, "bf16")
+    return {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(weight_dtype, "bf16")
 
 
 def weight_read_bytes(model: SimModel, tokens: float, dtype: str) -> float:
@@ -144,24 +147,28 @@ def weight_read_bytes(model: SimModel, tokens: float, dtype: str) -> float:
 
 
 def step_time_s(model: SimModel, hw: Hardware, tp: int, decodes: float, context: float, prefill_tokens: float,
-                prompt_len: float, weight_dtype: str, kv_dtype: str) -> dict:
+                prompt_len: float, weight_dtype: str, kv_dtype: str, prefills: float | None = None) -> dict:
     """One engine step on a TP group: ``decodes`` requests at an average ``context``, plus ``prefill_tokens``
-    prompt tokens of prompts ``prompt_len`` long. Returns t_compute, t_memory, t_comm and t (seconds)."""
+    prompt tokens of ``prefills`` prompts (default 1 if any) ``prompt_len`` long. Returns t_compute, t_memory,
+    t_comm and t (seconds)."""
     c, s = hw.constants, model.shape
     tokens = decodes + prefill_tokens
     dense = 2 * active_params(s) * tokens                          # matmuls with the weights
-    attn = decode_step_flops(s, 1, int(context)) * decodes - 2 * active_params(s) * decodes \
-        + prefill_tokens * attention_flops_per_token(s.layers, s.heads, s.head_dim, int((prompt_len + 1) / 2))
+    attn = sum(n * attention_flops_per_token(s.layers, s.heads, s.head_dim, int(ctx))   # decodes, prompt tokens
+               for n, ctx in ((decodes, context), (prefill_tokens, (prompt_len + 1) / 2)))
     kv_shards = 1 if s.is_mla else min(tp, s.kv_heads)            # MLA's latent is replicated on every rank
     kv = decode_step_bytes(s, 1, int(context), weight_dtype, kv_dtype)["kv_bytes"] * decodes
     kv += kv_bytes_per_token(s, kv_dtype) * tokens                 # the new K and V written
-    t_compute = (dense / hw.flops[compute_dtype(weight_dtype)] + attn / hw.flops["bf16"]) / tp / c.compute_eff
+    if compute_dtype(weight_dtype) not in hw.flops:
+        raise ValueError(f"{hw.name} has no {weight_dtype} FLOP/s in its spec (a custom spec may give flops_fp32)")
+    attn_rate = hw.flops["fp32" if weight_dtype == "fp32" else "bf16"]
+    t_compute = (dense / hw.flops[compute_dtype(weight_dtype)] + attn / attn_rate) / tp / c.compute_eff
     t_memory = (weight_read_bytes(model, tokens, weight_dtype) / tp + kv / kv_shards) / (hw.bandwidth * c.memory_eff)
-    t_comm = 0.0
-    if tp > 1:                                                     # two all-reduces per layer, ring
-        ar_bytes = tokens * model.hidden * 2
-        t_comm = 2 * s.layers * (c.allreduce_latency_us * 1e-6 + 2 * (tp - 1) / tp * ar_bytes / hw.link_bytes_s)
-    overhead = s.layers * (c.layer_overhead_us + (c.moe_overhead_us if model.experts else 0)) * 1e-6
+    ar_bytes = tokens * model.hidden * 2                          # two ring all-reduces per layer (tp > 1)
+    t_comm = 2 * s.layers * (c.allreduce_latency_us * 1e-6 + 2 * (tp - 1) / tp * ar_bytes / hw.link_bytes_s) * (tp > 1)
+    seqs = decodes + (prefills if prefills is not None else 1 if prefill_tokens else 0)
+    overhead = s.layers * (c.layer_overhead_us + (c.moe_overhead_us if model.experts else 0)
+                           + c.seq_overhead_us * seqs) * 1e-6
     t = max(t_compute, t_memory) + t_comm + overhead
     return {"t_compute": t_compute, "t_memory": t_memory, "t_comm": t_comm, "t": t,
             "bound": "compute" if t_compute > t_memory else "memory"}
@@ -174,8 +181,7 @@ def max_concurrency_for(model: SimModel, hw: Hardware, num_gpus: int, tp: int, w
     (KV split over min(tp, kv_heads) ranks; MLA's latent is replicated). 0 when the weights do not fit."""
     s = model.shape
     shards = 1 if s.is_mla else min(tp, s.kv_heads)
-    usable = hw.memory_bytes * hw.constants.memory_utilization           # per GPU
-    w = weight_bytes(s, weight_dtype) / tp                               # per GPU
+    usable, w = hw.memory_bytes * hw.constants.memory_utilization, weight_bytes(s, weight_dtype) / tp   # per GPU
     if w >= usable:
         return 0
     per_group = max_concurrent_users(s, tokens_per_request, usable * shards, kv_dtype, w * shards)
@@ -261,18 +267,34 @@ def simulate_sweep(model="llama-3.3-70b", gpu="H100", concurrencies=(1, 2, 4, 8,
     return [simulate(model, gpu, concurrency=int(n), **kwargs) for n in concurrencies]
 
 
-def inferencex_cost_inputs(gpu: str, tier: str = "hyperscaler") -> dict:
-    """InferenceX's $/GPU-hr and all-in kW for a GPU name, as ``simulate``'s cost keyword arguments."""
-    if gpu in EXTRA_COSTS and tier == "hyperscaler":
-        usd, kw = EXTRA_COSTS[gpu]
-        return {"usd_per_gpu_hour": usd, "kw_per_gpu": kw}
-    from minimal_engine.calculators import gpu_hour_price
-    return {"usd_per_gpu_hour": gpu_hour_price(gpu, tier), "kw_per_gpu": get_gpu_cost(gpu).all_in_kw}
-
-
-def frontier(points: list[dict], x: str = "interactivity", y: str = "output_tok_s_per_gpu") -> list[dict]:
-    """The Pareto frontier of ``points``: those no other point beats on both x and y (higher is better),
-    sorted by x. NaN points (did not fit) are dropped."""
-    ok = [p for p in points if not (math.isnan(p[x]) or math.isnan(p[y]))]
-    front = [p for p in ok if not any(q[x] >= p[x] and q[y] >= p[y] and (q[x] > p[x] or q[y] > p[y]) for q in ok)]
-    return sorted(front, key=lambda p: p[x])
+def simulate_batch(model, gpu, num_gpus: int = 1, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+                   input_len: int = 64, output_len: int = 32, concurrency: int = 4, max_num_seqs: int = 64,
+                   constants: SimConstants | None = None) -> dict:
+    """Predicted (予測) run of ``concurrency`` requests that all arrive at once (chapter 1's workload), step by
+    step as the engine schedules them: running decodes first, then prompt chunks within MAX_BATCHED_TOKENS
+    (at most ``max_num_seqs`` requests at a time). Returns ttft_ms and tpot_ms (medians over requests),
+    tok_s (output tokens / makespan), total_tok_s, tok_s_per_user (1000 / tpot_ms) and duration_s."""
+    _check_args(num_gpus, tp, weight_dtype, kv_dtype, input_len, output_len, concurrency)
+    m, hw = get_sim_model(model), get_hardware(gpu, constants)
+    todo = [[input_len, output_len, None, None] for _ in range(concurrency)]   # prompt left, tokens left, t1, tN
+    t = 0.0
+    while any(r[1] for r in todo):
+        running = [r for r in todo if r[0] == 0 and r[1] and r[2] is not None][:max_num_seqs]
+        budget, chunks = hw.constants.max_batched_tokens - len(running), []
+        for r in todo:
+            if r[0] and budget > 0 and len(running) + len(chunks) < max_num_seqs:
+                chunks.append((r, min(r[0], budget)))
+                budget -= chunks[-1][1]
+        t += step_time_s(m, hw, tp, len(running), input_len + output_len / 2, sum(n for _, n in chunks), input_len,
+                         weight_dtype, kv_dtype, len(chunks))["t"]
+        for r in running:
+            r[1], r[3] = r[1] - 1, t
+        for r, n in chunks:
+            r[0] -= n
+            if r[0] == 0:
+                r[1], r[2], r[3] = r[1] - 1, t, t                              # the prefill samples token 1
+    ttft = sorted(r[2] for r in todo)[concurrency // 2]
+    tpot = sorted((r[3] - r[2]) / (output_len - 1) for r in todo)[concurrency // 2] if output_len > 1 else float("nan")
+    return {"concurrency": concurrency, "ttft_ms": ttft * 1e3, "tpot_ms": tpot * 1e3, "duration_s": t,
+            "tok_s": concurrency * output_len / t, "total_tok_s": concurrency * (input_len + output_len) / t,
+            "tok_s_per_user": 1e3 / (tpot * 1e3), "predicted": True}
