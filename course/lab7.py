@@ -27,7 +27,7 @@ from course.runtime import apply_thread_policy, check_device, check_int, is_quic
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench.offline import decode_step_time
 from minimal_engine.bench.workload import random_requests
-from minimal_engine.distributed import all_reduce_bytes
+from minimal_engine.calculators import tp_allreduce_bytes
 
 PROMPT_LEN_RANGE = (8, 384)
 BATCH_RANGE = (1, 16)
@@ -116,8 +116,8 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
            "decode_speedup": runs[1]["decode_ms"] / runs[n]["decode_ms"],
            "prefill_speedup": runs[1]["prefill_ms"] / runs[n]["prefill_ms"],
            "allreduces_per_step": 2 * cfg.num_layers,
-           "decode_allreduce_bytes": all_reduce_bytes(cfg.num_layers, b, cfg.hidden_size, 4),
-           "prefill_allreduce_bytes": all_reduce_bytes(cfg.num_layers, p, cfg.hidden_size, 4)}
+           "decode_allreduce_bytes": tp_allreduce_bytes(cfg.num_layers, cfg.hidden_size, b, 4),
+           "prefill_allreduce_bytes": tp_allreduce_bytes(cfg.num_layers, cfg.hidden_size, p, 4)}
     res["warnings"] = [load["warning"]] if load and load["warning"] else []
     if not res["same_tokens"]:
         res["warnings"].append("TP=1 と TP の貪欲トークンが一致しませんでした（float32 では一致するはずです）。")

@@ -80,12 +80,6 @@ class Comm:
                     bytes_per_step=self.bytes / per, ms_per_step=1000 * (self.seconds + self.send_seconds) / per)
 
 
-def all_reduce_bytes(num_layers: int, tokens: int, hidden_size: int, bytes_per_value: float) -> int:
-    """Bytes all-reduced in one forward pass: 2 all-reduces per layer (after o_proj and down_proj) of
-    [tokens, hidden]. It does not depend on the number of ranks (each moves about 2 (N-1)/N of it in a ring)."""
-    return int(2 * num_layers * tokens * hidden_size * bytes_per_value)
-
-
 def head_agnostic(batch, kv_heads: int):
     """Rank 0's ForwardBatch -> the same on the CPU with block numbers instead of (head, block) rows and no
     logits rows (only rank 0 samples)."""

@@ -18,6 +18,7 @@ import torch
 
 from minimal_engine import LLM, SamplingParams
 from minimal_engine import distributed
+from minimal_engine.calculators import tp_allreduce_bytes
 from minimal_engine.models.sharding import check_tp_size, head_ranges, split_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,8 +85,7 @@ def test_default_model_same_greedy_tokens_and_comm_formula(default_pair):
     # every token that went through the model: the prompts, then each output token but the last
     computed = sum(len(one.tokenizer.encode(p)) + GREEDY.max_tokens - 1 for p in PROMPTS)
     assert stats["all_reduces"] - before["all_reduces"] == 2 * cfg.num_layers * (stats["steps"] - before["steps"])
-    assert stats["bytes"] - before["bytes"] == distributed.all_reduce_bytes(cfg.num_layers, computed,
-                                                                             cfg.hidden_size, 4)
+    assert stats["bytes"] - before["bytes"] == tp_allreduce_bytes(cfg.num_layers, cfg.hidden_size, computed, 4)
     assert stats["seconds"] > 0
 
 
