@@ -236,3 +236,7 @@ class TensorParallelModel(nn.Module):
             return self.net(input_ids, batch, kv_caches)
         except RuntimeError as e:                   # gloo/NCCL: a peer went away or timed out
             self._fail(f"an all-reduce failed on rank 0: {e}", e)
+        except BaseException:                       # e.g. Ctrl-C mid-step: the ranks are out of step for good
+            self.error = "a step was interrupted on rank 0; the workers were stopped: create a new LLM"
+            self.close()
+            raise

@@ -42,6 +42,8 @@ def worker_main(rank: int, world: int, port: int, spec: tuple, dtype, device_typ
     from .distributed import Comm, make_process_group, rows_for_heads
     from .model_runner import ModelRunner
     from .models.sharding import shard_model
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is rank 0's to handle; it then stops the workers
     torch.set_num_threads(threads)
     try:
         device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
