@@ -23,7 +23,8 @@ told (close), when the parent's pipe closes or the parent pid changes (parent di
 step, which they report through the pipe; the parent then raises a RuntimeError naming the rank and its error
 instead of waiting forever (gloo also fails fast when a peer's socket closes; every wait has TIMEOUT_S).
 A script that uses this must guard its top level with `if __name__ == "__main__":` ('spawn' re-imports it).
-CUDA graphs are turned off under TP (the step goes through a pipe); each rank gets threads // N CPU threads.
+CUDA graphs are turned off under TP (the step goes through a pipe). CPU threads: with T torch threads when the
+LLM is built, each rank computes with max(1, T // N) (rank 0 only during its steps: the caller's setting stays).
 """
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def rows_for_heads(batch, kv_heads: int, pool_blocks: int, device: torch.device)
     return type(batch)(**fields)
 
 
-def _stop_workers(procs, conns, threads: int) -> None:
+def _stop_workers(procs, conns) -> None:
     """Ask every worker to stop, wait a bounded time, then terminate and kill what is left."""
     for c in conns:
         try:
@@ -122,7 +123,6 @@ def _stop_workers(procs, conns, threads: int) -> None:
             p.join(5)
     for c in conns:
         c.close()
-    torch.set_num_threads(threads)
 
 
 class TensorParallelModel(nn.Module):
@@ -140,8 +140,7 @@ class TensorParallelModel(nn.Module):
             raise ValueError(f"tensor parallelism runs on 'cpu' (gloo) or 'cuda' (NCCL), not {device.type!r}")
         import torch.distributed as dist
         self.tp_size, self.error = tp_size, None
-        self.threads = torch.get_num_threads()
-        per_rank = max(1, self.threads // tp_size)
+        self.per_rank = per_rank = max(1, torch.get_num_threads() // tp_size)
         config.cuda_graphs = False
         store = dist.TCPStore("127.0.0.1", 0, tp_size, True, timeout=datetime.timedelta(seconds=TIMEOUT_S),
                               wait_for_workers=False)
@@ -157,13 +156,12 @@ class TensorParallelModel(nn.Module):
             child_end.close()                       # the worker holds the only other end: EOF when it dies
             self.procs.append(p)
             self.conns.append(parent_end)
-        self._finalizer = weakref.finalize(self, _stop_workers, self.procs, self.conns, self.threads)
-        torch.set_num_threads(per_rank)
+        self._finalizer = weakref.finalize(self, _stop_workers, self.procs, self.conns)
         self._wait_for("loaded")
         self.comm = Comm(make_process_group(store, 0, tp_size, device, TIMEOUT_S))
         self._store = store
         self.net = shard_model(net, 0, tp_size, self.comm)
-        self._wait_for("ready")
+        self.worker_threads = self._wait_for("ready")           # each worker says its torch thread count
         self.kv_heads0 = len(head_ranges(cfg.num_heads, cfg.num_kv_heads, tp_size, 0)[1])
 
     @property
@@ -174,9 +172,9 @@ class TensorParallelModel(nn.Module):
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
-    def _wait_for(self, what: str) -> None:
+    def _wait_for(self, what: str) -> list:
         """Wait for every worker to report `what`, a bounded time; a worker's error or death raises."""
-        deadline = time.monotonic() + TIMEOUT_S
+        said, deadline = [], time.monotonic() + TIMEOUT_S
         for rank, (p, c) in enumerate(zip(self.procs, self.conns), start=1):
             while not c.poll(0.2):
                 if not p.is_alive() or time.monotonic() > deadline:
@@ -187,6 +185,8 @@ class TensorParallelModel(nn.Module):
                 self._fail(f"worker rank {rank} exited while starting (exit code {p.exitcode})")
             if kind != what:
                 self._fail(f"worker rank {rank} failed while starting: {msg}")
+            said.append(msg)
+        return said
 
     def _fail(self, message: str, cause: BaseException | None = None):
         """Collect what the workers said, stop them all, and raise one clear error (later steps raise it too)."""
@@ -232,6 +232,8 @@ class TensorParallelModel(nn.Module):
                 self._fail(f"could not send the step to worker rank {rank}: {e}", e)
         self.comm.send_seconds += time.perf_counter() - t0
         self.comm.steps += 1
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.per_rank)
         try:
             return self.net(input_ids, batch, kv_caches)
         except RuntimeError as e:                   # gloo/NCCL: a peer went away or timed out
@@ -240,3 +242,5 @@ class TensorParallelModel(nn.Module):
             self.error = "a step was interrupted on rank 0; the workers were stopped: create a new LLM"
             self.close()
             raise
+        finally:
+            torch.set_num_threads(threads)

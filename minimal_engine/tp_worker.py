@@ -55,7 +55,7 @@ def worker_main(rank: int, world: int, port: int, spec: tuple, dtype, device_typ
         comm = Comm(make_process_group(store, rank, world, device, timeout_s))
         net = shard_model(net, rank, world, comm)
         runner = ModelRunner(net, config, num_blocks, dtype, device)   # KV pool: this rank's KV heads only
-        _send(conn, "ready", rank)
+        _send(conn, "ready", torch.get_num_threads())
     except BaseException:
         _send(conn, "error", f"worker rank {rank} (pid {os.getpid()}) failed to start:\n{traceback.format_exc()}")
         return

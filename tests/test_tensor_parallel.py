@@ -135,7 +135,11 @@ def test_bad_sizes_are_refused():
 
 
 def test_close_stops_the_workers():
+    threads = torch.get_num_threads()
     llm = LLM(dtype="float32", tensor_parallel_size=2)
+    assert llm.engine.runner.model.worker_threads == [max(1, threads // 2)]   # the cores are shared, not doubled
+    tokens(llm)
+    assert torch.get_num_threads() == threads                                # the caller's setting is kept
     pids = llm.engine.runner.model.worker_pids
     assert all(psutil.pid_exists(p) for p in pids)
     llm.close()
