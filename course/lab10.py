@@ -123,6 +123,38 @@ def pareto_front(points: list[dict], x: str = "interactivity", y: str = "output_
     return sorted(front, key=lambda p: p[x])
 
 
+def at_interactivity(rows: list[dict], target: float) -> dict | None:
+    """Output and total tok/s/GPU of a sweep at ``target`` tok/s/user, interpolated on log axes between the two
+    points around it (予測); None when the curve does not reach that interactivity."""
+    import math
+    pts = sorted((r for r in rows if r["interactivity"] == r["interactivity"]), key=lambda r: r["interactivity"])
+    for a, b in zip(pts, pts[1:]):
+        if a["interactivity"] <= target <= b["interactivity"]:
+            w = math.log(target / a["interactivity"]) / math.log(b["interactivity"] / a["interactivity"])
+            return {k: math.exp((1 - w) * math.log(a[k]) + w * math.log(b[k]))
+                    for k in ("output_tok_s_per_gpu", "total_tok_s_per_gpu")}
+    return None
+
+
+def cost_at_interactivity(dc: dict, target: float) -> list[dict]:
+    """Per configuration of ``datacenter_frontiers``: tok/s/GPU, $/M output and total tokens and J/token at
+    ``target`` tok/s/user (InferenceX hyperscaler prices), and perf/TCO = output tok/s/GPU per $/GPU-hr."""
+    from minimal_engine import calculators as calc
+    out = []
+    for label, rows in dc.items():
+        at = at_interactivity(rows, target)
+        if at is None or not rows:
+            continue
+        c = inferencex_cost_inputs(rows[0]["gpu"])
+        out.append({"label": label, "output_tok_s_per_gpu": at["output_tok_s_per_gpu"],
+                    "total_tok_s_per_gpu": at["total_tok_s_per_gpu"], "usd_per_gpu_hour": c["usd_per_gpu_hour"],
+                    "usd_per_m_output_tokens": calc.usd_per_million_tokens(c["usd_per_gpu_hour"], at["output_tok_s_per_gpu"]),
+                    "usd_per_m_total_tokens": calc.usd_per_million_tokens(c["usd_per_gpu_hour"], at["total_tok_s_per_gpu"]),
+                    "j_per_total_token": calc.joules_per_token(c["kw_per_gpu"], at["total_tok_s_per_gpu"]),
+                    "perf_per_tco": at["output_tok_s_per_gpu"] / c["usd_per_gpu_hour"]})
+    return out
+
+
 def native_dtypes(gpu: str) -> list[str]:
     """Weight precisions a GPU runs on its own tensor cores (BF16 always; FP8 / FP4 where the table has them)."""
     g = SIM_GPUS[gpu]
@@ -233,10 +265,10 @@ def plot_run(res: dict):
     return fig
 
 
-def plot_frontiers(res: dict | None, dc: dict, title: str = "tok/s/GPU と tok/s/user（両対数）"):
+def plot_frontiers(res: dict | None, dc: dict, title: str = "tok/s/GPU と tok/s/user（両対数）", ax=None):
     """Datacenter curves (予測) and, if given, this machine (実測 and 予測, the machine counted as one "GPU")."""
     from course.labkit.charts import figure
-    fig, ax = figure(8, 5)
+    fig, ax = figure(8, 5) if ax is None else (ax.figure, ax)
     for label, rows in dc.items():
         ax.plot([r["interactivity"] for r in rows], [r["output_tok_s_per_gpu"] for r in rows], "o-", markersize=3,
                 label=f"{label}（予測）")
@@ -259,7 +291,8 @@ def build_lab(**kwargs):
     return Lab10App(**kwargs)
 
 
-__all__ = ["COST_EXAMPLE", "DC_CONFIGS", "HISTORY_FIELDS", "add_run", "build_lab", "cheapest_meeting_slo",
+__all__ = ["COST_EXAMPLE", "DC_CONFIGS", "HISTORY_FIELDS", "add_run", "at_interactivity", "build_lab",
+           "cheapest_meeting_slo", "cost_at_interactivity",
            "cheapest_table_html", "datacenter_frontiers", "default_repeats", "defaults", "history_csv",
            "history_html", "native_dtypes", "pareto_front", "plot_frontiers", "plot_run", "readout_html",
            "run_pareto_lab", "sweep_concurrencies"]

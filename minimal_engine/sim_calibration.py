@@ -209,7 +209,7 @@ def fit_machine_all(spec: dict, model, rows: list[dict], input_len: int, output_
         score = [(sum(abs(math.log(_batch({**spec, "compute_eff": e}, model, r["concurrency"], input_len, output_len,
                                           dtype)["ttft_ms"] / r["ttft_ms"])) for r in pts), e) for e in grid]
         spec = {**spec, "compute_eff": min(score)[1]}
-    return spec
+    return fit_machine(spec, model, rows, input_len, output_len, dtype, fit_on)   # TPOT last: exact at fit_on
 
 
 def machine_table(spec: dict, model, rows: list[dict], input_len: int, output_len: int, dtype: str = "fp32",

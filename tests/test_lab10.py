@@ -85,3 +85,15 @@ def test_panel_has_the_browser_contract():
     assert app.sliders["prompt_len"].description == "プロンプト長" and app.run_button.description == "実行"
     assert app.on_run() is not None
     assert [r["prompt_len"] for r in app.history] == [8, 8]
+
+
+def test_cost_at_a_target_interactivity():
+    rows = [{"interactivity": 10.0, "output_tok_s_per_gpu": 1000.0, "total_tok_s_per_gpu": 2000.0},
+            {"interactivity": 40.0, "output_tok_s_per_gpu": 250.0, "total_tok_s_per_gpu": 500.0}]
+    at = lab10.at_interactivity(rows, 20.0)                      # halfway on log axes: the geometric mean
+    assert at["output_tok_s_per_gpu"] == pytest.approx(500.0) and at["total_tok_s_per_gpu"] == pytest.approx(1000.0)
+    assert lab10.at_interactivity(rows, 100.0) is None
+    dc = lab10.datacenter_frontiers(configs=[lab10.DC_CONFIGS[1]], input_len=8192, output_len=1024)
+    (row,) = lab10.cost_at_interactivity(dc, 30.0)
+    assert row["usd_per_m_output_tokens"] == pytest.approx(calc.usd_per_million_tokens(1.41, row["output_tok_s_per_gpu"]))
+    assert row["usd_per_m_output_tokens"] == pytest.approx(9 * row["usd_per_m_total_tokens"], rel=1e-6)   # 8k/1k
