@@ -181,7 +181,7 @@ def cheapest_meeting_slo(ttft_slo_ms: float, tpot_slo_ms: float, model="llama-3.
 
 def cheapest_table_html(best: list[dict], top: int = 8) -> str:
     head = ("GPU", "精度", "TP", "同時リクエスト数", "TTFT [ms]（予測）", "TPOT [ms]（予測）", "出力 tok/s/GPU（予測）",
-            "$/100万出力トークン（予測）", "J/トークン（合計、予測）")
+            "$/M 出力トークン（予測）", "J/token（合計、予測）")
     rows = [(r["gpu"], r["weight_dtype"].upper(), r["tp"], r["concurrency"], f"{r['ttft_ms']:,.0f}", f"{r['tpot_ms']:.1f}",
              f"{r['output_tok_s_per_gpu']:,.0f}", f"{r['usd_per_m_output_tokens']:.3f}", f"{r['joules_per_token']:.2f}")
             for r in best[:top]]
@@ -191,7 +191,7 @@ def cheapest_table_html(best: list[dict], top: int = 8) -> str:
 # ---------------------------------------------------------------- readouts and history
 def readout_html(res: dict) -> str:
     head = ("同時リクエスト数", "TTFT 実測 [ms]", "TTFT 予測 [ms]", "TPOT 実測 [ms]", "TPOT 予測 [ms]", "出力 tok/s 実測",
-            "出力 tok/s 予測", "予測の誤差（tok/s）", "当てはめ", "$/100万出力トークン", "J/出力トークン")
+            "出力 tok/s 予測", "予測の誤差（tok/s）", "当てはめ", "$/M 出力トークン", "J/token（出力）")
     rows = [(t["concurrency"], f"{t['ttft_ms']:.0f}", f"{t['pred_ttft_ms']:.0f}", f"{t['tpot_ms']:.1f}",
              f"{t['pred_tpot_ms']:.1f}", f"{t['tok_s']:.1f}", f"{t['pred_tok_s']:.1f}", f"{t['err_tok_s']:+.0%}",
              "使った" if t["split"] == "fit" else "予測のみ", f"{r['usd_per_m_output_tokens']:.3f}",
@@ -222,7 +222,7 @@ def history_html(history: list[dict], last: int = 24) -> str:
     if not history:
         return "<div style='color:#555'>実行の履歴: まだありません（実行すると同時リクエスト数ごとに1行ずつ増えます）</div>"
     head = ("#", "プロンプト長", "出力長", "同時リクエスト数", "出力 tok/s 実測", "出力 tok/s 予測", "TPOT 実測 [ms]",
-            "TPOT 予測 [ms]", "$/100万出力トークン")
+            "TPOT 予測 [ms]", "$/M 出力トークン")
     rows = [(r["run"], r["prompt_len"], r["output_len"], r["concurrency"], f"{r['tok_s']:.1f}", f"{r['pred_tok_s']:.1f}",
              f"{r['tpot_ms']:.1f}", f"{r['pred_tpot_ms']:.1f}", f"{r['usd_per_m_output_tokens']:.3f}")
             for r in history[-last:]]

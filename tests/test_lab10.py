@@ -97,3 +97,13 @@ def test_cost_at_a_target_interactivity():
     (row,) = lab10.cost_at_interactivity(dc, 30.0)
     assert row["usd_per_m_output_tokens"] == pytest.approx(calc.usd_per_million_tokens(1.41, row["output_tok_s_per_gpu"]))
     assert row["usd_per_m_output_tokens"] == pytest.approx(9 * row["usd_per_m_total_tokens"], rel=1e-6)   # 8k/1k
+
+
+def test_refitting_a_fitted_spec_gives_the_same_overheads():
+    truth = {**machine_spec(PEAKS, memory_gb=8), "layer_overhead_us": 500.0, "seq_overhead_us": 50.0}
+    rows = [simulate_batch(MODEL, truth, weight_dtype="fp32", kv_dtype="fp32", input_len=16, output_len=8,
+                           concurrency=c) for c in (1, 4)]
+    once = fit_machine(machine_spec(PEAKS, memory_gb=8), MODEL, rows, 16, 8, "fp32")
+    twice = fit_machine(once, MODEL, rows, 16, 8, "fp32")
+    assert twice["layer_overhead_us"] == pytest.approx(once["layer_overhead_us"])
+    assert twice["seq_overhead_us"] == pytest.approx(once["seq_overhead_us"])
