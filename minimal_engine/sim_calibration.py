@@ -186,7 +186,8 @@ def fit_machine(spec: dict, model, rows: list[dict], input_len: int, output_len:
     measured - roofline = layers x (a + b x concurrency), a least-squares line with a, b >= 0."""
     from minimal_engine.simulator import get_sim_model
     layers, fit_on = get_sim_model(model).shape.layers, _fit_on(rows, fit_on)
-    pts = [(r["concurrency"], r["tpot_ms"] - _batch(spec, model, r["concurrency"], input_len, output_len, dtype)["tpot_ms"])
+    bare = {**spec, "layer_overhead_us": 0.0, "seq_overhead_us": 0.0}           # the roofline part only
+    pts = [(r["concurrency"], r["tpot_ms"] - _batch(bare, model, r["concurrency"], input_len, output_len, dtype)["tpot_ms"])
            for r in rows if r["concurrency"] in fit_on]
     if not pts:
         raise ValueError(f"no measured row at the concurrencies {fit_on} to fit the overheads on")
@@ -209,7 +210,7 @@ def fit_machine_all(spec: dict, model, rows: list[dict], input_len: int, output_
         score = [(sum(abs(math.log(_batch({**spec, "compute_eff": e}, model, r["concurrency"], input_len, output_len,
                                           dtype)["ttft_ms"] / r["ttft_ms"])) for r in pts), e) for e in grid]
         spec = {**spec, "compute_eff": min(score)[1]}
-    return spec
+    return fit_machine(spec, model, rows, input_len, output_len, dtype, fit_on)   # TPOT last: exact at fit_on
 
 
 def machine_table(spec: dict, model, rows: list[dict], input_len: int, output_len: int, dtype: str = "fp32",

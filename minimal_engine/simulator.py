@@ -83,7 +83,7 @@ def get_sim_model(model) -> SimModel:
         return model
     if isinstance(model, str) and model in SIM_MODELS:
         return SIM_MODELS[model]
-    if isinstance(model, dict) or (isinstance(model, str) and ("/" in model or model.endswith(".json"))):
+    if isinstance(model, dict) or hasattr(model, "__fspath__") or (isinstance(model, str) and "/" in model):
         return model_from_hf_config(model)
     raise ValueError(f"unknown model {model!r}; known models: {', '.join(SIM_MODELS)} "
                      "(or an HF config.json as a dict, file or folder)")
