@@ -104,7 +104,7 @@ def test_random_gqa_models_same_greedy_tokens(tiny_model, tp):
     the KV heads, TP=4 replicates each on two ranks."""
     arch, folder = tiny_model
     if tp == 4 and arch != "qwen3":
-        pytest.skip("one replicated-KV case is enough (the others cost a minute of spawning)")
+        pytest.skip("one replicated-KV case is enough (each TP=4 start spawns three workers)")
     one = LLM(str(folder), dtype="float32")
     prompts = [[5, 9, 17, 3, 40], [7] * 19, list(range(30, 60))]
     with_tp = LLM(str(folder), dtype="float32", tensor_parallel_size=tp, max_num_batched_tokens=16)
