@@ -50,7 +50,7 @@ __all__ = [
     "joules_to_picojoules", "gpu_hour_price", "inferencex_economics",
     "cost_per_million_tokens", "energy_per_token",
     "attention_flops_per_token", "flops_per_token", "kv_bytes_written_per_step", "generation_flops",
-    "no_cache_work_ratio",
+    "no_cache_work_ratio", "tp_allreduce_bytes",
 ]
 # 7. roofline arithmetic (chapter 2): ridge points, intensities, TPOT bounds, in their own module
 from minimal_engine.roofline_calc import *  # noqa: E402,F401,F403
@@ -388,3 +388,9 @@ def generation_flops(model: str | ModelShape, prompt_len: int, output_len: int, 
 def no_cache_work_ratio(model: str | ModelShape, prompt_len: int, output_len: int) -> float:
     """How many times more FLOPs generation takes without a KV cache than with it."""
     return generation_flops(model, prompt_len, output_len, False) / generation_flops(model, prompt_len, output_len)
+
+
+def tp_allreduce_bytes(layers: int, hidden_size: int, tokens: int = 1, bytes_per_value: float = 2) -> int:
+    """Bytes tensor parallelism all-reduces in one step (chapter 7): 2 per layer (after o_proj and down_proj)
+    of [tokens, hidden] values, whatever the TP size (a ring moves 2 (N-1)/N of it per GPU)."""
+    return int(2 * layers * hidden_size * tokens * bytes_per_value)

@@ -59,7 +59,7 @@ class LLM:
                  num_kv_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
                  max_model_len: int | None = None, seed: int = 0, kv_cache_memory: int | None = None,
                  cuda_graphs: bool | None = None, enable_prefix_caching: bool = False, batching: str = "continuous",
-                 quantization: str | None = None, kv_cache_dtype: str = "auto"):
+                 quantization: str | None = None, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1):
         config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_memory=kv_cache_memory,
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               max_model_len=max_model_len, cuda_graphs=cuda_graphs,
@@ -88,10 +88,21 @@ class LLM:
             raise ValueError(f"config.json: sliding_window={window} is active, but this engine computes full "
                              f"attention, which differs beyond {window} tokens; pass max_model_len<={window}")
         num_blocks = config.num_kv_blocks or self._auto_num_blocks(model_config, config)
+        if tensor_parallel_size != 1:            # chapter 7: the model split over N processes (distributed.py)
+            if config.quantization or config.kv_cache_dtype != "auto":
+                raise ValueError("tensor_parallel_size > 1 runs unquantized weights and KV only: pass "
+                                 "quantization=None and kv_cache_dtype='auto' with it")
+            from .distributed import TensorParallelModel
+            spec = ("path", self.model_path) if self.model_path else ("synthetic", model.split(":", 1)[1], seed)
+            net = TensorParallelModel(net, spec, tensor_parallel_size, self.dtype, self.device, config, num_blocks)
         self.model_config, self.config, self.tokenizer = model_config, config, tokenizer
         self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype, self.device, seed)
         self._lock = threading.RLock()            # generate/stream may be called from several threads
         self._inbox: dict[str, deque] = {}        # request id -> its outputs not yet taken by its caller
+
+    def close(self) -> None:
+        """Stop the tensor-parallel workers, if any (also done on garbage collection and at exit)."""
+        getattr(self.engine.runner.model, "close", lambda: None)()
 
     def _auto_num_blocks(self, mc: ModelConfig, config: EngineConfig) -> int:
         """Enough blocks for max_num_seqs requests of max_model_len tokens, within a memory budget."""

@@ -82,6 +82,12 @@ class LLMEngine:
     def max_model_len(self) -> int:
         return self.config.max_model_len
 
+    @property
+    def comm_stats(self) -> dict | None:
+        """Tensor parallelism (distributed.py): all-reduces, bytes and seconds so far; None without it."""
+        comm = getattr(self.runner.model, "comm", None)
+        return comm.stats() if comm is not None else None
+
     # ---- input checks -------------------------------------------------------------------------------
     def tokenize(self, prompt) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):

@@ -21,6 +21,8 @@ def parse_args(argv):
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     p.add_argument("--device", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--tensor-parallel-size", type=int, default=1,
+                   help="split the model over N processes (gloo on the CPU, NCCL on CUDA): distributed.py")
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--range-ratio", type=float, default=1.0, help="input length uniform in [ratio x L, L]")
     p.add_argument("--output-len", type=int, default=128)
@@ -64,7 +66,7 @@ def run_engine(args, machine, tqdm) -> tuple[list, dict]:
     from ..llm import LLM
     from .hf_baselines import hf_model_for, run_hf_continuous, run_hf_static
     llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=max(64, *args.max_concurrency),
-              seed=args.seed)
+              seed=args.seed, tensor_parallel_size=args.tensor_parallel_size)
     hf = hf_model_for(llm) if args.compare else None
     rows, extra = [], {"model": llm.model_name, "dtype": str(llm.dtype), "device": str(llm.device)}
     for c in args.max_concurrency:
@@ -102,6 +104,9 @@ def run_engine(args, machine, tqdm) -> tuple[list, dict]:
         steps.append(d)
     if steps:
         extra["decode_steps"] = steps
+    if llm.engine.comm_stats:
+        extra["comm_stats"] = {"tensor_parallel_size": args.tensor_parallel_size, **llm.engine.comm_stats}
+    llm.close()
     return rows, extra
 
 
@@ -186,8 +191,15 @@ def main(argv=None) -> int:
     for d in extra.get("decode_steps", []):
         bound = (f", bound {d['bound_ms']:.1f} ms ({d['ratio_to_bound']:.2f}x; bytes/bandwidth "
                  f"{d['bound_memory_ms']:.1f} ms, FLOPs/peak {d['bound_compute_ms']:.1f} ms)") if "bound_ms" in d else ""
+        comm = (f"; all-reduces {d['all_reduces_per_step']} x, {d['comm_bytes_per_step'] / 1e3:.1f} kB, "
+                f"{d['comm_ms']:.2f} ms ({100 * d['comm_share']:.0f}% of the step)") if "comm_ms" in d else ""
         print(f"decode step, batch {d['batch_size']}, context ~{d['mean_context']}: "
-              f"median {d['median_step_ms']:.1f} ms{bound}")
+              f"median {d['median_step_ms']:.1f} ms{bound}{comm}")
+    if "comm_stats" in extra:
+        c = extra["comm_stats"]
+        print(f"tensor parallel {c['tensor_parallel_size']}: {c['steps']} steps, {c['all_reduces_per_step']:.0f} "
+              f"all-reduces and {c['bytes_per_step'] / 1e3:.1f} kB per step, communication {c['ms_per_step']:.2f} "
+              "ms per step (all-reduce wait + sending the step to the workers)")
     if args.out:
         meta = {"argv": sys.argv[1:] if argv is None else list(argv), "machine": machine, "ratios": rs,
                 "median_ratios": med, "torch": torch.__version__, "threads": torch.get_num_threads(),

@@ -118,15 +118,24 @@ def decode_step_time(llm, batch_size: int, prompt_len: int, num_steps: int = 10,
         while any(s.num_computed_tokens < s.num_prompt_tokens for s in seqs):   # prefill (and first token)
             engine.step()
         engine.step()                                                      # one untimed decode step
-        times = []
+        times, comm = [], []
         for _ in range(num_steps):
-            t = time.perf_counter()
+            c0, t = engine.comm_stats, time.perf_counter()
             engine.step()
             times.append(time.perf_counter() - t)
+            if c0 is not None:               # tensor parallelism: this step's all-reduces (distributed.py)
+                c1 = engine.comm_stats
+                comm.append((c1["seconds"] + c1["send_seconds"] - c0["seconds"] - c0["send_seconds"],
+                             c1["all_reduces"] - c0["all_reduces"], c1["bytes"] - c0["bytes"]))
     finally:
         for i in ids:
             engine.abort_request(i)
     times.sort()
     context = round(sum(len(r.prompt_ids) for r in reqs) / len(reqs) + 2 + num_steps // 2, 1)
-    return {"batch_size": batch_size, "prompt_len": prompt_len, "median_step_ms": times[len(times) // 2] * 1000,
-            "min_step_ms": times[0] * 1000, "mean_context": context}
+    out = {"batch_size": batch_size, "prompt_len": prompt_len, "median_step_ms": times[len(times) // 2] * 1000,
+           "min_step_ms": times[0] * 1000, "mean_context": context}
+    if comm:
+        comm.sort()
+        out.update(comm_ms=comm[len(comm) // 2][0] * 1000, all_reduces_per_step=comm[0][1],
+                   comm_bytes_per_step=comm[0][2], comm_share=comm[len(comm) // 2][0] * 1000 / out["median_step_ms"])
+    return out
