@@ -132,6 +132,9 @@ def test_bad_sizes_are_refused():
         LLM(dtype="float32", tensor_parallel_size=6)
     with pytest.raises(ValueError, match="integer >= 1"):
         LLM(dtype="float32", tensor_parallel_size=0)
+    for kw in (dict(quantization="int8"), dict(kv_cache_dtype="fp8")):     # chapter 6's formats are TP=1 only
+        with pytest.raises(ValueError, match="unquantized weights and KV only"):
+            LLM(dtype="float32", tensor_parallel_size=2, **kw)
 
 
 def test_close_stops_the_workers():
