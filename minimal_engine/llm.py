@@ -56,7 +56,8 @@ class LLM:
     def __init__(self, model: str | Path | None = None, dtype=None, device=None, block_size: int = 16,
                  num_kv_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
                  max_model_len: int | None = None, seed: int = 0, kv_cache_memory: int | None = None,
-                 cuda_graphs: bool | None = None, enable_prefix_caching: bool = False, batching: str = "continuous"):
+                 cuda_graphs: bool | None = None, enable_prefix_caching: bool = False, batching: str = "continuous",
+                 speculative_config: dict | None = None):
         config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_memory=kv_cache_memory,
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               max_model_len=max_model_len, cuda_graphs=cuda_graphs,
@@ -85,6 +86,9 @@ class LLM:
         num_blocks = config.num_kv_blocks or self._auto_num_blocks(model_config, config)
         self.model_config, self.config, self.tokenizer = model_config, config, tokenizer
         self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype, self.device, seed)
+        if speculative_config is not None:       # chapter 8: speculative decoding (spec_decode.py)
+            from .spec_decode import SpecDecoder
+            self.engine.spec = self.engine.runner.spec = SpecDecoder(speculative_config, self)
         self._lock = threading.RLock()            # generate/stream may be called from several threads
         self._inbox: dict[str, deque] = {}        # request id -> its outputs not yet taken by its caller
 
