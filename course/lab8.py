@@ -90,7 +90,8 @@ def make_prompts(llm: LLM, text: str, prompt_len: int, concurrency: int) -> list
     for i in range(concurrency):
         first = PASSAGES[i % len(PASSAGES)]
         if text == "repetitive":                       # its first sentence, over and over
-            ids = llm.tokenizer.encode(first[:first.index("。") + 1] * 64)
+            unit = llm.tokenizer.encode(first[:first.index("。") + 1])
+            ids = unit * (prompt_len // len(unit) + 1)
         else:
             ids = llm.tokenizer.encode("".join(PASSAGES[(i + j) % len(PASSAGES)] for j in range(len(PASSAGES))))
         if len(ids) < prompt_len:
