@@ -66,6 +66,17 @@ def test_greedy_tokens_identical_on_a_random_model(random_models, method):
         assert st["accepted"] == st["proposed"] > 0
 
 
+def test_greedy_tokens_identical_on_a_synthetic_model():
+    """A random model of a real shape (synthetic.py, llama-125m) with n-gram drafts, several requests at once."""
+    kw = dict(device="cpu", max_model_len=64, num_kv_blocks=32)
+    prompts = [[11, 12, 13, 11, 12, 13, 11, 12], [7, 8, 9, 10], [500, 600, 500, 600, 500]]
+    sp = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    ref = LLM("synthetic:llama-125m", **kw).generate(prompts, sp, use_tqdm=False)
+    llm = LLM("synthetic:llama-125m", **kw, speculative_config={"method": "ngram", "num_speculative_tokens": 4})
+    assert [o.token_ids for o in llm.generate(prompts, sp, use_tqdm=False)] == [o.token_ids for o in ref]
+    assert llm.engine.spec.stats()["proposed"] > 0
+
+
 def test_rejected_slots_are_released_and_preemption_keeps_tokens():
     """A small KV pool (preemptions) and k=8 drafts over blocks of 4: after every step no request holds more blocks
     than its tokens need (the rejected drafts' blocks went back), and the tokens equal those without speculation."""
