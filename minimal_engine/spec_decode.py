@@ -138,7 +138,7 @@ class DraftProposer:
                 sh = self.shadows[seq.request_id] = Sequence(seq.request_id, None, seq.token_ids, seq.params)
                 sh.safe = 0
             else:                            # K/V stay valid up to the first token that differs from the target's
-                c, end = sh.safe, min(sh.num_computed_tokens, len(seq))
+                c, end = sh.safe, min(sh.num_computed_tokens, len(seq) - 1)   # >= 1 token left to run
                 while c < end and sh.token_ids[c] == seq.token_ids[c]:
                     c += 1
                 sh.num_computed_tokens, sh.token_ids, sh.safe = c, list(seq.token_ids), len(seq)
