@@ -92,6 +92,14 @@ class BlockManager:
         if self.cache is not None:
             self.cache.forget(seq)
 
+    def trim(self, seq: Sequence, num_tokens: int) -> None:
+        """Give back seq's tail blocks beyond those `num_tokens` tokens need (rejected draft tokens' slots)."""
+        while len(seq.block_table) > self.blocks_needed(num_tokens):
+            block = seq.block_table.pop()
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0:
+                self.free_blocks[block] = None
+
     def prefix_cache_stats(self) -> dict:
         """Engine-wide: prompt tokens looked up in the prefix cache, found there, and their ratio."""
         c = self.cache

@@ -59,7 +59,8 @@ class LLM:
                  num_kv_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
                  max_model_len: int | None = None, seed: int = 0, kv_cache_memory: int | None = None,
                  cuda_graphs: bool | None = None, enable_prefix_caching: bool = False, batching: str = "continuous",
-                 quantization: str | None = None, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1):
+                 quantization: str | None = None, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
+                 speculative_config: dict | None = None):
         config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_memory=kv_cache_memory,
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               max_model_len=max_model_len, cuda_graphs=cuda_graphs,
@@ -97,6 +98,9 @@ class LLM:
             net = TensorParallelModel(net, spec, tensor_parallel_size, self.dtype, self.device, config, num_blocks)
         self.model_config, self.config, self.tokenizer = model_config, config, tokenizer
         self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype, self.device, seed)
+        if speculative_config is not None:       # chapter 8: speculative decoding (spec_decode.py)
+            from .spec_decode import SpecDecoder
+            self.engine.spec = self.engine.runner.spec = SpecDecoder(speculative_config, self)
         self._lock = threading.RLock()            # generate/stream may be called from several threads
         self._inbox: dict[str, deque] = {}        # request id -> its outputs not yet taken by its caller
 

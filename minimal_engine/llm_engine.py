@@ -77,6 +77,7 @@ class LLMEngine:
             self.eos_ids.add(tokenizer.eos_token_id)
         self.generator = torch.Generator(device=device).manual_seed(seed)  # for unseeded sampled requests
         self._ids = itertools.count()
+        self.spec = None       # spec_decode.SpecDecoder when LLM(speculative_config=...) (chapter 8)
 
     @property
     def max_model_len(self) -> int:
@@ -111,6 +112,8 @@ class LLMEngine:
         stops = [t for t in params.stop_token_ids if not 0 <= t < vocab]
         if stops:
             raise ValueError(f"stop_token_ids must be in [0, {vocab - 1}] (the vocabulary), got {stops[:5]}")
+        if self.spec is not None:
+            self.spec.validate(params)
         if params.prompt_logprobs is not None and self.config.enable_prefix_caching:
             raise ValueError("prompt_logprobs needs every prompt token computed: not with enable_prefix_caching")
         if len(token_ids) >= self.max_model_len:
@@ -154,7 +157,11 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """Run one scheduled batch; return an output for every request that got a token or finished."""
+        if self.spec is not None:                # draft tokens join the running requests (spec_decode.py)
+            self.spec.propose(self.scheduler.running)
         sched = self.scheduler.schedule()
+        if self.spec is not None:
+            self.spec.fit(sched)
         if sched.is_empty:
             return []
         now = time.perf_counter()
@@ -169,6 +176,8 @@ class LLMEngine:
         for seq, token in sampled.items():
             if isinstance(token, Exception):    # this request's sampling failed: it alone fails
                 outputs.append(self._fail(seq, f"sampling failed: {type(token).__name__}: {token}", now))
+            elif isinstance(token, list):        # verified drafts + one more token (spec_decode.py)
+                outputs.append(self.spec.accept(seq, token, now))
             else:
                 outputs.append(self._append_token(seq, token, now))
         return outputs

@@ -78,6 +78,7 @@ class ModelRunner:
         if self.kv_quantized:
             calibrate_kv_scales(model, self.kv_caches, config.block_size)
         self.paged_decode = device.type == "cuda" and not self.kv_quantized   # through block tables, in place
+        self.spec = None                               # spec_decode.SpecDecoder (speculative_config)
         self.set_cuda_graphs(False if self.kv_quantized else getattr(config, "cuda_graphs", None))
 
     def set_cuda_graphs(self, enabled: bool | None) -> None:
@@ -115,8 +116,8 @@ class ModelRunner:
             for pos in range(s.start, s.start + s.num_tokens):
                 positions.append(pos)
                 slots.append(seq.block_table[pos // bs] * bs + pos % bs)
-            if s.samples:
-                logits_rows.append(row0 + s.num_tokens - 1)
+            if s.samples:   # the last row, and the rows before it that verify draft tokens (spec_decode.py)
+                logits_rows.extend(range(row0 + s.num_tokens - 1 - len(seq.spec_token_ids), row0 + s.num_tokens))
             if seq.prompt_logprobs is not None:  # positions whose next token is a prompt token not yet scored
                 first = max(s.start, len(seq.prompt_logprobs) - 1)
                 last = min(s.start + s.num_tokens, seq.num_prompt_tokens - 1)
@@ -171,8 +172,11 @@ class ModelRunner:
             input_ids, batch, order = self.prepare(out)
             logits = self.model(input_ids, batch, self.kv_caches)
         samplers = [s.seq for s in order if s.samples]
-        logits = prompt_logprobs(logits, len(samplers), self.prompt_rows)
+        rows = len(samplers) + sum(len(s.spec_token_ids) for s in samplers)   # + draft rows (spec_decode.py)
+        logits = prompt_logprobs(logits, rows, self.prompt_rows)
         if not samplers:
             return {}
+        if self.spec is not None:          # {seq: token, or [accepted drafts..., one more]}
+            return self.spec.verify(logits, samplers)
         tokens = sample(logits, [s.params for s in samplers], [s.generator for s in samplers], samplers)
         return dict(zip(samplers, tokens))

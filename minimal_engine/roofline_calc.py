@@ -16,7 +16,7 @@ from minimal_engine.specs import (GpuSpec, ModelShape, _check_positive, bytes_pe
 
 __all__ = ["gpu_peak_flops", "gpu_bandwidth", "ridge_point", "arithmetic_intensity", "matmul_intensity",
            "weight_intensity", "active_params", "active_weight_bytes", "decode_step_bytes", "decode_step_flops", "decode_tpot_bound_ms",
-           "tpot_ms_from_bytes", "share_of_bound"]
+           "tpot_ms_from_bytes", "share_of_bound", "spec_tokens_per_step", "spec_speedup", "spec_roofline_speedup"]
 
 
 def gpu_peak_flops(gpu: str | GpuSpec) -> float:
@@ -113,3 +113,27 @@ def share_of_bound(measured: float, bound: float) -> float:
     _check_positive(measured, "measured")
     _check_positive(bound, "bound")
     return measured / bound
+
+
+# ---- speculative decoding (chapter 8): Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
+# Decoding" (ICML 2023), eq. 1 and theorem 3.8
+def spec_tokens_per_step(alpha: float, k: int) -> float:
+    """Expected tokens per target step with k drafts, each accepted with probability alpha: (1 - a^(k+1)) / (1 - a)."""
+    if not 0 <= alpha <= 1 or k < 0:
+        raise ValueError(f"alpha must be in [0, 1] and k >= 0, got alpha={alpha!r}, k={k!r}")
+    return k + 1.0 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def spec_speedup(alpha: float, k: int, c: float) -> float:
+    """Speedup when one draft token costs c target steps and verifying k+1 tokens costs one step (memory-bound)."""
+    return spec_tokens_per_step(alpha, k) / (k * c + 1)
+
+
+def spec_roofline_speedup(model: str | ModelShape, gpu: str | GpuSpec, batch: int, k: int, alpha: float,
+                          context: int = 0, c: float = 0.0) -> float:
+    """The same with the roofline's verify step: B x (k+1) tokens read the weights once but cost (k+1) x the
+    FLOPs, so the gain fades once the step is compute-bound (large batch). c: draft cost per token, in plain steps."""
+    t1 = decode_tpot_bound_ms(model, gpu, batch, context)
+    t_mem = tpot_ms_from_bytes(decode_step_bytes(model, batch, context)["bytes"], gpu_bandwidth(gpu))
+    t_verify = max(t_mem, (k + 1) * decode_step_flops(model, batch, context) / gpu_peak_flops(gpu) * 1000)
+    return spec_tokens_per_step(alpha, k) * t1 / (t_verify + k * c * t1)

@@ -30,6 +30,9 @@ class RequestMetrics:
     token_times: list[float] = field(default_factory=list)   # one per generated token
     num_prompt_tokens: int = 0
     num_preemptions: int = 0
+    num_draft_tokens: int = 0       # speculative decoding (spec_decode.py): drafts proposed, those accepted,
+    num_accepted_tokens: int = 0    # and verification steps with drafts
+    num_spec_steps: int = 0
 
     @property
     def num_output_tokens(self) -> int:
@@ -50,6 +53,15 @@ class RequestMetrics:
         """TPOT = (E2EL - TTFT) / (output tokens - 1); defined only with 2+ output tokens."""
         n = self.num_output_tokens
         return None if n < 2 else (self.e2e_latency - self.ttft) / (n - 1)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Tokens per verification step: 1 + accepted drafts / steps (vLLM's mean acceptance length)."""
+        return 1 + self.num_accepted_tokens / self.num_spec_steps if self.num_spec_steps else None
 
     @property
     def itl(self) -> list[float]:
@@ -81,6 +93,7 @@ class Sequence:
         self.prompt_logprobs = [None] if params.prompt_logprobs is not None else None   # first token: None
         self.stop_reason = None                # the stop string or stop token id that ended the request
         self.sent_chars = 0                    # characters of text already returned (stop-string hold-back)
+        self.spec_token_ids: list[int] = []    # draft tokens at the end of token_ids, to verify (spec_decode.py)
 
     def __len__(self) -> int:
         return len(self.token_ids)

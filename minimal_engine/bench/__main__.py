@@ -46,6 +46,9 @@ def parse_args(argv):
     p.add_argument("--shared-prefix-len", type=int, default=0,
                    help="every prompt starts with the same N tokens; runs prefix caching off and on, prints the "
                         "TTFT ratio (bench/prefix.py)")
+    p.add_argument("--speculative-config", default=None,
+                   help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\': the engine speculates, and '
+                        'the same engine without speculation runs the same requests as the baseline "no_speculation"')
     p.add_argument("--no-roofline", action="store_true", help="skip measuring this machine's peaks")
     p.add_argument("--out", default=None, help="folder for NAME.json / .csv / .png")
     p.add_argument("--name", default="bench")
@@ -62,11 +65,34 @@ def make_requests(args, c, vocab_size, tokenizer):
                            args.output_range_ratio, args.seed)
 
 
+def parse_spec(text: str | None) -> dict | None:
+    if not text:
+        return None
+    import json
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--speculative-config must be JSON, e.g. '{{\"method\": \"ngram\", "
+                         f"\"num_speculative_tokens\": 4}}': {e}") from None
+    return spec
+
+
+def format_spec(rows: list[dict]) -> str:
+    return "\n".join(f"speculative decoding ({r['spec_method']}, k={r['num_speculative_tokens']}), "
+                     f"C={r['max_concurrency']}: "
+                     f"proposed {r['spec_proposed']}, accepted {r['spec_accepted']}, acceptance rate "
+                     f"{r['spec_acceptance_rate']:.3f}, mean accepted length {r['spec_mean_accepted_length']:.2f} "
+                     "tokens/step" for r in rows if "spec_proposed" in r)
+
+
 def run_engine(args, machine, tqdm) -> tuple[list, dict]:
     from ..llm import LLM
     from .hf_baselines import hf_model_for, run_hf_continuous, run_hf_static
-    llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=max(64, *args.max_concurrency),
-              seed=args.seed, tensor_parallel_size=args.tensor_parallel_size)
+    kw = dict(dtype=args.dtype, device=args.device, max_num_seqs=max(64, *args.max_concurrency), seed=args.seed,
+              tensor_parallel_size=args.tensor_parallel_size)
+    spec = parse_spec(args.speculative_config)
+    llm = LLM(args.model, speculative_config=spec, **kw)
+    plain = LLM(args.model, **kw) if spec else None      # the same engine without speculation: the baseline
     hf = hf_model_for(llm) if args.compare else None
     rows, extra = [], {"model": llm.model_name, "dtype": str(llm.dtype), "device": str(llm.device)}
     for c in args.max_concurrency:
@@ -74,6 +100,8 @@ def run_engine(args, machine, tqdm) -> tuple[list, dict]:
         group = []
         for rep in range(args.repeats):   # engine, baselines, engine, baselines, ...: they meet the same load
             runs = [run_offline(llm, reqs, c, use_tqdm=tqdm)]
+            if plain is not None:
+                runs.append(dict(run_offline(plain, reqs, c, use_tqdm=tqdm), backend="no_speculation"))
             if "hf" in args.compare:
                 runs.append(run_hf_static(hf, reqs, c, use_tqdm=tqdm))
             if "hf-cb" in args.compare:
@@ -182,6 +210,8 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_table(rows))
+    if format_spec(rows):
+        print(format_spec(rows))
     rs = ratios(rows)
     if rs:
         print(format_ratios(rs))

@@ -60,7 +60,20 @@ def run_offline(llm, requests: list[BenchRequest], max_concurrency: int, use_tqd
     res = {"backend": "minimal_engine", "model": llm.model_name, "max_concurrency": max_concurrency,
            "num_prompts": len(requests)}
     res.update(summarize(finished, duration))
+    if engine.spec is not None:                  # speculative decoding (spec_decode.py): this run's drafts
+        res.update(spec_figures(finished), spec_method=engine.spec.method, num_speculative_tokens=engine.spec.k)
     return res
+
+
+def spec_figures(outputs) -> dict:
+    """Speculative decoding over finished requests: drafts proposed and accepted, acceptance rate, and mean
+    accepted length (tokens per verification step, 1 + accepted / steps, as vLLM's mean acceptance length)."""
+    ms = [getattr(o, "metrics", o) for o in outputs]
+    proposed, accepted = sum(m.num_draft_tokens for m in ms), sum(m.num_accepted_tokens for m in ms)
+    steps = sum(m.num_spec_steps for m in ms)
+    return {"spec_proposed": proposed, "spec_accepted": accepted, "spec_steps": steps,
+            "spec_acceptance_rate": accepted / proposed if proposed else float("nan"),
+            "spec_mean_accepted_length": 1 + accepted / steps if steps else float("nan")}
 
 
 def add_bounds(res: dict, requests: list[BenchRequest], model_config, dtype_bytes: int, machine: dict) -> dict:
