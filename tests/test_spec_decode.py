@@ -212,3 +212,12 @@ def test_bench_reports_speculation_against_no_speculation(tmp_path, capsys):
     ours = next(r for r in rows if r["backend"] == "minimal_engine")
     assert ours["spec_proposed"] >= ours["spec_accepted"] >= 0 and ours["num_speculative_tokens"] == 2
     assert bench_main(["--device", "cpu", "--speculative-config", "{bad"]) == 2
+
+
+def test_speculation_on_int8_weights_and_int8_kv_keeps_their_greedy_tokens():
+    """Chapter 8 on top of chapter 6: speculation changes no token of the quantized model it runs on."""
+    kw = dict(device="cpu", dtype="bfloat16", quantization="int8", kv_cache_dtype="int8", max_num_seqs=8)
+    expected = [o.token_ids for o in LLM(**kw).generate(PROMPTS, GREEDY, use_tqdm=False)]
+    llm = LLM(**kw, speculative_config={"method": "ngram", "num_speculative_tokens": 4})
+    assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY, use_tqdm=False)] == expected
+    assert llm.engine.spec.stats()["accepted"] > 0

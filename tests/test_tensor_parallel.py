@@ -212,3 +212,17 @@ def test_workers_stop_when_the_parent_dies(tmp_path):
     finally:
         proc.kill()
         proc.wait(30)
+
+
+def test_speculative_decoding_under_tp_keeps_greedy_tokens():
+    """Chapter 8 on top of chapter 7: n-gram drafts verified by the TP=2 model give TP=1's greedy tokens."""
+    prompts = ["吾輩は猫である。名前はまだ無い。吾輩は猫である。名前は", "山路を登りながら、こう考えた。"]
+    params = SamplingParams(temperature=0, max_tokens=24)
+    expected = tokens(LLM(dtype="float32"), prompts, params)
+    two = LLM(dtype="float32", tensor_parallel_size=2,
+              speculative_config={"method": "ngram", "num_speculative_tokens": 4})
+    try:
+        assert tokens(two, prompts, params) == expected
+        assert two.engine.spec.stats()["accepted"] > 0
+    finally:
+        two.close()
