@@ -27,8 +27,6 @@ import time
 
 import torch
 
-from .calculators import kv_bytes_per_token
-
 # Link bandwidths for "how long would this transfer take" (GB/s = 1e9 B/s, one direction, nominal).
 LINKS_GB_S = {
     "NVLink (H100/H200)": 450.0,    # published_points.md §G: H100/H200 scale-up 450 GB/s per GPU, uni-directional
@@ -41,6 +39,7 @@ LINKS_GB_S = {
 def kv_transfer_bytes(model, prompt_len: int, dtype="bf16", block_size: int = 16) -> int:
     """Bytes of KV a prompt of `prompt_len` tokens moves from prefill to decode: whole blocks, all layers,
     K and V (calculators.kv_bytes_per_token: counts KV heads, or MLA's latent)."""
+    from .calculators import kv_bytes_per_token        # here: calculators re-exports this module's calculators
     if not isinstance(prompt_len, int) or prompt_len < 1:
         raise ValueError(f"prompt_len must be a positive integer (tokens), got {prompt_len!r}")
     if not isinstance(block_size, int) or block_size < 1:
@@ -56,6 +55,17 @@ def transfer_seconds(num_bytes: float, link: str | float) -> float:
     if isinstance(gb_s, bool) or not isinstance(gb_s, (int, float)) or gb_s <= 0:
         raise ValueError(f"link bandwidth must be a positive number of GB/s, got {gb_s!r}")
     return num_bytes / (gb_s * 1e9)
+
+
+def chunked_prefill_steps(prompt_len: int, budget: int, num_decodes: int = 0) -> int:
+    """Steps a prompt's prefill takes when every step holds at most `budget` tokens (max_num_batched_tokens) and
+    `num_decodes` running requests take one token each first (as scheduler.py): ceil(prompt / (budget - decodes))."""
+    for name, v in (("prompt_len", prompt_len), ("budget", budget), ("num_decodes", num_decodes)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "num_decodes" else 1):
+            raise ValueError(f"{name} must be a {'non-negative' if name == 'num_decodes' else 'positive'} integer, got {v!r}")
+    if budget <= num_decodes:
+        raise ValueError(f"budget ({budget}) must exceed num_decodes ({num_decodes}) to leave room for the prompt")
+    return math.ceil(prompt_len / (budget - num_decodes))
 
 
 # ---------------------------------------------------------------- the pool <-> a payload tensor
@@ -173,5 +183,5 @@ def transfer_summary(outputs) -> dict:
             "max_ms": 1e3 * max(m.kv_transfer_s for m in ms), "gb_s": total_b / total_s / 1e9 if total_s else float("nan")}
 
 
-__all__ = ["KVConnector", "LINKS_GB_S", "PipeKVConnector", "extract_kv_blocks", "inject_kv_blocks",
+__all__ = ["KVConnector", "LINKS_GB_S", "PipeKVConnector", "chunked_prefill_steps", "extract_kv_blocks", "inject_kv_blocks",
            "kv_transfer_bytes", "receive_loop", "transfer_seconds", "transfer_summary"]

@@ -192,7 +192,9 @@ def test_transfer_calculators_by_hand():
     assert kv_transfer_bytes("DeepSeek R1", 1024, "fp8", block_size=64) == 1024 * calc.kv_bytes_per_token("DeepSeek R1", "fp8")
     assert transfer_seconds(2 ** 30, "InfiniBand NDR (400 Gb/s)") == pytest.approx(2 ** 30 / 50e9)
     assert transfer_seconds(1e9, 100) == pytest.approx(0.01)
+    assert calc.chunked_prefill_steps(1000, 256, 16) == 5 and calc.chunked_prefill_steps(1000, 2048, 16) == 1
+    assert calc.kv_transfer_bytes is kv_transfer_bytes                                   # the quiz's calculators
     for bad in (lambda: kv_transfer_bytes("Llama 3.1 8B", 0), lambda: transfer_seconds(1, "carrier pigeon"),
-                lambda: transfer_seconds(1, -5)):
+                lambda: transfer_seconds(1, -5), lambda: calc.chunked_prefill_steps(100, 8, 8)):
         with pytest.raises(ValueError):
             bad()
