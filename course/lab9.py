@@ -17,7 +17,8 @@ output tokens, so the timing holds on a fast or a slow machine. The same token i
   engine (on this machine both processes share the same CPU cores, unlike two GPUs).
 
 Per setup: ITL of the short requests over time, their p99 and max ITL, TTFT of the long prompts, TPOT,
-output tok/s and tok/s/user (vLLM's formulas, minimal_engine.metrics). Greedy: every setup gives the same tokens.
+output tok/s and tok/s/user (vLLM's formulas, minimal_engine.metrics). Greedy in float32: every setup gives the
+same tokens (in bfloat16, different chunkings round differently and a random model's near-ties may flip).
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def _single(model: str, budget: int, device: str):
     """One engine per model; the chunk budget is set before each run (the scheduler reads it at every step)."""
     key = ("single", model, device)
     if key not in _CACHE:
-        llm = LLM(engine_model_arg(model), device=device, max_num_seqs=32, num_kv_blocks=NUM_KV_BLOCKS,
+        llm = LLM(engine_model_arg(model), dtype="float32", device=device, max_num_seqs=32, num_kv_blocks=NUM_KV_BLOCKS,
                   max_model_len=max_model_len(model))
         llm.generate(random_prompts(llm, 16, 2), SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
                      use_tqdm=False)                        # first steps are slow: not measured
@@ -75,7 +76,7 @@ def _disagg(model: str, device: str):
     key = ("disagg", model, device)
     if key not in _CACHE:
         from minimal_engine.disagg import DisaggregatedLLM
-        pair = DisaggregatedLLM(engine_model_arg(model), device=device, prefill_threads=1, max_num_seqs=32,
+        pair = DisaggregatedLLM(engine_model_arg(model), dtype="float32", device=device, prefill_threads=1, max_num_seqs=32,
                                 max_num_batched_tokens=max(BUDGET_RANGE), num_kv_blocks=NUM_KV_BLOCKS,
                                 max_model_len=max_model_len(model))
         pair.generate(random_prompts(pair.llm, 16, 2), SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
