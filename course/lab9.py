@@ -121,15 +121,15 @@ def run_stream(runner, stream: list[dict]) -> dict:
     t0 = time.perf_counter()
     while pending or len(outs) < len(ids):
         now = time.perf_counter()
-        idle = not runner.has_unfinished_requests()
-        for i in list(pending):
+        due = [i for i in pending if (stream[i]["offset_s"] is not None and t0 + stream[i]["offset_s"] <= now)
+               or (stream[i]["after_tokens"] is not None and tokens >= stream[i]["after_tokens"])]
+        if not due and pending and not runner.has_unfinished_requests() and stream[pending[0]]["offset_s"] is None:
+            due = [pending[0]]                  # nothing runs, so its token count would never come: send it now
+        for i in due:
             r = stream[i]
-            due = (r["offset_s"] is not None and t0 + r["offset_s"] <= now) or \
-                  (r["after_tokens"] is not None and (tokens >= r["after_tokens"] or (idle and i == pending[0])))
-            if due:
-                sp = SamplingParams(temperature=0, max_tokens=r["max_tokens"], ignore_eos=True)
-                ids[i] = runner.add_request(r["ids"], sp, arrival_time=now if r["offset_s"] is None else t0 + r["offset_s"])
-                pending.remove(i)
+            sp = SamplingParams(temperature=0, max_tokens=r["max_tokens"], ignore_eos=True)
+            ids[i] = runner.add_request(r["ids"], sp, arrival_time=now if r["offset_s"] is None else t0 + r["offset_s"])
+            pending.remove(i)
         if not runner.has_unfinished_requests():
             time.sleep(0.001)
             continue

@@ -26,6 +26,7 @@ def test_every_setup_gives_the_same_tokens_and_its_figures(res):
     for r in s.values():
         assert r["p99_itl_ms"] >= r["median_itl_ms"] > 0 and r["long_ttft_ms"] > 0 and r["tok_s"] > 0
         assert len(r["itl_points"]) == 2 * 11 and len(r["long_arrivals_s"]) == 1
+        assert r["long_arrivals_s"][0] > min(t for t, _ in r["itl_points"])    # it came while the others decoded
     per_token = 6 * 2 * 5 * 64 * 4            # default model, float32: layers x (K, V) x KV heads x head dim x 4 B
     assert s["disagg"]["kv_bytes_per_request"] == pytest.approx((2 * 16 + 112) * per_token / 3)   # whole blocks
     assert s["chunk_16"]["kv_bytes_per_request"] == 0
