@@ -75,6 +75,7 @@ UNITS: dict[str, Unit] = {
     **_units("演算量", [("FLOPs", 1, "", ("flop",)), ("MFLOPs", 1e6, "", ("mflop",)),
                       ("GFLOPs", 1e9, "", ("gflop",)), ("TFLOPs", 1e12, "", ("tflop",))]),
     **_units("倍率", [("倍", 1, "", ("x", "×", "times"))]),
+    **_units("ステップ数", [("ステップ", 1, "", ("step", "steps", "回"))]),
 }
 
 _MULTIPLIERS = {"万": 1e4, "億": 1e8, "兆": 1e12}

@@ -60,6 +60,9 @@ __all__ += _roofline_calc.__all__
 from minimal_engine.capacity_calc import *  # noqa: E402,F401,F403
 from minimal_engine import capacity_calc as _capacity_calc  # noqa: E402
 __all__ += _capacity_calc.__all__
+# 9. KV hand-off between prefill and decode engines, chunked prefill steps (chapter 9), beside the transport
+from minimal_engine.kv_connector import LINKS_GB_S, chunked_prefill_steps, kv_transfer_bytes, transfer_seconds  # noqa
+__all__ += ["LINKS_GB_S", "chunked_prefill_steps", "kv_transfer_bytes", "transfer_seconds"]
 
 
 # ------------------------------------------------------- 1. KV cache size

@@ -78,6 +78,7 @@ class LLMEngine:
         self.generator = torch.Generator(device=device).manual_seed(seed)  # for unseeded sampled requests
         self._ids = itertools.count()
         self.spec = None       # spec_decode.SpecDecoder when LLM(speculative_config=...) (chapter 8)
+        self.finish_hook = None       # disagg.py: called with a finishing sequence before its blocks are freed
 
     @property
     def max_model_len(self) -> int:
@@ -215,6 +216,8 @@ class LLMEngine:
             decode_logprobs((seq.logprobs or [])[-1:] + first, self.tokenizer)
         new_text = take_new_text(seq, reason is not None)
         if reason is not None:
+            if self.finish_hook is not None:
+                self.finish_hook(seq)
             self.scheduler.finish(seq, reason)
             m.finished_time = now
             del self.seqs[seq.request_id]

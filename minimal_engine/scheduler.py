@@ -107,6 +107,18 @@ class Scheduler:
             budget -= n
         return out
 
+    def admit_prefilled(self, seq: Sequence, num_computed: int) -> bool:
+        """Disaggregation (disagg.py): seq (just added, waiting) arrives with the K/V of its first `num_computed`
+        tokens from a prefill engine: give it blocks and run it as a decode. False (seq stays waiting) if no room."""
+        if len(self.running) >= self.config.max_num_seqs or not self.block_manager.can_allocate(seq, num_computed):
+            return False
+        self.waiting.remove(seq)
+        self.block_manager.allocate(seq, num_computed)
+        seq.num_computed_tokens, seq.num_cached_tokens = num_computed, 0
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        return True
+
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
         """Free seq's blocks and send it back to wait; its tokens (prompt and output) are recomputed."""
         self.block_manager.free(seq)
