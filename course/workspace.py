@@ -38,7 +38,7 @@ BACKUP_DIR = "backups"
 MANIFEST = ".course-sync.json"      # which tracked version each copy was made from (sha256)
 # Folders the notebooks link into (``../course/TERMS.md``, ``../minimal_engine/attention.py``): ``work/`` gets a
 # symbolic link to each, so the same relative links work from the copies as from the originals.
-LINKED = ("course", "minimal_engine", "benchmarks")
+LINKED = ("course", "minimal_engine", "benchmarks", "docs")
 
 
 class WorkspaceError(RuntimeError):
