@@ -162,3 +162,18 @@ def test_docs_table_is_generated_from_the_code():
     from minimal_engine.sim_calibration import markdown
     doc = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
     assert doc.read_text(encoding="utf-8") == markdown()
+
+
+def test_simulate_batch_steps_the_engine_one_request_at_a_time():
+    from minimal_engine.simulator import simulate_batch
+    spec = {"name": "pc", "memory_gb": 16, "flops_bf16": 200e9, "flops_fp32": 100e9, "bandwidth": 20e9,
+            "compute_eff": 1.0, "memory_eff": 1.0, "layer_overhead_us": 0.0, "max_batched_tokens": 2048}
+    m, hw = get_sim_model("minimal_engine/default_model"), get_hardware(spec)
+    one = simulate_batch(m, spec, weight_dtype="fp32", kv_dtype="fp32", input_len=64, output_len=9, concurrency=1)
+    prefill = step_time_s(m, hw, 1, 0, 64 + 4.5, 64, 64, "fp32", "fp32", 1)["t"]
+    decode = step_time_s(m, hw, 1, 1, 64 + 4.5, 0, 64, "fp32", "fp32")["t"]
+    assert one["ttft_ms"] == pytest.approx(prefill * 1e3) and one["tpot_ms"] == pytest.approx(decode * 1e3)
+    assert one["tok_s"] == pytest.approx(9 / (prefill + 8 * decode))
+    # a step holds at most max_batched_tokens: 40 prompts of 64 tokens need two prefill steps
+    many = simulate_batch(m, spec, weight_dtype="fp32", kv_dtype="fp32", input_len=64, output_len=9, concurrency=40)
+    assert many["ttft_ms"] > 1.5 * one["ttft_ms"] and many["tok_s"] > 1.5 * one["tok_s"]
