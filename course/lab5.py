@@ -25,7 +25,7 @@ import random
 import statistics
 import time
 
-from course.labkit.history import to_csv
+from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
 from course.labkit.tables import table_html, warnings_html
@@ -194,11 +194,7 @@ HISTORY_FIELDS = ("run", "device", "threads", "prompt_len", "output_len", "concu
 
 def add_run(history: list[dict], res: dict) -> list[dict]:
     """One history row per policy of this run (same run number)."""
-    run = max((r["run"] for r in history), default=0) + 1
-    rows = [{"run": run, **{k: res[k] for k in HISTORY_FIELDS[1:10]}, "policy": k,
-             **{f: r[f] for f in HISTORY_FIELDS[11:]}} for k, r in res["policies"].items()]
-    history.extend(rows)
-    return rows
+    return add_variant_rows(history, res, HISTORY_FIELDS, "policy", res["policies"])
 
 
 def history_html(history: list[dict], last: int = 24) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from course.labkit.history import to_csv
+from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
 from course.labkit.tables import table_html, warnings_html
@@ -248,11 +248,7 @@ HISTORY_FIELDS = ("run", "device", "threads", "prompt_len", "output_len", "k", "
 
 def add_run(history: list[dict], res: dict) -> list[dict]:
     """One history row per method of this run (same run number)."""
-    run = max((r["run"] for r in history), default=0) + 1
-    rows = [{"run": run, **{f: res[f] for f in HISTORY_FIELDS[1:10]}, "method": m,
-             **{f: r[f] for f in HISTORY_FIELDS[11:]}} for m, r in res["methods"].items()]
-    history.extend(rows)
-    return rows
+    return add_variant_rows(history, res, HISTORY_FIELDS, "method", res["methods"])
 
 
 def history_html(history: list[dict], last: int = 24) -> str:

@@ -27,7 +27,7 @@ import statistics
 import time
 
 from course.labkit.arrivals import arrival_plan, check_arrivals, check_rate
-from course.labkit.history import to_csv
+from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
 from course.labkit.tables import table_html, warnings_html
@@ -227,11 +227,7 @@ HISTORY_FIELDS = ("run", "model", "device", "threads", "prompt_len", "num_decode
 
 def add_run(history: list[dict], res: dict) -> list[dict]:
     """One history row per setup of this run (same run number)."""
-    run = max((r["run"] for r in history), default=0) + 1
-    rows = [{"run": run, **{f: res[f] for f in HISTORY_FIELDS[1:9]}, "setup": name,
-             **{f: r[f] for f in HISTORY_FIELDS[10:]}} for name, r in res["setups"].items()]
-    history.extend(rows)
-    return rows
+    return add_variant_rows(history, res, HISTORY_FIELDS, "setup", res["setups"])
 
 
 def history_html(history: list[dict], last: int = 24) -> str:

@@ -299,3 +299,15 @@ def test_openai_backend_errors_are_explained(server, llama_dir):
     with pytest.raises(ValueError, match="失敗しました.*Connect"):
         labkit.run_plan(labkit.openai_backend(closed, "tiny", tokenizer=str(llama_dir)),
                         labkit.arrival_plan("all", 1, 8, 4), 4)
+
+
+def test_add_variant_rows_gives_one_row_per_variant_with_one_run_number():
+    """The labs of chapters 5, 6, 8 and 9 compare variants (policies, settings, methods, setups) in one run."""
+    from course.labkit.history import add_variant_rows
+    fields = ("run", "prompt_len", "threads", "method", "tok_s")
+    res = {"prompt_len": 64, "threads": 1, "methods": {"none": {"tok_s": 10.0}, "ngram": {"tok_s": 25.0}}}
+    history = [{"run": 3}]
+    rows = add_variant_rows(history, res, fields, "method", res["methods"])
+    assert rows == [{"run": 4, "prompt_len": 64, "threads": 1, "method": "none", "tok_s": 10.0},
+                    {"run": 4, "prompt_len": 64, "threads": 1, "method": "ngram", "tok_s": 25.0}]
+    assert history[1:] == rows

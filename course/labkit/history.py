@@ -51,6 +51,17 @@ def add_sweep(history: list[dict], s: dict) -> list[dict]:
     return rows
 
 
+def add_variant_rows(history: list[dict], res: dict, fields: tuple[str, ...], key: str, variants: dict) -> list[dict]:
+    """Append one row per variant of one run (the policies, settings, methods or setups a chapter's lab compares),
+    all with the same run number; returns them. ``fields`` is the lab's HISTORY_FIELDS: "run", the run's settings
+    (taken from ``res``), ``key`` (the variant's name), then the variant's figures (taken from ``variants[name]``)."""
+    run, i = _next_run(history), fields.index(key)
+    rows = [{"run": run, **{f: res[f] for f in fields[1:i]}, key: name, **{f: r[f] for f in fields[i + 1:]}}
+            for name, r in variants.items()]
+    history.extend(rows)
+    return rows
+
+
 def sweeps(history: list[dict], last: int | None = None) -> list[list[dict]]:
     """The sweeps in ``history`` (each a list of rows sorted by concurrency), oldest first; the last ``last``."""
     runs: dict[int, list[dict]] = {}
