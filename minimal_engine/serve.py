@@ -331,7 +331,7 @@ class ServerThread:
         self.stop()
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m minimal_engine.serve", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="model folder, hub id or synthetic:NAME (default: the course model)")
     parser.add_argument("--served-model-name", default=None, help="the name clients send as 'model'")
@@ -353,15 +353,31 @@ def main(argv=None) -> int:
     parser.add_argument("--allowed-host", action="append", default=[],
                         help="a Host name clients may use besides the loopback names and --host ('*': any)")
     parser.add_argument("--docs", action="store_true", help="serve FastAPI's interactive /docs (off by default)")
-    args = parser.parse_args(argv)
+    # the chapters' engine features, named as in vLLM (chapters 6, 7 and 8)
+    parser.add_argument("--quantization", default=None, choices=["int8"], help="weight-only INT8 (quantization.py)")
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8", "int8"], help="KV pool format")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1, help="worker processes sharing the model")
+    parser.add_argument("--speculative-config", type=json.loads, default=None,
+                        help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'')
+    return parser
+
+
+def make_llm(args: argparse.Namespace):
+    from .llm import LLM
+    return LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
+               max_model_len=args.max_model_len, enable_prefix_caching=args.enable_prefix_caching,
+               quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
+               tensor_parallel_size=args.tensor_parallel_size, speculative_config=args.speculative_config)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     import torch
     import uvicorn
 
-    from .llm import LLM
     if args.threads:
         torch.set_num_threads(args.threads)
-    llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
-              max_model_len=args.max_model_len, enable_prefix_caching=args.enable_prefix_caching)
+    llm = make_llm(args)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: listening on {args.host}: anyone who can reach this address can use the server; "
               "clients must send a Host header named by --host or --allowed-host")

@@ -158,3 +158,27 @@ def test_online_bench_against_server(server):
         assert res[key] == res[key] and res[key] > 0
     assert res["failed"] == 0 and res["completed"] == 8
     assert res["output_lens"] == lens and res["total_output_tokens"] == sum(lens)   # ignore_eos: usage == asked
+
+
+def test_cli_passes_the_chapters_features_to_the_engine():
+    """`python -m minimal_engine.serve --quantization int8 --kv-cache-dtype int8 --speculative-config JSON`
+    builds that engine; a greedy completion through it equals the same engine's offline greedy tokens; a request
+    speculation cannot serve (logprobs) gets a 400 and the server stays up; bad flags are refused by the parser."""
+    from minimal_engine.serve import build_parser, make_llm
+    args = build_parser().parse_args(["--dtype", "float32", "--quantization", "int8", "--kv-cache-dtype", "int8",
+                                      "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}'])
+    llm = make_llm(args)
+    assert llm.config.quantization == "int8" and llm.config.kv_cache_dtype == "int8" and llm.engine.spec is not None
+    prompt = "吾輩は猫である。名前はまだ無い。吾輩は猫である。名前は"
+    offline = LLM(dtype="float32", quantization="int8", kv_cache_dtype="int8").generate(
+        prompt, SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)[0].text
+    with ServerThread(build_app(llm, max_queue=8)) as s:
+        body = {"model": llm.model_name, "prompt": prompt, "max_tokens": 16, "temperature": 0}
+        r = httpx.post(s.url + "/v1/completions", json=body, timeout=60)
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == offline
+        bad = httpx.post(s.url + "/v1/completions", json=dict(body, logprobs=2), timeout=60)
+        assert bad.status_code == 400 and "logprobs" in bad.text
+        assert httpx.post(s.url + "/v1/completions", json=body, timeout=60).status_code == 200
+    for bad_flags in (["--quantization", "int4"], ["--kv-cache-dtype", "fp16"], ["--speculative-config", "{ngram"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(bad_flags)
