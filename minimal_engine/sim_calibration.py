@@ -2,7 +2,7 @@
 
     python -m minimal_engine.sim_calibration            # fit, print the table, write docs/simulator.md
 
-The points are shared/reference/published_points.md's rows (its row numbers, ``#``), plus one NVIDIA NIM table
+The points are docs/published_points.md's rows (its row numbers, ``#``), plus one NVIDIA NIM table
 that is not in that file (cited with its address). Each point is a setup the simulator can express and one
 measured metric: batch-1 TPOT (gpt-fast), offline output tok/s per GPU (TensorRT-LLM ``trtllm-bench``, at the
 largest concurrency that fits), and TPOT / TTFT / output tok/s per GPU at a known concurrency (InferenceX,

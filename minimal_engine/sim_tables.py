@@ -2,7 +2,7 @@
 
 Chapter 10's ``minimal_engine.simulator`` reads these; the shapes and GPU rows that chapters 1-5 already use
 stay in ``minimal_engine.specs`` and are reused here (not copied). Every row names its source; GPU figures are
-the dense (no sparsity) per-GPU numbers of shared/reference/published_points.md §G, which takes them from
+the dense (no sparsity) per-GPU numbers of docs/published_points.md §G, which takes them from
 SemiAnalysisAI/InferenceX-app ``packages/app/src/lib/gpu-specs.ts`` (HEAD 77ca49a). Plain Python (no torch).
 """
 from __future__ import annotations

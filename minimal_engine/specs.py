@@ -87,7 +87,7 @@ class GpuSpec:
 
 
 # Dense BF16 TFLOPS (without sparsity), per GPU: SemiAnalysisAI/InferenceX-app packages/app/src/lib/gpu-specs.ts
-# (HEAD 77ca49a; "TFLOPS are dense... without sparsity"), as gathered in shared/reference/published_points.md §G.
+# (HEAD 77ca49a; "TFLOPS are dense... without sparsity"), as gathered in docs/published_points.md §G.
 _DENSE = "InferenceX-app gpu-specs.ts (dense, no sparsity)"
 
 
