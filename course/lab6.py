@@ -1,4 +1,4 @@
-"""Lab 6 (第6章ラボ): INT8 重みと BF16 を、あなたのマシンで同じ実行の中で比べる。KV の形式と入る人数と品質。
+"""Lab 6 (第6章ラボ): INT8 重みと BF16 を、あなたのマシンで同じ実行の中で比べる。KV の形式と入るリクエストの数と品質。
 
 Plain functions (tests call them; the notebook stays thin)::
 
