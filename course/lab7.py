@@ -35,10 +35,10 @@ TP_RANGE = (2, 4)
 CHECK_PROMPTS = ["吾輩は猫である。", "山路を登りながら、こう考えた。", "今日は"]
 # Links between GPUs, GB/s in one direction per GPU (what a ring all-reduce's bytes cross)
 LINKS = {
-    "NVLink 4（H100 SXM）": (450, "published_points.md §G（InferenceX-app gpu-specs.ts: scale-up 450 GB/s）"),
-    "NVLink 5（B200）": (900, "published_points.md §G（InferenceX-app gpu-specs.ts: scale-up 900 GB/s）"),
-    "PCIe 5.0 x16": (64, "PCI-SIG: PCIe 5.0 は 32 GT/s × 16 レーン ≈ 64 GB/s（片方向）"),
-    "InfiniBand NDR（400 Gb/s）": (50, "NVIDIA ConnectX-7: 400 Gb/s = 50 GB/s（片方向、NIC 1枚）"),
+    "NVLink 4（H100 SXM）": (450, "docs/published_points.md §G（InferenceX-app gpu-specs.ts: scale-up 450 GB/s）"),
+    "NVLink 5（B200）": (900, "docs/published_points.md §G（InferenceX-app gpu-specs.ts: scale-up 900 GB/s）"),
+    "PCIe 5.0 x16": (64, "公称値（PCI-SIG の PCIe 5.0 仕様）: 32 GT/s × 16 レーン ≈ 64 GB/s（片方向）"),
+    "InfiniBand NDR（400 Gb/s）": (50, "公称値（NVIDIA ConnectX-7）: 400 Gb/s = 50 GB/s（片方向、NIC 1枚）"),
 }
 _CACHE: dict = {}                 # tensor_parallel_size -> LLM (its workers stay up until close_all())
 
