@@ -6,15 +6,15 @@ It only wires widgets to ``course.lab3``'s functions. Stable names for the brows
 from __future__ import annotations
 
 import html
-from pathlib import Path
 
 from course import lab3
 from course.labkit.measure import REPEATS_RANGE
+from course.labkit.panel import HistoryExport
 from course.notebooks import PANEL_PLACEHOLDER, widget_bundle
 from course.runtime import course_threads
 
 
-class Lab3App:
+class Lab3App(HistoryExport):
     """``run_button.click()`` (``on_run()``) runs ``lab3.run_kv_lab``; ``last_result``, ``last_figure`` and
     ``history`` keep what was shown; ``on_save()`` writes the history as CSV."""
 
@@ -42,21 +42,10 @@ class Lab3App:
         self.run_button = w.Button(description="実行", button_style="primary", icon="play")
         self.progress = w.IntProgress(value=0, min=0, max=1, description="進行", style=style)
         self.status = w.HTML("")
-        self.readout = w.HTML("")
-        self.readout.add_class("lab-readout")
-        self.history_view = w.HTML(lab3.history_html([]))
-        self.history_view.add_class("lab-history")
-        self.learner = w.Text(value="", description="名前（CSV 用）", style=style, placeholder="例: tanaka")
-        self.csv_path = w.Text(value=csv_name, description="CSV ファイル", style=style, layout=layout)
-        self.save_button = w.Button(description="履歴を CSV に保存", icon="download", layout=w.Layout(width="auto"))
-        self.export_view = w.HTML("")
+        export = self.build_history(lab3.history_html, lab3.history_csv, csv_name, style, layout)
         self.plot = w.Output()
-        self.history: list[dict] = []
         self.last_result = self.last_figure = None
         self.run_button.on_click(self.on_run)
-        self.save_button.on_click(self.on_save)
-        export = w.Accordion(children=[w.VBox([w.HBox([self.learner, self.csv_path]), self.save_button,
-                                               self.export_view])], titles=("履歴を CSV に保存",))
         self.ui = w.VBox([self.prompt_len, self.output_len, self.model, self.device, self.repeats, self.threads,
                           export, self.run_button, self.progress, self.status, self.readout, self.history_view,
                           self.plot])
@@ -92,19 +81,6 @@ class Lab3App:
             display(self.last_figure)
         self.status.value = "完了"
         return res
-
-    def on_save(self, _button=None) -> Path | None:
-        if not self.history:
-            self.export_view.value = "保存する履歴がまだありません。"
-            return None
-        path = Path(self.csv_path.value.strip() or "lab3_history.csv")
-        try:
-            path.write_text(lab3.history_csv(self.history, self.learner.value.strip()), encoding="utf-8")
-        except OSError as e:
-            self.export_view.value = f"<span style='color:#c00'>⚠ 保存できませんでした: {html.escape(str(e))}</span>"
-            return None
-        self.export_view.value = f"保存しました: <code>{html.escape(str(path))}</code>"
-        return path
 
 
 __all__ = ["Lab3App"]

@@ -7,14 +7,14 @@ Widgets only call the lab module's plain functions. Stable names for the browser
 from __future__ import annotations
 
 import html
-from pathlib import Path
 
 from course.labkit.measure import REPEATS_RANGE
+from course.labkit.panel import HistoryExport
 from course.notebooks import PANEL_PLACEHOLDER, widget_bundle
 from course.runtime import available_devices, course_threads
 
 
-class SliderLabApp:
+class SliderLabApp(HistoryExport):
     """``sliders``: (keyword, label, value, (lo, hi)); ``run(**values, device=, repeats=, threads=)`` returns a
     result; the module ``lab`` supplies add_run, readout_html, history_html, history_csv and ``plot_name``."""
 
@@ -37,21 +37,10 @@ class SliderLabApp:
         self.device = w.Dropdown(options=devices, value=devices[-1], description="デバイス", style=style, layout=layout)
         self.run_button = w.Button(description="実行", button_style="primary", icon="play")
         self.status = w.HTML("")
-        self.readout = w.HTML("")
-        self.readout.add_class("lab-readout")
-        self.history_view = w.HTML(lab.history_html([]))
-        self.history_view.add_class("lab-history")
-        self.learner = w.Text(value="", description="名前（CSV 用）", style=style, placeholder="例: tanaka")
-        self.csv_path = w.Text(value=csv_name, description="CSV ファイル", style=style, layout=layout)
-        self.save_button = w.Button(description="履歴を CSV に保存", icon="download", layout=w.Layout(width="auto"))
-        self.export_view = w.HTML("")
+        export = self.build_history(lab.history_html, lab.history_csv, csv_name, style, layout)
         self.plot = w.Output()
-        self.history: list[dict] = []
         self.last_result = self.last_figure = None
         self.run_button.on_click(self.on_run)
-        self.save_button.on_click(self.on_save)
-        export = w.Accordion(children=[w.VBox([w.HBox([self.learner, self.csv_path]), self.save_button,
-                                               self.export_view])], titles=("履歴を CSV に保存",))
         self.ui = w.VBox([*self.sliders.values(), self.device, self.repeats, self.threads, export, self.run_button,
                           self.status, self.readout, self.history_view, self.plot])
 
@@ -80,19 +69,6 @@ class SliderLabApp:
             display(self.last_figure)
         self.status.value = "完了"
         return res
-
-    def on_save(self, _button=None) -> Path | None:
-        if not self.history:
-            self.export_view.value = "保存する履歴がまだありません。"
-            return None
-        path = Path(self.csv_path.value.strip() or "lab_history.csv")
-        try:
-            path.write_text(self.lab.history_csv(self.history, self.learner.value.strip()), encoding="utf-8")
-        except OSError as e:
-            self.export_view.value = f"<span style='color:#c00'>⚠ 保存できませんでした: {html.escape(str(e))}</span>"
-            return None
-        self.export_view.value = f"保存しました: <code>{html.escape(str(path))}</code>"
-        return path
 
 
 def Lab4App(shared_len=None, num_requests=None, repeats=None, csv_name="lab4_history.csv") -> SliderLabApp:

@@ -132,4 +132,39 @@ class KitControls:
                 "results": w.VBox([self.warnings, self.readout, self.cost_view, self.history_view])}
 
 
-__all__ = ["BACKENDS", "KitControls"]
+class HistoryExport:
+    """Mixin for the chapter panels (labs 3-10): the readout, the run history and its CSV export.
+    ``build_history`` makes the widgets (DOM classes ``lab-readout`` and ``lab-history``) and returns the
+    export accordion to lay out; ``on_save`` writes ``history_csv(history, learner)`` to the chosen file."""
+
+    def build_history(self, history_html, history_csv, csv_name: str, style: dict, layout):
+        import ipywidgets as w
+        self._history_csv, self._csv_name = history_csv, csv_name
+        self.readout = w.HTML("")
+        self.readout.add_class("lab-readout")
+        self.history_view = w.HTML(history_html([]))
+        self.history_view.add_class("lab-history")
+        self.learner = w.Text(value="", description="名前（CSV 用）", style=style, placeholder="例: tanaka")
+        self.csv_path = w.Text(value=csv_name, description="CSV ファイル", style=style, layout=layout)
+        self.save_button = w.Button(description="履歴を CSV に保存", icon="download", layout=w.Layout(width="auto"))
+        self.export_view = w.HTML("")
+        self.history: list[dict] = []
+        self.save_button.on_click(self.on_save)
+        return w.Accordion(children=[w.VBox([w.HBox([self.learner, self.csv_path]), self.save_button,
+                                             self.export_view])], titles=("履歴を CSV に保存",))
+
+    def on_save(self, _button=None) -> Path | None:
+        if not self.history:
+            self.export_view.value = "保存する履歴がまだありません。"
+            return None
+        path = Path(self.csv_path.value.strip() or self._csv_name)
+        try:
+            path.write_text(self._history_csv(self.history, self.learner.value.strip()), encoding="utf-8")
+        except OSError as e:
+            self.export_view.value = f"<span style='color:#c00'>⚠ 保存できませんでした: {html.escape(str(e))}</span>"
+            return None
+        self.export_view.value = f"保存しました: <code>{html.escape(str(path))}</code>"
+        return path
+
+
+__all__ = ["BACKENDS", "HistoryExport", "KitControls"]
