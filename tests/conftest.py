@@ -77,3 +77,30 @@ def pytest_terminal_summary(terminalreporter):
                                    yellow=True, bold=True)
         terminalreporter.write_line(reason.removeprefix("Skipped: "))
         terminalreporter.write_line("Chromium を入れると実行されます（Debian/Ubuntu: apt-get install chromium）。")
+
+
+def wait_idle(url: str, timeout_s: float = 30.0) -> dict:
+    """Poll a server's /health until no request is unfinished and every KV block is free (bounded)."""
+    import time
+
+    import httpx
+    deadline = time.monotonic() + timeout_s
+    while True:
+        h = httpx.get(url + "/health", timeout=5).json()
+        if (h["unfinished_requests"] == 0 and h["running"] == 0 and h["waiting"] == 0
+                and h["free_blocks"] == h["total_blocks"]) or time.monotonic() > deadline:
+            return h
+        time.sleep(0.05)
+
+
+def fail_rows_with_top_k(monkeypatch, top_k: int = 7) -> None:
+    """Make the sampler raise (as torch.multinomial does on a nan row) for requests with this top_k only."""
+    import minimal_engine.sampler as sampler_mod
+    real = sampler_mod.sample_row
+
+    def flaky(row, p, gen):
+        if p.top_k == top_k:
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        return real(row, p, gen)
+
+    monkeypatch.setattr(sampler_mod, "sample_row", flaky)

@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import minimal_engine.sampler as sampler_mod
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.config import ModelConfig
+from tests.conftest import fail_rows_with_top_k
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 PROMPTS = ["吾輩は猫である。", "東京の空は", "Hello, world!"]
@@ -71,14 +71,7 @@ def test_bad_values_are_refused_when_built(field, value):
 
 
 def test_a_failing_row_fails_its_request_alone(llm, alone, monkeypatch):
-    real = sampler_mod.sample_row
-
-    def flaky(row, p, gen):
-        if p.top_k == 7:
-            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
-        return real(row, p, gen)
-
-    monkeypatch.setattr(sampler_mod, "sample_row", flaky)
+    fail_rows_with_top_k(monkeypatch, top_k=7)
     bad = SamplingParams(temperature=1.0, top_k=7, max_tokens=12, ignore_eos=True)
     outs = llm.generate(PROMPTS, [GREEDY, bad, GREEDY], use_tqdm=False)
     assert outs[1].finish_reason == "error" and "sampling failed" in outs[1].error

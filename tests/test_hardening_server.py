@@ -13,10 +13,10 @@ import time
 import httpx
 import pytest
 
-import minimal_engine.sampler as sampler_mod
 from minimal_engine import LLM
 from minimal_engine.serve import ServerThread, build_app
 from minimal_engine.serve_limits import ServeLimits
+from tests.conftest import fail_rows_with_top_k, wait_idle
 
 LIMITS = ServeLimits(max_body_bytes=64_000, body_timeout_s=1.0, header_timeout_s=1.0)
 JSON = {"Content-Type": "application/json"}
@@ -43,15 +43,6 @@ def healthy(server):
     ok = httpx.post(server.url + "/v1/completions", json={"prompt": "吾輩は", "max_tokens": 2}, timeout=30)
     assert ok.status_code == 200
 
-
-def wait_idle(url: str, timeout_s: float = 30.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        h = httpx.get(url + "/health", timeout=5).json()
-        if (h["unfinished_requests"] == 0 and h["running"] == 0 and h["waiting"] == 0
-                and h["free_blocks"] == h["total_blocks"]) or time.monotonic() > deadline:
-            return h
-        time.sleep(0.05)
 
 
 def post(server, body, path="/v1/completions", **kw):
@@ -91,14 +82,7 @@ def test_tiny_temperature_is_greedy_and_spares_the_others(healthy):
 
 
 def test_one_failing_request_alone_gets_500(healthy, monkeypatch):
-    real = sampler_mod.sample_row
-
-    def flaky(row, p, gen):
-        if p.top_k == 7:
-            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
-        return real(row, p, gen)
-
-    monkeypatch.setattr(sampler_mod, "sample_row", flaky)
+    fail_rows_with_top_k(monkeypatch, top_k=7)
     expected = greedy(healthy, "東京の空は", 30)
 
     async def main():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import httpx
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench.online import run_online
 from minimal_engine.serve import ServerThread, build_app
+from tests.conftest import wait_idle
 
 SNIPPETS = ["吾輩は猫である。", "東京の空は", "推論とは学習済みのモデルで", "Hello, world!", "どこで生れたか",
             "名前はまだ無い。", "1234 ＡＢＣ", "ｶﾀｶﾅ"]
@@ -21,16 +21,6 @@ def mixed_prompts(n: int) -> list[tuple[str, int]]:
     """(prompt, max_tokens) pairs of varied lengths."""
     return [("".join(SNIPPETS[(i + j) % len(SNIPPETS)] for j in range(1 + i % 5)), 4 + (i * 7) % 37) for i in range(n)]
 
-
-def wait_idle(url: str, timeout_s: float = 30.0) -> dict:
-    """Poll /health until no request is unfinished and every KV block is free (bounded)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        h = httpx.get(url + "/health", timeout=5).json()
-        if (h["unfinished_requests"] == 0 and h["running"] == 0 and h["waiting"] == 0
-                and h["free_blocks"] == h["total_blocks"]) or time.monotonic() > deadline:
-            return h
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
