@@ -127,19 +127,21 @@ def quality(max_chars: int | None = None, settings=None) -> list[dict]:
 
 def kernel_times(rows=(1, 8, 32, 256), shape=(8192, 320), repeats: int = 5, iters: int = 20) -> list[dict]:
     """One linear layer of the default model's shape (lm_head: [8192, 320]) at several batch rows, in microseconds:
-    the engine's BF16 path on the CPU (oneDNN, weight pre-packed: model_runner.pack_linear_weights), INT8 through
-    `_weight_int8pack_mm`, and INT8 dequantize-then-matmul. Paths alternate inside each repeat; medians."""
+    the engine's BF16 path on the CPU (model_runner.fast_cpu_linears: one row through ATen's matrix-vector kernel,
+    more rows through oneDNN with the weight pre-packed), INT8 through `_weight_int8pack_mm`, and INT8
+    dequantize-then-matmul. Paths alternate inside each repeat; medians."""
     import time
 
     import torch
     from torch import nn
 
+    from minimal_engine.model_runner import fast_cpu_linears
     from minimal_engine.quantization import Int8Linear
     torch.manual_seed(0)
     lin = nn.Linear(shape[1], shape[0], bias=False).to(torch.bfloat16)
-    packed = torch.ops.mkldnn._reorder_linear_weight(lin.weight.detach(), 1)
     pack = Int8Linear(lin, use_int8pack=False)
-    paths = {"bf16": lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""),
+    fast_cpu_linears(nn.Sequential(lin))                  # lin now runs the engine's BF16 path
+    paths = {"bf16": lin,
              "int8pack": lambda x: torch.ops.aten._weight_int8pack_mm(x, pack.weight_int8, pack.scales),
              "int8_dequant": pack}
     out = []

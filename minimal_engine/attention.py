@@ -47,6 +47,7 @@ class ForwardBatch:
     block_size: int
     decode_block_tables: torch.Tensor | None = None  # [D, W] int32: set = decode attention reads blocks in place
     decode_context_lens: torch.Tensor | None = None  # [D] int32 context length (0 = a padding row)
+    decode_len: int = 0                 # context length of a lone decode request (gathered, no padding mask)
 
 
 def gather_blocks(cache: torch.Tensor, rows: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -76,6 +77,12 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if d and batch.decode_block_tables is not None:   # in place, through the block tables (attention_paged.py)
         parts.append(paged_decode_attention(q[:d], k_cache, v_cache, batch.decode_block_tables,
                                             batch.decode_context_lens, scale, bs))
+    elif d == 1 and batch.decode_padding is None:
+        # A lone decode request (batch-1 decode): SDPA over exactly its context, so no mask. The G query heads
+        # of each KV head act as G query rows: [1, KVH, G, Dh] against [1, KVH, L, Dh], one call.
+        kd = gather_blocks(k_cache, batch.decode_rows, bs).view(1, kvh, -1, dh)[:, :, :batch.decode_len]
+        vd = gather_blocks(v_cache, batch.decode_rows, bs).view(1, kvh, -1, dh)[:, :, :batch.decode_len]
+        parts.append(F.scaled_dot_product_attention(q[:1].view(1, kvh, g, dh), kd, vd, scale=scale).view(1, h, dh))
     elif d:
         # One query row per request: plain batched matmuls with batch = (request, KV head) and the G query
         # heads of a KV head as the rows. (On the CPU, SDPA with a mask and one query row was ~10x slower

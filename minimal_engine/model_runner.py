@@ -13,6 +13,7 @@ runs the same static-buffer path without capturing, for tests). On the CPU the d
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .attention import ForwardBatch, PrefillChunk
 from .config import EngineConfig
@@ -25,28 +26,49 @@ from .scheduler import SchedulerOutput
 PACK_LIMIT_BYTES = 2 << 30   # pre-packing keeps a second copy of the weights: skip it for big models
 
 
-def pack_linear_weights(model: torch.nn.Module) -> bool:
-    """CPU + bfloat16 speed-up: give every Linear a copy of its weight pre-packed in oneDNN's blocked layout.
+def matvec(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [1, in] @ weight.T [in, out]: ATen's own bf16 matrix-vector kernel (fp32 accumulation).
 
-    One decode token multiplies a vector by each weight matrix, so the step is bound by how fast the weights
-    stream from memory. PyTorch's plain bf16 `F.linear` re-lays the weight out on every call; a pre-packed
-    copy streams at about twice the speed here (lm_head of the 125M shape: ~9 GB/s -> ~23 GB/s, one core).
-    The results are the same numbers. The original weights stay (state_dict, tied embeddings), so this costs
-    a second copy of the weights: skipped above PACK_LIMIT_BYTES, on other devices and dtypes.
+    At batch 1 a step only streams the weights, and this kernel streams them near memory speed (~34 GB/s on
+    this project's 2-core machine, against ~23 GB/s for oneDNN's pre-packed matmul and ~17 GB/s for plain bf16
+    F.linear, which goes to oneDNN whenever oneDNN is on). So oneDNN is switched off for this one call.
+    """
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        return F.linear(x, weight, bias)
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
+
+
+def fast_cpu_linears(model: torch.nn.Module) -> bool:
+    """CPU + bfloat16 speed-up: one-row inputs (batch-1 decode) take `matvec`; more rows take a copy of the weight
+    pre-packed in oneDNN's blocked layout (PyTorch's plain bf16 `F.linear` re-lays the weight out on every call;
+    the pre-packed copy runs prefill and batched decode about twice as fast). The original weights stay
+    (state_dict, tied embeddings), so packing costs a second copy of the weights: skipped above
+    PACK_LIMIT_BYTES (then more rows take plain F.linear). Nothing changes on other devices and dtypes.
     """
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     if not linears:                               # every Linear is an Int8Linear (quantization.py)
         return False
     w0 = linears[0].weight
-    size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
-    if (w0.device.type != "cpu" or w0.dtype != torch.bfloat16 or size > PACK_LIMIT_BYTES
-            or not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+    if w0.device.type != "cpu" or w0.dtype != torch.bfloat16:
         return False
+    size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
+    pack = (size <= PACK_LIMIT_BYTES and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
     for m in linears:
-        packed = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), 1)
-        bias = None if m.bias is None else m.bias.detach()
-        m.forward = lambda x, p=packed, b=bias: torch.ops.mkldnn._linear_pointwise(x, p, b, "none", [], "")
-    return True
+        w, b = m.weight.detach(), None if m.bias is None else m.bias.detach()
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, 1) if pack else None
+
+        def forward(x, w=w, b=b, p=packed):       # x: [rows, in]
+            if x.shape[0] == 1:
+                return matvec(x, w, b)
+            if p is None:
+                return F.linear(x, w, b)
+            return torch.ops.mkldnn._linear_pointwise(x, p, b, "none", [], "")
+        m.forward = forward
+    return pack
 
 
 def prompt_logprobs(logits: torch.Tensor, num_samplers: int, rows: list) -> torch.Tensor:
@@ -65,7 +87,7 @@ class ModelRunner:
         cfg = model.config
         self.model, self.config, self.device, self.dtype = model, config, device, dtype
         self.block_size = config.block_size
-        self.packed_linears = pack_linear_weights(model)
+        self.packed_linears = fast_cpu_linears(model)
         self.num_blocks = num_blocks
         self.pool_blocks = num_blocks + 1              # + the scratch block (no request ever owns it)
         slots = self.pool_blocks * config.block_size
@@ -144,8 +166,9 @@ class ModelRunner:
             width = max(len(s.seq.block_table) for s in decodes)
             decode_rows = block_rows([s.seq.block_table + [0] * (width - len(s.seq.block_table))
                                       for s in decodes])                    # [D * KVH * width]
-            context = tensor([s.start + 1 for s in decodes])
-            decode_padding = (torch.arange(width * bs, device=dev) >= context[:, None]).view(len(decodes), 1, 1, -1)
+            if len(decodes) > 1:                      # a lone request needs no mask: decode_len instead
+                context = tensor([s.start + 1 for s in decodes])
+                decode_padding = (torch.arange(width * bs, device=dev) >= context[:, None]).view(len(decodes), 1, 1, -1)
         chunks, row = [], len(decodes)
         for s in prefills:
             cached = block_rows([s.seq.block_table]) if s.start > 0 else None   # the table covers this step
@@ -155,7 +178,8 @@ class ModelRunner:
         batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
                              decode_rows=decode_rows, decode_padding=decode_padding, prefills=chunks,
                              logits_indices=tensor(logits_rows), block_size=bs,
-                             decode_block_tables=tables, decode_context_lens=lens)
+                             decode_block_tables=tables, decode_context_lens=lens,
+                             decode_len=decodes[0].start + 1 if len(decodes) == 1 else 0)
         return tensor(input_ids), batch, decodes + prefills
 
     @torch.inference_mode()

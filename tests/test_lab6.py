@@ -106,3 +106,11 @@ def test_bad_settings_are_refused():
         lab6.kv_capacity(tokens_per_user=0)
     with pytest.raises(ValueError):
         formats.fake_quantize(torch.zeros(2, 8), "int3")
+
+
+def test_kernel_times_measures_the_engines_three_paths():
+    rows = lab6.kernel_times(rows=(1, 4), shape=(48, 32), repeats=2, iters=2)
+    assert [r["rows"] for r in rows] == [1, 4]
+    for r in rows:
+        assert all(r[k] > 0 for k in ("bf16_us", "int8pack_us", "int8_dequant_us"))
+        assert r["int8pack_over_bf16"] == pytest.approx(r["int8pack_us"] / r["bf16_us"])
