@@ -167,3 +167,59 @@ def test_engine_modules_do_not_import_matplotlib():
     code = ("import sys, minimal_engine, minimal_engine.bench, minimal_engine.roofline, minimal_engine.serve; "
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module (the folder is not a package)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_matvec_ab_switches_every_linear_and_keeps_the_tokens(llama_dir):
+    """benchmarks/matvec_ab.py's baseline (pre-packed oneDNN for one row too) changes the kernel, not the model."""
+    ab = load_benchmark("matvec_ab")
+    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        pytest.skip("oneDNN weight packing is not available in this PyTorch build")
+    fast, packed = (LLM(llama_dir, dtype="bfloat16", device="cpu") for _ in range(2))
+    n = ab.use_packed_for_one_row(packed)
+    assert n == sum(isinstance(m, torch.nn.Linear) for m in packed.engine.runner.model.modules()) > 0
+    p = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    prompt = [5, 17, 33, 100, 7, 9]
+    assert fast.generate([prompt], p, use_tqdm=False)[0].token_ids == packed.generate([prompt], p, use_tqdm=False)[0].token_ids
+
+
+def test_batch1_breakdown_restores_every_part(llama_dir):
+    """benchmarks/batch1_breakdown.py takes parts out for a measurement and puts them back: the model's greedy
+    tokens after a breakdown are those from before, and every part's stand-in changes the output while it is in."""
+    bd = load_benchmark("batch1_breakdown")
+    llm = LLM(llama_dir, dtype="float32", device="cpu")
+    p = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    prompt = [5, 17, 33, 100, 7, 9]
+    before = llm.generate([prompt], p, use_tqdm=False)[0].token_ids
+    for part in bd.PARTS:
+        with bd.without(part, llm.engine.runner.model):
+            assert llm.generate([prompt], p, use_tqdm=False)[0].token_ids != before, part
+    out = bd.breakdown(llm, steps=2, rounds=1)
+    assert set(out) == {"step_ms", *bd.PARTS} and out["step_ms"] > 0
+    assert llm.generate([prompt], p, use_tqdm=False)[0].token_ids == before
+    assert llm.engine.block_manager.num_free_blocks == llm.engine.block_manager.num_blocks
+    with pytest.raises(ValueError, match="unknown part"):
+        with bd.without("lm_head", llm.engine.runner.model):
+            pass
+
+
+def test_matvec_kernels_measures_every_kernel():
+    mk = load_benchmark("matvec_kernels")
+    assert mk.layer_shapes(dict(hidden_size=8, intermediate_size=12, head_dim=2, num_heads=4, num_kv_heads=2)) == \
+        [(16, 8), (8, 8), (24, 8), (8, 12)]
+    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        pytest.skip("oneDNN weight packing is not available in this PyTorch build")
+    r = mk.kernel_speeds([(32, 16), (16, 32)], layers=2, reps=2)
+    assert r.pop("weight_bytes") == 2 * 2 * (32 * 16 * 2)
+    assert set(r) == {"onednn_prepacked", "plain_f_linear", "aten_matvec", "int8pack_mm", "sum_of_one_buffer"}
+    assert all(v > 0 for v in r.values())

@@ -118,22 +118,3 @@ def test_llamacpp_bench_export_only(llama_dir, tmp_path, capsys):
     assert "read back" in capsys.readouterr().out
     assert len(list(tmp_path.glob("*-bf16.gguf"))) == 1
 
-
-def test_matvec_ab_switches_every_linear_and_keeps_the_tokens(llama_dir):
-    """benchmarks/matvec_ab.py's baseline (pre-packed oneDNN for one row too) changes the kernel, not the model."""
-    import importlib.util
-    from pathlib import Path
-
-    from minimal_engine import SamplingParams
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "matvec_ab.py"
-    spec = importlib.util.spec_from_file_location("matvec_ab", path)
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
-    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-        pytest.skip("oneDNN weight packing is not available in this PyTorch build")
-    fast, packed = (LLM(llama_dir, dtype="bfloat16", device="cpu") for _ in range(2))
-    n = ab.use_packed_for_one_row(packed)
-    assert n == sum(isinstance(m, torch.nn.Linear) for m in packed.engine.runner.model.modules()) > 0
-    p = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
-    prompt = [5, 17, 33, 100, 7, 9]
-    assert fast.generate([prompt], p, use_tqdm=False)[0].token_ids == packed.generate([prompt], p, use_tqdm=False)[0].token_ids
