@@ -62,7 +62,7 @@ def fast_cpu_linears(model: torch.nn.Module) -> bool:
         packed = torch.ops.mkldnn._reorder_linear_weight(w, 1) if pack else None
 
         def forward(x, w=w, b=b, p=packed):       # x: [rows, in]
-            if x.shape[0] == 1:
+            if x.numel() == x.shape[-1]:   # one row: batch-1 decode
                 return matvec(x, w, b)
             if p is None:
                 return F.linear(x, w, b)
