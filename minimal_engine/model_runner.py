@@ -42,28 +42,36 @@ def matvec(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
 
 
 def fast_cpu_linears(model: torch.nn.Module) -> bool:
-    """CPU + bfloat16 speed-up: one-row inputs (batch-1 decode) take `matvec`; more rows take a copy of the weight
-    pre-packed in oneDNN's blocked layout (PyTorch's plain bf16 `F.linear` re-lays the weight out on every call;
-    the pre-packed copy runs prefill and batched decode about twice as fast). The original weights stay
-    (state_dict, tied embeddings), so packing costs a second copy of the weights: skipped above
-    PACK_LIMIT_BYTES (then more rows take plain F.linear). Nothing changes on other devices and dtypes.
+    """CPU speed-up for the Linear layers, chosen by measurement on this project's 2-core machine
+    (benchmarks/matvec_kernels.py; GB/s of weights read when they stream from memory, one row):
+      * bfloat16: one row (batch-1 decode) takes `matvec` (~32 GB/s); more rows take a copy of the weight
+        pre-packed in oneDNN's blocked layout (plain bf16 F.linear re-lays the weight out on every call; the
+        pre-packed copy runs prefill and batched decode about twice as fast);
+      * float32: every row count takes the pre-packed copy (~26 GB/s at one row, where plain F.linear, MKL's
+        matrix-vector product, reads ~13 GB/s; prefill and batches are faster too).
+    The original weights stay (state_dict, tied embeddings), so packing costs a second copy of the weights:
+    skipped above PACK_LIMIT_BYTES (then more rows, and every fp32 row, take plain F.linear). Nothing changes on
+    other devices and dtypes. Returns whether the weights were packed.
     """
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     if not linears:                               # every Linear is an Int8Linear (quantization.py)
         return False
     w0 = linears[0].weight
-    if w0.device.type != "cpu" or w0.dtype != torch.bfloat16:
+    if w0.device.type != "cpu" or w0.dtype not in (torch.bfloat16, torch.float32):
         return False
     size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
     pack = (size <= PACK_LIMIT_BYTES and torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    if w0.dtype == torch.float32 and not pack:
+        return False
     for m in linears:
         w, b = m.weight.detach(), None if m.bias is None else m.bias.detach()
         packed = torch.ops.mkldnn._reorder_linear_weight(w, 1) if pack else None
+        one_row = matvec if w.dtype == torch.bfloat16 else None
 
-        def forward(x, w=w, b=b, p=packed):       # x: [rows, in]
-            if x.numel() == x.shape[-1]:   # one row: batch-1 decode
-                return matvec(x, w, b)
+        def forward(x, w=w, b=b, p=packed, one_row=one_row):   # x: [rows, in]
+            if one_row is not None and x.numel() == x.shape[-1]:   # bf16, one row: batch-1 decode
+                return one_row(x, w, b)
             if p is None:
                 return F.linear(x, w, b)
             return torch.ops.mkldnn._linear_pointwise(x, p, b, "none", [], "")
