@@ -1,14 +1,14 @@
-"""One-row (batch-1) bf16 matrix products on the CPU: how fast each kernel reads weights that stream from memory.
+"""One-row (batch-1) matrix products on the CPU: how fast each kernel reads weights that stream from memory.
 
-    python benchmarks/matvec_kernels.py --model synthetic:llama-125m --threads 2
+    python benchmarks/matvec_kernels.py --model synthetic:llama-125m --threads 2 [--dtype float32]
 
 The weights are the per-layer matrices of the model's shape (q/k/v, o, gate/up, down), one set per layer, so
 a pass reads as many bytes as a decode step's layers do and the weights do not stay in the cache. Each kernel
 multiplies one row by every matrix in turn; the median pass time gives GB/s of weight bytes read:
-  * oneDNN with the weight pre-packed (the engine's path for more than one row);
-  * plain `F.linear` in bf16 (oneDNN, the weight laid out again on every call);
-  * ATen's own matrix-vector kernel (`model_runner.matvec`: oneDNN switched off for the call);
-  * `_weight_int8pack_mm` on int8 weights (chapter 6's one-row INT8 kernel; GB/s of int8 bytes);
+  * oneDNN with the weight pre-packed (the engine's bf16 path for more than one row, its fp32 path for all);
+  * plain `F.linear` (bf16: oneDNN, the weight laid out again on every call; fp32: MKL's matrix-vector product);
+  * bf16 only: ATen's own matrix-vector kernel (`model_runner.matvec`: oneDNN switched off for the call), and
+    `_weight_int8pack_mm` on int8 weights (chapter 6's one-row INT8 kernel; GB/s of int8 bytes);
 and, for the same bytes, a plain `sum` over one buffer: what this machine streams at all.
 `--in-cache` repeats one layer's matrices instead (they stay in the cache): the order of the kernels changes.
 """
@@ -42,25 +42,27 @@ def median_s(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def kernel_speeds(shapes: list[tuple[int, int]], layers: int, reps: int = 15) -> dict:
+def kernel_speeds(shapes: list[tuple[int, int]], layers: int, reps: int = 15, dtype=torch.bfloat16) -> dict:
     """GB/s of weight bytes for each kernel over `layers` sets of matrices of `shapes` ([out, in])."""
     torch.manual_seed(0)
-    ws = [torch.randn(n, k).bfloat16() for _ in range(layers) for n, k in shapes]
-    xs = {k: torch.randn(1, k).bfloat16() for _, k in shapes}
-    nbytes = sum(w.numel() * 2 for w in ws)
+    ws = [torch.randn(n, k).to(dtype) for _ in range(layers) for n, k in shapes]
+    xs = {k: torch.randn(1, k).to(dtype) for _, k in shapes}
+    size = torch.finfo(dtype).bits // 8
+    nbytes = sum(w.numel() * size for w in ws)
     packed = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in ws]
-    scales = [w.float().abs().amax(1).clamp(min=1e-8) / 127 for w in ws]
-    q8 = [(w.float() / s[:, None]).round().to(torch.int8) for w, s in zip(ws, scales)]
-    s16 = [s.bfloat16() for s in scales]
     runs = {
         "onednn_prepacked": (lambda: [torch.ops.mkldnn._linear_pointwise(xs[w.shape[1]], p, None, "none", [], "")
                                       for w, p in zip(ws, packed)], nbytes),
         "plain_f_linear": (lambda: [F.linear(xs[w.shape[1]], w) for w in ws], nbytes),
-        "aten_matvec": (lambda: [matvec(xs[w.shape[1]], w, None) for w in ws], nbytes),
-        "int8pack_mm": (lambda: [torch.ops.aten._weight_int8pack_mm(xs[w.shape[1]], q, s)
-                                 for w, q, s in zip(ws, q8, s16)], nbytes // 2),
     }
-    flat = torch.randn(nbytes // 2).bfloat16()
+    if dtype == torch.bfloat16:
+        scales = [w.float().abs().amax(1).clamp(min=1e-8) / 127 for w in ws]
+        q8 = [(w.float() / s[:, None]).round().to(torch.int8) for w, s in zip(ws, scales)]
+        s16 = [s.bfloat16() for s in scales]
+        runs["aten_matvec"] = (lambda: [matvec(xs[w.shape[1]], w, None) for w in ws], nbytes)
+        runs["int8pack_mm"] = (lambda: [torch.ops.aten._weight_int8pack_mm(xs[w.shape[1]], q, s)
+                                        for w, q, s in zip(ws, q8, s16)], nbytes // 2)
+    flat = torch.randn(nbytes // size).to(dtype)
     runs["sum_of_one_buffer"] = (lambda: flat.sum(), nbytes)
     with torch.inference_mode():
         return {k: b / median_s(fn, reps) / 1e9 for k, (fn, b) in runs.items()} | {"weight_bytes": nbytes}
@@ -70,13 +72,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="synthetic:llama-125m", help="a synthetic:NAME shape")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--in-cache", action="store_true", help="one layer's matrices, repeated (stay in the cache)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg = SHAPES[args.model.removeprefix("synthetic:")]
     layers = 1 if args.in_cache else cfg["num_layers"]
-    r = kernel_speeds(layer_shapes(cfg), layers)
-    print(f"{args.model}, {layers} layer(s) of matrices ({r.pop('weight_bytes') / 1e6:.0f} MB), one row, "
+    r = kernel_speeds(layer_shapes(cfg), layers, dtype=getattr(torch, args.dtype))
+    print(f"{args.model} ({args.dtype}), {layers} layer(s) of matrices ({r.pop('weight_bytes') / 1e6:.0f} MB), one row, "
           f"{args.threads} threads: GB/s of weights read")
     for k, v in r.items():
         print(f"  {k:18s} {v:6.1f}")

@@ -180,17 +180,22 @@ def load_benchmark(name: str):
     return mod
 
 
-def test_matvec_ab_switches_every_linear_and_keeps_the_tokens(llama_dir):
-    """benchmarks/matvec_ab.py's baseline (pre-packed oneDNN for one row too) changes the kernel, not the model."""
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_matvec_ab_switches_every_linear_and_keeps_the_tokens(llama_dir, dtype):
+    """benchmarks/matvec_ab.py's baseline (the Linear paths the engine took before) changes the kernel, not the
+    model: every Linear switched, greedy tokens unchanged."""
     ab = load_benchmark("matvec_ab")
     if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
         pytest.skip("oneDNN weight packing is not available in this PyTorch build")
-    fast, packed = (LLM(llama_dir, dtype="bfloat16", device="cpu") for _ in range(2))
-    n = ab.use_packed_for_one_row(packed)
-    assert n == sum(isinstance(m, torch.nn.Linear) for m in packed.engine.runner.model.modules()) > 0
+    now, before = (LLM(llama_dir, dtype=dtype, device="cpu") for _ in range(2))
+    lins = [m for m in before.engine.runner.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert all("forward" in vars(m) for m in lins)                      # the engine's fast paths are in
+    assert ab.use_earlier_path(before) == len(lins) > 0
+    if dtype == "float32":
+        assert not any("forward" in vars(m) for m in lins)              # plain nn.Linear again
     p = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     prompt = [5, 17, 33, 100, 7, 9]
-    assert fast.generate([prompt], p, use_tqdm=False)[0].token_ids == packed.generate([prompt], p, use_tqdm=False)[0].token_ids
+    assert now.generate([prompt], p, use_tqdm=False)[0].token_ids == before.generate([prompt], p, use_tqdm=False)[0].token_ids
 
 
 def test_batch1_breakdown_restores_every_part(llama_dir):
@@ -223,3 +228,6 @@ def test_matvec_kernels_measures_every_kernel():
     assert r.pop("weight_bytes") == 2 * 2 * (32 * 16 * 2)
     assert set(r) == {"onednn_prepacked", "plain_f_linear", "aten_matvec", "int8pack_mm", "sum_of_one_buffer"}
     assert all(v > 0 for v in r.values())
+    r = mk.kernel_speeds([(32, 16)], layers=1, reps=2, dtype=torch.float32)
+    assert r.pop("weight_bytes") == 32 * 16 * 4
+    assert set(r) == {"onednn_prepacked", "plain_f_linear", "sum_of_one_buffer"} and all(v > 0 for v in r.values())

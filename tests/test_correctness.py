@@ -134,14 +134,16 @@ def test_text_prompts_and_metrics(llama_dir):
     assert m.itl == pytest.approx([m.token_times[i + 1] - m.token_times[i] for i in range(4)])
 
 
-def test_bf16_fast_cpu_linears_give_the_same_tokens(llama_dir, monkeypatch):
-    """The CPU bf16 fast paths (one row: ATen's matrix-vector kernel; more rows: pre-packed oneDNN weights) give
-    the tokens of plain F.linear, alone (batch-1 decode: one row per step) and batched (several rows)."""
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_fast_cpu_linears_give_the_same_tokens(llama_dir, monkeypatch, dtype):
+    """The CPU fast paths (bf16: one row through ATen's matrix-vector kernel, more rows through pre-packed oneDNN
+    weights; fp32: pre-packed oneDNN weights for every row count) give the tokens of plain F.linear, alone
+    (batch-1 decode: one row per step) and batched (several rows)."""
     import minimal_engine.model_runner as mr
     p = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
-    fast = LLM(llama_dir, dtype="bfloat16", device="cpu")
+    fast = LLM(llama_dir, dtype=dtype, device="cpu")
     monkeypatch.setattr(mr, "fast_cpu_linears", lambda model: False)     # plain nn.Linear everywhere
-    plain = LLM(llama_dir, dtype="bfloat16", device="cpu")
+    plain = LLM(llama_dir, dtype=dtype, device="cpu")
     if not fast.engine.runner.packed_linears:
         pytest.skip("oneDNN weight packing is not available in this PyTorch build")
     lin = fast.engine.runner.model.layers[0].mlp.down_proj
