@@ -24,6 +24,7 @@ from .sampler import sample
 from .scheduler import SchedulerOutput
 
 PACK_LIMIT_BYTES = 2 << 30   # pre-packing keeps a second copy of the weights: skip it for big models
+LONE_DECODE_SDPA_MAX_CONTEXT = 512   # see ModelRunner.lone_decode_sdpa
 
 
 def matvec(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -128,6 +129,13 @@ class ModelRunner:
     def kv_cache_bytes(self) -> int:
         return sum(k.numel() * k.element_size() * 2 for k, _ in self.kv_caches)
 
+    def lone_decode_sdpa(self, context: int) -> bool:
+        """Whether a lone decode request (batch-1 decode) attends with one SDPA call over its context instead of
+        the masked batched path (attention.py). Measured on the CPU (benchmarks/lone_decode_ab.py): faster with
+        GQA and a short context; PyTorch's CPU SDPA kernel falls behind on long contexts and without GQA."""
+        cfg = self.model.config
+        return cfg.num_heads > cfg.num_kv_heads and context <= LONE_DECODE_SDPA_MAX_CONTEXT
+
     def decode_row(self, s) -> tuple:
         """(token, position, slot, block table, context length) of a one-token step of a request."""
         seq, pos, bs = s.seq, s.start, self.block_size
@@ -165,6 +173,7 @@ class ModelRunner:
             return (heads + tensor(tables)[:, None, :]).flatten()
 
         decode_rows = decode_padding = tables = lens = None
+        decode_len = 0
         if decodes and self.paged_decode:             # block tables, read in place (attention_paged.py)
             width = max(len(s.seq.block_table) for s in decodes)
             tables = torch.tensor([s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in decodes],
@@ -174,7 +183,9 @@ class ModelRunner:
             width = max(len(s.seq.block_table) for s in decodes)
             decode_rows = block_rows([s.seq.block_table + [0] * (width - len(s.seq.block_table))
                                       for s in decodes])                    # [D * KVH * width]
-            if len(decodes) > 1:                      # a lone request needs no mask: decode_len instead
+            if len(decodes) == 1 and self.lone_decode_sdpa(decodes[0].start + 1):
+                decode_len = decodes[0].start + 1     # one SDPA call over exactly this context, no mask
+            else:
                 context = tensor([s.start + 1 for s in decodes])
                 decode_padding = (torch.arange(width * bs, device=dev) >= context[:, None]).view(len(decodes), 1, 1, -1)
         chunks, row = [], len(decodes)
@@ -186,8 +197,7 @@ class ModelRunner:
         batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
                              decode_rows=decode_rows, decode_padding=decode_padding, prefills=chunks,
                              logits_indices=tensor(logits_rows), block_size=bs,
-                             decode_block_tables=tables, decode_context_lens=lens,
-                             decode_len=decodes[0].start + 1 if len(decodes) == 1 else 0)
+                             decode_block_tables=tables, decode_context_lens=lens, decode_len=decode_len)
         return tensor(input_ids), batch, decodes + prefills
 
     @torch.inference_mode()

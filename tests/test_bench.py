@@ -231,3 +231,13 @@ def test_matvec_kernels_measures_every_kernel():
     r = mk.kernel_speeds([(32, 16)], layers=1, reps=2, dtype=torch.float32)
     assert r.pop("weight_bytes") == 32 * 16 * 4
     assert set(r) == {"onednn_prepacked", "plain_f_linear", "sum_of_one_buffer"} and all(v > 0 for v in r.values())
+
+
+def test_lone_decode_ab_forces_each_path(llama_dir):
+    ab = load_benchmark("lone_decode_ab")
+    e = ab.engines(str(llama_dir), "float32")
+    assert e["sdpa"].engine.runner.lone_decode_sdpa(10 ** 6) and not e["masked"].engine.runner.lone_decode_sdpa(1)
+    p = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    prompt = [5, 17, 33, 100, 7, 9]
+    assert e["sdpa"].generate([prompt], p, use_tqdm=False)[0].token_ids == \
+        e["masked"].generate([prompt], p, use_tqdm=False)[0].token_ids

@@ -186,3 +186,25 @@ def test_lone_decode_attention_equals_the_masked_batch_path():
     padding = (torch.arange(len(table) * bs) >= context).view(1, 1, 1, -1)
     masked = paged_attention(q, k, v, kc.clone(), vc.clone(), ForwardBatch(decode_padding=padding, **common), 0.25)
     torch.testing.assert_close(lone, masked)
+
+
+def test_a_lone_decode_takes_sdpa_only_with_gqa_and_a_short_context(llama_dir, monkeypatch):
+    """ModelRunner.lone_decode_sdpa: GQA and at most LONE_DECODE_SDPA_MAX_CONTEXT tokens (measured: faster there,
+    slower on long contexts and without GQA); prepare() then leaves out the padding mask and sets decode_len."""
+    import minimal_engine.model_runner as mr
+    llm = LLM(llama_dir, dtype="float32", device="cpu")
+    runner, cfg = llm.engine.runner, llm.model_config
+    gqa = cfg.num_heads > cfg.num_kv_heads
+    assert runner.lone_decode_sdpa(10) == gqa and not runner.lone_decode_sdpa(mr.LONE_DECODE_SDPA_MAX_CONTEXT + 1)
+    batches = []
+    forward = runner.model.forward
+    runner.model.forward = lambda ids, batch, kv: (batches.append(batch), forward(ids, batch, kv))[1]
+    greedy = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    expected = llm.generate([PROMPTS[0]], greedy, use_tqdm=False)[0].token_ids
+    for sdpa in (True, False):
+        monkeypatch.setattr(runner, "lone_decode_sdpa", lambda context, sdpa=sdpa: sdpa)
+        batches.clear()
+        assert llm.generate([PROMPTS[0]], greedy, use_tqdm=False)[0].token_ids == expected
+        decode = batches[-1]                      # the last step: the 2nd decode, context = prompt + 2 tokens
+        assert decode.num_decodes == 1
+        assert (decode.decode_len == len(PROMPTS[0]) + 2) == sdpa and (decode.decode_padding is None) == sdpa
