@@ -8,7 +8,7 @@ belongs to no request: padding rows of a CUDA-graph step write their K/V there (
 Decode attention: on CUDA it reads each request's blocks in place through block tables (attention_paged.py),
 and decode-only steps replay CUDA graphs (`cuda_graphs`: None = on for CUDA, off elsewhere; True on the CPU
 runs the same static-buffer path without capturing, for tests). On the CPU the default gathers the context
-(attention.py), the faster option there.
+(attention.py), the faster option there; a lone decode request may attend with one SDPA call (lone_decode_sdpa).
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ LONE_DECODE_SDPA_MAX_CONTEXT = 512   # see ModelRunner.lone_decode_sdpa
 def matvec(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x [1, in] @ weight.T [in, out]: ATen's own bf16 matrix-vector kernel (fp32 accumulation).
 
-    At batch 1 a step only streams the weights, and this kernel streams them near memory speed (~34 GB/s on
-    this project's 2-core machine, against ~23 GB/s for oneDNN's pre-packed matmul and ~17 GB/s for plain bf16
-    F.linear, which goes to oneDNN whenever oneDNN is on). So oneDNN is switched off for this one call.
+    At batch 1 a step only streams the weights, and this kernel streams them near memory speed (32-34 GB/s on
+    this project's 2-core machine, against 20-23 GB/s for oneDNN's pre-packed matmul and 14-17 GB/s for plain
+    bf16 F.linear, which goes to oneDNN whenever oneDNN is on). So oneDNN is switched off for this one call.
     """
     enabled = torch._C._get_mkldnn_enabled()
     torch._C._set_mkldnn_enabled(False)
