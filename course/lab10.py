@@ -21,7 +21,7 @@ from pathlib import Path
 from course import lab1, lab2
 from course.labkit.history import to_csv
 from course.labkit.measure import check_repeats, cost
-from course.labkit.tables import table_html, warnings_html
+from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import check_device, check_int, is_quick
 from minimal_engine.sim_calibration import fit_machine_all, machine_spec, machine_table
 from minimal_engine.sim_tables import SIM_GPUS, inferencex_cost_inputs
@@ -219,14 +219,12 @@ def add_run(history: list[dict], res: dict) -> list[dict]:
 
 
 def history_html(history: list[dict], last: int = 24) -> str:
-    if not history:
-        return "<div style='color:#555'>実行の履歴: まだありません（実行すると同時リクエスト数ごとに1行ずつ増えます）</div>"
     head = ("#", "プロンプト長", "出力長", "同時リクエスト数", "出力 tok/s 実測", "出力 tok/s 予測", "TPOT 実測 [ms]",
             "TPOT 予測 [ms]", "$/M 出力トークン")
     rows = [(r["run"], r["prompt_len"], r["output_len"], r["concurrency"], f"{r['tok_s']:.1f}", f"{r['pred_tok_s']:.1f}",
              f"{r['tpot_ms']:.1f}", f"{r['pred_tpot_ms']:.1f}", f"{r['usd_per_m_output_tokens']:.3f}")
             for r in history[-last:]]
-    return "<div><b>実行の履歴</b></div>" + table_html(rows, head, right=set(range(1, len(head))))
+    return history_table(rows, head, set(range(1, len(head))), "実行すると同時リクエスト数ごとに1行ずつ増えます")
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:

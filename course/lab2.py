@@ -256,9 +256,7 @@ def history_rows(res: dict, run: int) -> list[dict]:
 
 def history_html(history: list[dict], last: int = 12) -> str:
     """One line per run: settings, the machine, and the first decode and prefill points."""
-    from course.labkit.tables import table_html
-    if not history:
-        return "<div style='color:#555'>実行の履歴: まだありません（実行するとここに1行ずつ増えます）</div>"
+    from course.labkit.tables import history_table
     runs = {}
     for r in history:
         runs.setdefault(r["run"], []).append(r)
@@ -272,7 +270,7 @@ def history_html(history: list[dict], last: int = 12) -> str:
                      fmt(f[-1] if f else None)))
     head = ("#", "モデル", "スレッド", "プロンプト長", "GFLOP/s", "GB/s", "最小バッチ 実測/予測 [ms]",
             "最大バッチ 実測/予測 [ms]", "最長 Prefill 実測/予測 [ms]")
-    return "<div><b>実行の履歴</b></div>" + table_html(body, head, right=set(range(2, len(head))))
+    return history_table(body, head, set(range(2, len(head))))
 
 
 def save_history_csv(history: list[dict], path) -> str:

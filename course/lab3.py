@@ -29,7 +29,7 @@ from course.labkit.charts import figure
 from course.labkit.history import to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
-from course.labkit.tables import table_html, warnings_html
+from course.labkit.tables import history_table, table_html, warnings_html
 from course.no_cache import generate_no_cache
 from course.runtime import (MODEL_CHOICES, apply_thread_policy, available_devices, check_device, check_int,
                             check_model, get_llm, is_quick, max_model_len, random_prompts)
@@ -195,15 +195,13 @@ def add_run(history: list[dict], res: dict) -> dict:
 
 
 def history_html(history: list[dict], last: int = 15) -> str:
-    if not history:
-        return "<div style='color:#555'>実行の履歴: まだありません（実行するとここに1行ずつ増えます）</div>"
     head = ("#", "プロンプト", "出力", "繰り返し", "スレッド", "最初 あり [ms]", "最後 あり [ms]", "最初 なし [ms]",
             "最後 なし [ms]", "合計 あり [s]", "合計 なし [s]", "トークン一致", "KV [MiB]")
     rows = [(r["run"], r["prompt_len"], r["output_len"], r["repeats"], r["threads"], f"{r['first_step_cached_ms']:.2f}",
              f"{r['last_step_cached_ms']:.2f}", f"{r['first_step_no_cache_ms']:.2f}", f"{r['last_step_no_cache_ms']:.2f}",
              f"{r['cached_total_s']:.2f}", f"{r['no_cache_total_s']:.2f}", "はい" if r["tokens_equal"] else "いいえ",
              f"{r['kv_mib_last']:.2f}") for r in history[-last:]]
-    return "<div><b>実行の履歴</b></div>" + table_html(rows, head, right=set(range(1, len(head))))
+    return history_table(rows, head, set(range(1, len(head))))
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:

@@ -22,7 +22,7 @@ from course import labkit
 from course.labkit.history import to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
-from course.labkit.tables import table_html, warnings_html
+from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import (apply_thread_policy, check_device, check_int, get_llm, is_quick, random_prompts)
 from minimal_engine import LLM, SamplingParams
 from minimal_engine import calculators as calc
@@ -169,14 +169,12 @@ def _f(v, fmt) -> str:
 
 
 def history_html(history: list[dict], last: int = 15) -> str:
-    if not history:
-        return "<div style='color:#555'>実行の履歴: まだありません（実行するとここに1行ずつ増えます）</div>"
     head = ("#", "共有プロンプト長", "リクエスト数", "繰り返し", "スレッド", "TTFT なし [ms]", "TTFT あり [ms]", "比",
             "ヒット率（計算）")
     rows = [(r["run"], r["shared_len"], r["num_requests"], r["repeats"], r["threads"], _f(r["ttft_off_ms"], ".1f"),
              _f(r["ttft_on_ms"], ".1f"), _f(r["ratio"], ".2f"), f"{r['expected_hit_rate'] * 100:.1f} %")
             for r in history[-last:]]
-    return "<div><b>実行の履歴</b></div>" + table_html(rows, head, right=set(range(1, len(head))))
+    return history_table(rows, head, set(range(1, len(head))))
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:

@@ -28,7 +28,7 @@ import time
 from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
-from course.labkit.tables import table_html, warnings_html
+from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import apply_thread_policy, check_device, check_int, get_llm, is_quick, random_prompts
 from minimal_engine import LLM, SamplingParams
 from minimal_engine import calculators as calc
@@ -198,13 +198,11 @@ def add_run(history: list[dict], res: dict) -> list[dict]:
 
 
 def history_html(history: list[dict], last: int = 24) -> str:
-    if not history:
-        return "<div style='color:#555'>実行の履歴: まだありません（実行するとここに方式ごとに1行ずつ増えます）</div>"
     head = ("#", "方式", "プロンプト長", "同時リクエスト数", "リクエスト数", "出力 tok/s", "tok/s/user", "TTFT [ms]",
             "グッドプット [件/s]")
     rows = [(r["run"], POLICIES[r["policy"]], r["prompt_len"], r["concurrency"], r["num_requests"], _v(r["tok_s"]),
              _v(r["tok_s_per_user"]), _v(r["ttft_ms"], ".0f"), _v(r["goodput_rps"], ".2f")) for r in history[-last:]]
-    return "<div><b>実行の履歴</b></div>" + table_html(rows, head, right=set(range(2, len(head))))
+    return history_table(rows, head, set(range(2, len(head))), "実行するとここに方式ごとに1行ずつ増えます")
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:

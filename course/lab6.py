@@ -20,7 +20,7 @@ import statistics
 from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
-from course.labkit.tables import table_html, warnings_html
+from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import apply_thread_policy, check_device, check_int, is_quick, random_prompts
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.metrics import summarize
@@ -189,12 +189,10 @@ def add_run(history: list[dict], res: dict) -> list[dict]:
 
 
 def history_html(history: list[dict], last: int = 24) -> str:
-    if not history:
-        return "<div style='color:#555'>実行の履歴: まだありません（実行するとここに設定ごとに1行ずつ増えます）</div>"
     head = ("#", "設定", "プロンプト長", "出力長", "バッチサイズ", "TPOT（1）[ms]", "TPOT（B）[ms]", "出力 tok/s（B）")
     rows = [(r["run"], SETTINGS[r["setting"]][0], r["prompt_len"], r["output_len"], r["batch"], f"{r['tpot_b1_ms']:.2f}",
              f"{r['tpot_bB_ms']:.2f}", f"{r['tok_s_bB']:.1f}") for r in history[-last:]]
-    return "<div><b>実行の履歴</b></div>" + table_html(rows, head, right=set(range(2, len(head))))
+    return history_table(rows, head, set(range(2, len(head))), "実行するとここに設定ごとに1行ずつ増えます")
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:

@@ -22,7 +22,7 @@ import time
 from course.labkit.history import to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
-from course.labkit.tables import table_html, warnings_html
+from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import apply_thread_policy, check_device, check_int, is_quick
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench.offline import decode_step_time
@@ -201,13 +201,11 @@ def add_run(history: list[dict], res: dict) -> list[dict]:
 
 
 def history_html(history: list[dict], last: int = 24) -> str:
-    if not history:
-        return "<div style='color:#555'>実行の履歴: まだありません（実行すると TP=1 と TP=N の2行ずつ増えます）</div>"
     head = ("#", "TP", "プロンプト長", "バッチサイズ", "プリフィル [ms]", "通信の割合", "デコード [ms]", "通信の割合")
     rows = [(r["run"], r["tp_size"], r["prompt_len"], r["batch_size"], _v(r["prefill_ms"]),
              f"{100 * r['prefill_comm_share']:.0f}%", _v(r["decode_ms"]), f"{100 * r['decode_comm_share']:.0f}%")
             for r in history[-last:]]
-    return "<div><b>実行の履歴</b></div>" + table_html(rows, head, right=set(range(2, len(head))))
+    return history_table(rows, head, set(range(2, len(head))), "実行すると TP=1 と TP=N の2行ずつ増えます")
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:

@@ -27,7 +27,7 @@ import time
 from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
-from course.labkit.tables import table_html, warnings_html
+from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import apply_thread_policy, check_device, check_int, is_quick
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.spec_decode import expected_speedup, expected_tokens_per_step
@@ -252,13 +252,11 @@ def add_run(history: list[dict], res: dict) -> list[dict]:
 
 
 def history_html(history: list[dict], last: int = 24) -> str:
-    if not history:
-        return "<div style='color:#555'>実行の履歴: まだありません（実行するとここに方式ごとに1行ずつ増えます）</div>"
     head = ("#", "方式", "文章", "プロンプト長", "k", "同時リクエスト数", "出力 tok/s", "速度比", "受理率", "平均受理長")
     rows = [(r["run"], METHODS[r["method"]], TEXTS[r["text"]], r["prompt_len"], r["k"], r["concurrency"],
              _v(r["tok_s"], ".1f"), _v(r["speedup"]), _v(r["acceptance_rate"]), _v(r["mean_accepted_length"]))
             for r in history[-last:]]
-    return "<div><b>実行の履歴</b></div>" + table_html(rows, head, right=set(range(3, len(head))))
+    return history_table(rows, head, set(range(3, len(head))), "実行するとここに方式ごとに1行ずつ増えます")
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:

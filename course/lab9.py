@@ -30,7 +30,7 @@ from course.labkit.arrivals import arrival_plan, check_arrivals, check_rate
 from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
-from course.labkit.tables import table_html, warnings_html
+from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import (apply_thread_policy, check_device, check_int, check_model, engine_model_arg, get_llm, is_quick,
                             max_model_len, random_prompts)
 from minimal_engine import LLM, SamplingParams
@@ -231,14 +231,12 @@ def add_run(history: list[dict], res: dict) -> list[dict]:
 
 
 def history_html(history: list[dict], last: int = 24) -> str:
-    if not history:
-        return "<div style='color:#555'>実行の履歴: まだありません（実行するとここに構成ごとに1行ずつ増えます）</div>"
     head = ("#", "構成", "プロンプト長", "デコード数", "ITL p99 [ms]", "長いプロンプトの TTFT [ms]", "出力 tok/s",
             "tok/s/user")
     rows = [(r["run"], "Disaggregation" if r["setup"] == "disagg" else f"予算 {r['budget']}", r["prompt_len"],
              r["num_decodes"], _v(r["p99_itl_ms"]), _v(r["long_ttft_ms"], ".0f"), _v(r["tok_s"]),
              _v(r["tok_s_per_user"])) for r in history[-last:]]
-    return "<div><b>実行の履歴</b></div>" + table_html(rows, head, right=set(range(2, len(head))))
+    return history_table(rows, head, set(range(2, len(head))), "実行するとここに構成ごとに1行ずつ増えます")
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:

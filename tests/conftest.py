@@ -104,3 +104,14 @@ def fail_rows_with_top_k(monkeypatch, top_k: int = 7) -> None:
         return real(row, p, gen)
 
     monkeypatch.setattr(sampler_mod, "sample_row", flaky)
+
+
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module (the folder is not a package)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

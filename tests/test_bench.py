@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from conftest import load_benchmark
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench import (dataset_requests, decode_step_time, format_median_ratios, hf_model_for,
                                   median_ratios, plot_throughput_vs_interactivity, random_requests, ratios,
@@ -167,17 +168,6 @@ def test_engine_modules_do_not_import_matplotlib():
     code = ("import sys, minimal_engine, minimal_engine.bench, minimal_engine.roofline, minimal_engine.serve; "
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-
-
-def load_benchmark(name: str):
-    """A script of benchmarks/ as a module (the folder is not a package)."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])

@@ -9,6 +9,7 @@ import torch
 
 pytest.importorskip("gguf")
 
+from conftest import load_benchmark                                                  # noqa: E402
 from minimal_engine import LLM                                                        # noqa: E402
 from minimal_engine.bench.gguf_export import (export_gguf, permute_for_llama_cpp, read_gguf,  # noqa: E402
                                               verify_gguf)
@@ -88,18 +89,8 @@ def test_bad_outtype(llama_dir, tmp_path):
         export_gguf(LLM(llama_dir, dtype="float32", device="cpu"), tmp_path / "x.gguf", "q4_k")
 
 
-def load_bench_script():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "llamacpp_bench.py"
-    spec = importlib.util.spec_from_file_location("llamacpp_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_llamacpp_bench_reads_llama_cpp_outputs():
-    bench = load_bench_script()
+    bench = load_benchmark("llamacpp_bench")
     js = ('[{"n_prompt": 512, "n_gen": 0, "avg_ts": 250.0}, {"n_prompt": 0, "n_gen": 128, "avg_ts": 40.0}]')
     assert bench.parse_llama_bench(js) == {"prefill_tok_s": 250.0, "tpot_ms": 25.0}
     table = ("main: n_kv_max = 8448\n\n"
@@ -112,7 +103,7 @@ def test_llamacpp_bench_reads_llama_cpp_outputs():
 
 
 def test_llamacpp_bench_export_only(llama_dir, tmp_path, capsys):
-    bench = load_bench_script()
+    bench = load_benchmark("llamacpp_bench")
     assert bench.main(["--model", str(llama_dir), "--outtype", "bf16", "--threads", "1", "--out", str(tmp_path),
                        "--export-only"]) == 0
     assert "read back" in capsys.readouterr().out

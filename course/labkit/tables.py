@@ -79,14 +79,20 @@ def history_rows(history: list[dict], last: int = 15) -> list[tuple]:
     return out
 
 
+def history_table(rows: list[tuple], head: tuple, right: set[int], grows: str = "実行するとここに1行ずつ増えます",
+                  more: str = "") -> str:
+    """A lab's run history: the table under its heading, or, before the first run, a line saying how it grows
+    (``grows``: "実行するとここに設定ごとに1行ずつ増えます" and the like)."""
+    if not rows:
+        return f"<div style='color:#555'>実行の履歴: まだありません（{grows}）</div>"
+    return f"<div><b>実行の履歴</b>{more}</div>" + table_html(rows, head, right=right)
+
+
 def history_html(history: list[dict], last: int = 15) -> str:
     """The last ``last`` rows of the history (newest at the bottom)."""
-    if not history:
-        return "<div style='color:#555'>実行の履歴: まだありません（実行するとここに1行ずつ増えます）</div>"
     more = f"（最新 {last} 行を表示、全 {len(history)} 行）" if len(history) > last else ""
-    return (f"<div><b>実行の履歴</b>{more}</div>"
-            + table_html(history_rows(history, last), HISTORY_HEAD, right=set(range(3, len(HISTORY_HEAD)))))
+    return history_table(history_rows(history, last), HISTORY_HEAD, set(range(3, len(HISTORY_HEAD))), more=more)
 
 
-__all__ = ["cost_html", "cost_rows", "history_html", "history_rows", "readout_html", "readout_rows", "spread",
-           "table_html", "warnings_html"]
+__all__ = ["cost_html", "cost_rows", "history_html", "history_rows", "history_table", "readout_html", "readout_rows",
+           "spread", "table_html", "warnings_html"]
