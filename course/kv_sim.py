@@ -168,9 +168,7 @@ LABELS = {"contiguous_max_model_len": "連続確保（max_model_len）", "contig
 def plot_compare(results: dict):
     """Memory over time for each policy: KV actually written, internal and external fragmentation."""
     from course.labkit.charts import figure
-    fig, ax = figure(11, 3.6)
-    ax.remove()
-    axes = fig.subplots(1, len(results), sharey=True)
+    fig, axes = figure(11, 3.6, 1, len(results), sharey=True)
     for ax, (name, res) in zip(axes, results.items()):
         t, pool = res["trace"], res["pool_tokens"]
         x = range(len(t["used"]))

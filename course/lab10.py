@@ -235,9 +235,7 @@ def history_csv(history: list[dict], learner: str = "") -> str:
 def plot_run(res: dict):
     """Left: this machine's frontier, measured (実測) and predicted (予測). Right: TPOT and TTFT per concurrency."""
     from course.labkit.charts import figure
-    fig, ax = figure(11, 4)
-    ax.remove()
-    a1, a2 = fig.subplots(1, 2)
+    fig, (a1, a2) = figure(11, 4, 1, 2)
     t = res["table"]
     a1.plot([1000 / r["tpot_ms"] for r in t], [r["tok_s"] for r in t], "o-", color="tab:blue", label="実測")
     a1.plot([1000 / r["pred_tpot_ms"] for r in t], [r["pred_tok_s"] for r in t], "s--", color="tab:orange",

@@ -8,21 +8,12 @@
 """
 from __future__ import annotations
 
+from course.labkit.charts import figure
 from minimal_engine import roofline
 
 DECODE, PREFILL = "tab:blue", "tab:orange"
 GPU_COLORS = {"A100": "tab:gray", "H100": "tab:green", "H200": "tab:olive", "B200": "tab:purple",
               "MI300X": "tab:red", "MI355X": "tab:brown", "GB200": "tab:pink"}
-
-
-def _fig(width, height, ncols=1):
-    import matplotlib.pyplot as plt
-
-    from course.plots import setup_japanese_font
-    setup_japanese_font()
-    fig = plt.figure(figsize=(width, height), layout="constrained")
-    plt.close(fig)
-    return fig, fig.subplots(1, ncols) if ncols > 1 else fig.subplots()
 
 
 def draw_roof(ax, machine: dict, flops_key: str, label: str, color="black", x_range=(0.05, 5000), style="-"):
@@ -52,7 +43,7 @@ def _points(ax, pts, key_flops: str, filled: bool, label_prefix: str = ""):
 
 def plot_roofline(res: dict, gpu: str | None = None):
     """Left: the roofline with the measured steps. Right: predicted vs measured time per step."""
-    fig, (ax, bx) = _fig(13, 5.2, ncols=2)
+    fig, (ax, bx) = figure(13, 5.2, 1, 2)
     m, key = res["machine"], res["flops_key"]
     ridge = draw_roof(ax, m, key, f"このマシン（{key.split('_')[1]}・実測ピーク）")
     _points(ax, res["points"], "achieved_flops", True, "実測 ")
@@ -103,7 +94,7 @@ def plot_roofline(res: dict, gpu: str | None = None):
 def plot_gpu_rooflines(gpus, machine: dict | None = None, flops_key: str = "flops_bf16", marks=()):
     """Datasheet GPUs (dense BF16, HBM) on one roofline; ``machine`` adds this machine's measured roof.
     ``marks``: (label, intensity) vertical lines, e.g. decode at batch 1 or a prefill chunk."""
-    fig, ax = _fig(9, 5.2)
+    fig, ax = figure(9, 5.2)
     for g in gpus:
         gm = roofline.gpu_machine(g)
         draw_roof(ax, gm, "flops_bf16", f"{g}（リッジ {roofline.ridge_point(gm):.0f} FLOP/B）", GPU_COLORS.get(g, "gray"))
@@ -126,7 +117,7 @@ def plot_gpu_rooflines(gpus, machine: dict | None = None, flops_key: str = "flop
 
 def plot_threads(rows: list[dict]):
     """GFLOP/s (fp32 and bf16 matmul) and GB/s against the thread count."""
-    fig, (ax, bx) = _fig(10, 3.8, ncols=2)
+    fig, (ax, bx) = figure(10, 3.8, 1, 2)
     t = [r["threads"] for r in rows]
     ax.plot(t, [r["flops_fp32"] / 1e9 for r in rows], "o-", label="行列積 fp32")
     ax.plot(t, [r["flops_bf16"] / 1e9 for r in rows], "s-", label="行列積 bf16")

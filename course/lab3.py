@@ -213,9 +213,7 @@ def history_csv(history: list[dict], learner: str = "") -> str:
 def plot_steps(res: dict):
     """Left: time of each decode step against its position, with and without the cache (median, min-max
     band). Right: bytes of K and V the cache holds after each step. Returns a matplotlib Figure."""
-    fig, ax = figure(11, 3.9)
-    ax.remove()
-    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax1, ax2) = figure(11, 3.9, 1, 2, gridspec_kw={"width_ratios": [3, 2]})
     x = res["positions"]
     for name, label, color in (("no_cache", "キャッシュなし（毎回すべて計算し直す）", "tab:red"),
                                ("cached", "キャッシュあり（エンジン）", "tab:blue")):

@@ -216,9 +216,7 @@ COLORS = {"continuous": "tab:blue", "static": "tab:orange", "hf_static": "tab:gr
 def plot_run(res: dict):
     """Left: tok/s against tok/s/user per policy. Right: TTFT of each request (engine policies)."""
     from course.labkit.charts import figure
-    fig, ax = figure(11, 3.8)
-    ax.remove()
-    a1, a2 = fig.subplots(1, 2)
+    fig, (a1, a2) = figure(11, 3.8, 1, 2)
     for k, r in res["policies"].items():
         a1.scatter([r["tok_s_per_user"]], [r["tok_s"]], color=COLORS[k], label=r["label"], s=50)
         if r["ttft_ms_list"]:

@@ -205,9 +205,7 @@ COLORS = {"bf16": "tab:blue", "int8": "tab:orange"}
 def plot_run(res: dict):
     """Left: TPOT at batch 1 and batch B per setting. Right: output tok/s at batch B."""
     from course.labkit.charts import figure
-    fig, ax = figure(10, 3.6)
-    ax.remove()
-    a1, a2 = fig.subplots(1, 2)
+    fig, (a1, a2) = figure(10, 3.6, 1, 2)
     ks = list(res["settings"])
     for i, k in enumerate(ks):
         r = res["settings"][k]

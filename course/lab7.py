@@ -215,9 +215,7 @@ def history_csv(history: list[dict], learner: str = "") -> str:
 def plot_run(res: dict):
     """Step time of TP=1 and TP=N, split into computation and communication (prefill left, decode right)."""
     from course.labkit.charts import figure
-    fig, ax = figure(10, 3.6)
-    ax.remove()
-    axes = fig.subplots(1, 2)
+    fig, axes = figure(10, 3.6, 1, 2)
     for a, (kind, title) in zip(axes, (("prefill", f"プリフィル（{res['prompt_len']} トークン）"),
                                        ("decode", f"デコード（バッチ {res['batch_size']}）"))):
         labels = [f"TP={k}" for k in res["runs"]]

@@ -269,9 +269,7 @@ COLORS = {"none": "tab:gray", "ngram": "tab:green", "draft_model": "tab:blue"}
 def plot_run(res: dict):
     """Left: output tok/s per method. Right: acceptance rate and mean accepted length."""
     from course.labkit.charts import figure
-    fig, ax = figure(10, 3.6)
-    ax.remove()
-    a1, a2 = fig.subplots(1, 2)
+    fig, (a1, a2) = figure(10, 3.6, 1, 2)
     ms = list(res["methods"])
     a1.bar([METHODS[m] for m in ms], [res["methods"][m]["tok_s"] for m in ms], color=[COLORS[m] for m in ms])
     a1.set_ylabel("出力 tok/s")

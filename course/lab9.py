@@ -252,9 +252,8 @@ def plot_itl(res: dict):
     """ITL of the short requests over time, one panel per setup; dashed lines: a long prompt arrives."""
     from course.labkit.charts import figure
     names = list(res["setups"])
-    fig, ax = figure(10, 1.7 * len(names) + 0.6)
-    ax.remove()
-    axes = fig.subplots(len(names), 1, sharex=True, sharey=True, squeeze=False)[:, 0]
+    fig, axes = figure(10, 1.7 * len(names) + 0.6, len(names), 1, sharex=True, sharey=True, squeeze=False)
+    axes = axes[:, 0]
     for i, (a, name) in enumerate(zip(axes, names)):
         r = res["setups"][name]
         xs, ys = zip(*r["itl_points"]) if r["itl_points"] else ((), ())
@@ -271,9 +270,7 @@ def plot_itl(res: dict):
 def plot_budget(res: dict):
     """p99 ITL (left) and the long prompts' TTFT (right) against the chunk budget; Disaggregation as a line."""
     from course.labkit.charts import figure
-    fig, ax = figure(10, 3.4)
-    ax.remove()
-    a1, a2 = fig.subplots(1, 2)
+    fig, (a1, a2) = figure(10, 3.4, 1, 2)
     single = [r for r in res["setups"].values() if r["budget"] is not None]
     for a, key, title in ((a1, "p99_itl_ms", "デコードの ITL p99 [ms]"), (a2, "long_ttft_ms", "長いプロンプトの TTFT [ms]")):
         a.plot([r["budget"] for r in single], [r[key] for r in single], "o-", label="1エンジン（チャンク予算）")

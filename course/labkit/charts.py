@@ -4,14 +4,16 @@ from __future__ import annotations
 from course.labkit.history import read_csvs, sweeps
 
 
-def figure(width: float, height: float):
+def figure(width: float, height: float, *grid, **kwargs):
+    """A figure of width x height inches with the course's Japanese font, and its axes: one, or the grid
+    ``fig.subplots(*grid, **kwargs)`` makes (``figure(10, 3.6, 1, 2)`` -> fig, (left, right))."""
     import matplotlib.pyplot as plt
 
     from course.plots import setup_japanese_font
     setup_japanese_font()
     fig = plt.figure(figsize=(width, height), layout="constrained")
     plt.close(fig)      # pyplot forgets it: shown once, where it is returned or displayed (not again later)
-    return fig, fig.subplots()
+    return fig, fig.subplots(*grid, **kwargs)
 
 
 def _curve(ax, rows: list[dict], label: str, color, annotate: bool = True) -> None:
