@@ -1,15 +1,18 @@
-"""Batch-1 decode on the CPU: the engine's Linear paths (model_runner.fast_cpu_linears) against the paths it
-took before, in one process.
+"""Batch-1 decode on the CPU: the engine's Linear kernels (minimal_engine.cpu_linears, probed on this CPU)
+against a baseline, in one process.
 
-    python benchmarks/matvec_ab.py --model synthetic:llama-125m --rounds 5 [--dtype float32]
+    python benchmarks/matvec_ab.py --model synthetic:llama-125m --rounds 5 [--dtype float32] [--against plain]
 
-Two engines on the same weights; the second one's Linear layers are switched back to the earlier path:
-  * bfloat16: oneDNN's pre-packed kernel for one row too (the engine now takes ATen's matrix-vector kernel there);
-  * float32: plain nn.Linear, MKL (the engine now takes oneDNN's pre-packed weights for every row count).
+Two engines on the same weights; the second one's Linear layers take the baseline's kernels:
+  * --against earlier (default): the paths the engine took before the one-row changes. bfloat16: oneDNN's
+    pre-packed kernel for one row too (the engine takes ATen's matrix-vector kernel there); float32: plain
+    nn.Linear, MKL (the engine takes oneDNN's pre-packed weights for every row count). Needs oneDNN's
+    pre-packing to run on this CPU in bf16 (AVX-512 or AVX-NE-CONVERT): refused with that reason elsewhere;
+  * --against plain: plain F.linear everywhere, what a CPU where every probe fails runs (the fallback's cost).
 Rounds alternate the two; each round measures the median TPOT of one request (128-token prompt, 64 new tokens),
 and with `--more-rows` also the TTFT of one 400-token prompt and the output tok/s of 16 requests (64 in, 32 out)
-(more rows per step: the paths for prefill and batches). Prints the per-round TPOT ratios and the medians
-(TPOT and TTFT ratios below 1, tok/s ratio above 1: the engine's path is faster).
+(more rows per step: the paths for prefill and batches). Prints the kernels each engine took, the per-round TPOT
+ratios and the medians (TPOT and TTFT ratios below 1, tok/s ratio above 1: the engine's path is faster).
 """
 from __future__ import annotations
 
@@ -21,21 +24,26 @@ import torch
 
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench import random_requests, run_offline
+from minimal_engine.cpu_linears import PLAIN, PREPACKED, CpuKernels, probe, use_cpu_linears
 
 
-def use_earlier_path(llm) -> int:
-    """Point every Linear of the engine back at the earlier path (see the docstring); returns how many."""
-    n = 0
-    for m in llm.engine.runner.model.modules():
-        if isinstance(m, torch.nn.Linear):
-            if m.weight.dtype == torch.float32:
-                vars(m).pop("forward", None)                      # nn.Linear.forward again
-            else:
-                p = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), 1)
-                b = None if m.bias is None else m.bias.detach()
-                m.forward = lambda x, p=p, b=b: torch.ops.mkldnn._linear_pointwise(x, p, b, "none", [], "")
-            n += 1
-    return n
+def baseline_kernels(dtype: torch.dtype, against: str) -> CpuKernels:
+    if against == "plain":
+        return CpuKernels(dtype)
+    if dtype == torch.float32:
+        return CpuKernels(dtype, PLAIN, PLAIN)
+    why = probe(PREPACKED, dtype)
+    if why:
+        raise SystemExit(f"--against earlier needs oneDNN's pre-packed bf16 kernel, which does not run here ({why}); "
+                         f"use --against plain or --dtype float32")
+    return CpuKernels(dtype, PREPACKED, PREPACKED)
+
+
+def use_baseline(llm, against: str = "earlier") -> int:
+    """Point every Linear of the engine at the baseline's kernels (see the docstring); returns how many."""
+    model = llm.engine.runner.model
+    kernels = use_cpu_linears(model, baseline_kernels(llm.dtype, against))
+    return 0 if kernels is None else sum(1 for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
 def main(argv=None) -> int:
@@ -45,11 +53,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--more-rows", action="store_true", help="also a 400-token prefill and 16 requests at once")
+    ap.add_argument("--against", default="earlier", choices=["earlier", "plain"], help="the baseline (see above)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     kw = {"model": args.model} if args.model else {}
     engines = {"now": LLM(**kw, dtype=args.dtype, device="cpu"), "before": LLM(**kw, dtype=args.dtype, device="cpu")}
-    print(f"{use_earlier_path(engines['before'])} linear layers switched back to the earlier path")
+    print(f"{use_baseline(engines['before'], args.against)} linear layers switched to the baseline ({args.against})")
+    for k, llm in engines.items():
+        print(f"  {k}: {llm.engine.runner.model.layers[0].mlp.down_proj.extra_repr()}")
+    print(f"  engine's choice on this CPU: {engines['now'].engine.runner.cpu_kernels.describe()}")
     vocab = engines["now"].model_config.vocab_size
     tpot, ttft, tok_s = ({k: [] for k in engines} for _ in range(3))
     for r in range(args.rounds):

@@ -127,23 +127,27 @@ def quality(max_chars: int | None = None, settings=None) -> list[dict]:
 
 def kernel_times(rows=(1, 8, 32, 256), shape=(8192, 320), repeats: int = 5, iters: int = 20) -> list[dict]:
     """One linear layer of the default model's shape (lm_head: [8192, 320]) at several batch rows, in microseconds:
-    the engine's BF16 path on the CPU (model_runner.fast_cpu_linears: one row through ATen's matrix-vector kernel,
-    more rows through oneDNN with the weight pre-packed), INT8 through `_weight_int8pack_mm`, and INT8
+    the engine's BF16 path on this CPU (minimal_engine.cpu_linears.CpuLinear: the kernels probed at load, e.g. one
+    row through ATen's matrix-vector kernel, more rows through oneDNN with the weight pre-packed where the CPU
+    runs it), INT8 through `_weight_int8pack_mm` (left out where it fails its probe), and INT8
     dequantize-then-matmul. Paths alternate inside each repeat; medians."""
     import time
 
     import torch
     from torch import nn
 
-    from minimal_engine.model_runner import fast_cpu_linears
+    from minimal_engine.cpu_linears import probe_int8pack, use_cpu_linears
     from minimal_engine.quantization import Int8Linear
     torch.manual_seed(0)
     lin = nn.Linear(shape[1], shape[0], bias=False).to(torch.bfloat16)
     pack = Int8Linear(lin, use_int8pack=False)
-    fast_cpu_linears(nn.Sequential(lin))                  # lin now runs the engine's BF16 path
-    paths = {"bf16": lin,
+    seq = nn.Sequential(lin)
+    use_cpu_linears(seq)                                  # seq[0]: the engine's BF16 path on this CPU
+    paths = {"bf16": seq[0],
              "int8pack": lambda x: torch.ops.aten._weight_int8pack_mm(x, pack.weight_int8, pack.scales),
              "int8_dequant": pack}
+    if probe_int8pack(torch.bfloat16) is not None:        # the int8 kernel does not run (correctly) on this CPU
+        del paths["int8pack"]
     out = []
     with torch.inference_mode():
         for m in rows:
@@ -157,7 +161,8 @@ def kernel_times(rows=(1, 8, 32, 256), shape=(8192, 320), repeats: int = 5, iter
                     for _ in range(iters):
                         f(x)
                     times[k].append((time.perf_counter() - t) / iters * 1e6)
-            row = {"rows": m, **{f"{k}_us": statistics.median(v) for k, v in times.items()}}
+            row = {"rows": m, "int8pack_us": float("nan"),
+                   **{f"{k}_us": statistics.median(v) for k, v in times.items()}}
             row["int8pack_over_bf16"] = row["int8pack_us"] / row["bf16_us"]
             out.append(row)
     return out

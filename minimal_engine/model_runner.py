@@ -13,71 +13,17 @@ runs the same static-buffer path without capturing, for tests). On the CPU the d
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .attention import ForwardBatch, PrefillChunk
 from .config import EngineConfig
+from .cpu_linears import use_cpu_linears
 from .cuda_graphs import DecodeGraphs
 from .kv_quant import calibrate_kv_scales, make_kv_caches
 from .logprobs import token_logprobs
 from .sampler import sample
 from .scheduler import SchedulerOutput
 
-PACK_LIMIT_BYTES = 2 << 30   # pre-packing keeps a second copy of the weights: skip it for big models
 LONE_DECODE_SDPA_MAX_CONTEXT = 512   # see ModelRunner.lone_decode_sdpa
-
-
-def matvec(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [1, in] @ weight.T [in, out]: ATen's own bf16 matrix-vector kernel (fp32 accumulation).
-
-    At batch 1 a step only streams the weights, and this kernel streams them near memory speed (32-34 GB/s on
-    this project's 2-core machine, against 20-23 GB/s for oneDNN's pre-packed matmul and 14-17 GB/s for plain
-    bf16 F.linear, which goes to oneDNN whenever oneDNN is on). So oneDNN is switched off for this one call.
-    """
-    enabled = torch._C._get_mkldnn_enabled()
-    torch._C._set_mkldnn_enabled(False)
-    try:
-        return F.linear(x, weight, bias)
-    finally:
-        torch._C._set_mkldnn_enabled(enabled)
-
-
-def fast_cpu_linears(model: torch.nn.Module) -> bool:
-    """CPU speed-up for the Linear layers, chosen by measurement on this project's 2-core machine
-    (benchmarks/matvec_kernels.py; GB/s of weights read when they stream from memory, one row):
-      * bfloat16: one row (batch-1 decode) takes `matvec` (~32 GB/s); more rows take a copy of the weight
-        pre-packed in oneDNN's blocked layout (plain bf16 F.linear re-lays the weight out on every call; the
-        pre-packed copy runs prefill and batched decode about twice as fast);
-      * float32: every row count takes the pre-packed copy (~26 GB/s at one row, where plain F.linear, MKL's
-        matrix-vector product, reads ~13 GB/s; prefill and batches are faster too).
-    The original weights stay (state_dict, tied embeddings), so packing costs a second copy of the weights:
-    skipped above PACK_LIMIT_BYTES (then more rows, and every fp32 row, take plain F.linear). Nothing changes on
-    other devices and dtypes. Returns whether the weights were packed.
-    """
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    if not linears:                               # every Linear is an Int8Linear (quantization.py)
-        return False
-    w0 = linears[0].weight
-    if w0.device.type != "cpu" or w0.dtype not in (torch.bfloat16, torch.float32):
-        return False
-    size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
-    pack = (size <= PACK_LIMIT_BYTES and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
-    if w0.dtype == torch.float32 and not pack:
-        return False
-    for m in linears:
-        w, b = m.weight.detach(), None if m.bias is None else m.bias.detach()
-        packed = torch.ops.mkldnn._reorder_linear_weight(w, 1) if pack else None
-        one_row = matvec if w.dtype == torch.bfloat16 else None
-
-        def forward(x, w=w, b=b, p=packed, one_row=one_row):   # x: [rows, in]
-            if one_row is not None and x.numel() == x.shape[-1]:   # bf16, one row: batch-1 decode
-                return one_row(x, w, b)
-            if p is None:
-                return F.linear(x, w, b)
-            return torch.ops.mkldnn._linear_pointwise(x, p, b, "none", [], "")
-        m.forward = forward
-    return pack
 
 
 def prompt_logprobs(logits: torch.Tensor, num_samplers: int, rows: list) -> torch.Tensor:
@@ -96,7 +42,7 @@ class ModelRunner:
         cfg = model.config
         self.model, self.config, self.device, self.dtype = model, config, device, dtype
         self.block_size = config.block_size
-        self.packed_linears = fast_cpu_linears(model)
+        self.cpu_kernels = use_cpu_linears(model)       # CPU: kernels probed on this CPU (cpu_linears.py)
         self.num_blocks = num_blocks
         self.pool_blocks = num_blocks + 1              # + the scratch block (no request ever owns it)
         slots = self.pool_blocks * config.block_size

@@ -13,7 +13,7 @@ it does depends on the kernel (the lesson and lab of chapter 6 measure it).
 
 Kernels: on the CPU, PyTorch's `torch.ops.aten._weight_int8pack_mm(x, W_q, scale)` (the op gpt-fast uses) for
 float32 and bfloat16 activations, for steps of at most INT8PACK_MAX_ROWS rows (decode); elsewhere (more rows,
-CUDA, other dtypes, a PyTorch without the op) a plain dequantize-and-matmul: `F.linear(x, W_q.to(x.dtype)) * scale`.
+CUDA, other dtypes, a CPU or PyTorch where the op fails its probe) a plain dequantize-and-matmul: `F.linear(x, W_q.to(x.dtype)) * scale`.
 Both compute the same product. (On the course's CPU, one thread, `_weight_int8pack_mm`'s time grew about in
 proportion to the rows: from ~16 rows up the dequantize path was faster; course/lab6.py's kernel_times measures it.)
 """
@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .cpu_linears import fast_paths_allowed, probe_int8pack
 
 QUANTIZATION_METHODS = (None, "int8")
 INT8PACK_MAX_ROWS = 16     # rows (tokens) of a step up to which the CPU int8 kernel is used
@@ -42,10 +44,11 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def int8pack_supported(device: torch.device, dtype: torch.dtype) -> bool:
-    """The CPU int8 weight kernel exists in this PyTorch and takes this activation dtype (float32, bfloat16;
-    float16 is never used on the CPU in this project)."""
+    """The CPU int8 weight kernel runs on this CPU and agrees with dequantize-and-matmul for this activation dtype
+    (float32, bfloat16; float16 is never used on the CPU in this project): probed on tiny tensors
+    (cpu_linears.probe_int8pack); MINIMAL_ENGINE_CPU_KERNELS=plain turns it off like every CPU fast path."""
     return (torch.device(device).type == "cpu" and dtype in (torch.float32, torch.bfloat16)
-            and hasattr(torch.ops.aten, "_weight_int8pack_mm"))
+            and fast_paths_allowed() and probe_int8pack(dtype) is None)
 
 
 class Int8Linear(nn.Module):
@@ -84,6 +87,9 @@ def quantize_model(model: nn.Module, method: str | None = "int8", lm_head: bool 
     check_quantization(method)
     if method is None:
         return model
+    if use_int8pack is None:                       # probe once for the whole model
+        w = next((m.weight for m in model.modules() if isinstance(m, nn.Linear)), None)
+        use_int8pack = w is not None and int8pack_supported(w.device, w.dtype)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear) and (lm_head or name != "lm_head"):

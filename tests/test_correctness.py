@@ -134,40 +134,6 @@ def test_text_prompts_and_metrics(llama_dir):
     assert m.itl == pytest.approx([m.token_times[i + 1] - m.token_times[i] for i in range(4)])
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_fast_cpu_linears_give_the_same_tokens(llama_dir, monkeypatch, dtype):
-    """The CPU fast paths (bf16: one row through ATen's matrix-vector kernel, more rows through pre-packed oneDNN
-    weights; fp32: pre-packed oneDNN weights for every row count) give the tokens of plain F.linear, alone
-    (batch-1 decode: one row per step) and batched (several rows)."""
-    import minimal_engine.model_runner as mr
-    p = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
-    fast = LLM(llama_dir, dtype=dtype, device="cpu")
-    monkeypatch.setattr(mr, "fast_cpu_linears", lambda model: False)     # plain nn.Linear everywhere
-    plain = LLM(llama_dir, dtype=dtype, device="cpu")
-    if not fast.engine.runner.packed_linears:
-        pytest.skip("oneDNN weight packing is not available in this PyTorch build")
-    lin = fast.engine.runner.model.layers[0].mlp.down_proj
-    assert "forward" in vars(lin) and "forward" not in vars(plain.engine.runner.model.layers[0].mlp.down_proj)
-    assert [o.token_ids for o in fast.generate(PROMPTS, p, use_tqdm=False)] == \
-           [o.token_ids for o in plain.generate(PROMPTS, p, use_tqdm=False)]
-    for prompt in PROMPTS:
-        assert fast.generate([prompt], p, use_tqdm=False)[0].token_ids == \
-               plain.generate([prompt], p, use_tqdm=False)[0].token_ids
-
-
-def test_matvec_equals_linear():
-    """One row through ATen's bf16 matrix-vector kernel: F.linear's numbers within bf16 rounding, and the oneDNN
-    switch is restored afterwards (also when the call fails)."""
-    from minimal_engine.model_runner import matvec
-    torch.manual_seed(0)
-    w, b, x = torch.randn(96, 64).bfloat16(), torch.randn(96).bfloat16(), torch.randn(1, 64).bfloat16()
-    before = torch._C._get_mkldnn_enabled()
-    torch.testing.assert_close(matvec(x, w, b).float(), (x.float() @ w.float().T + b.float()), atol=0.06, rtol=0.02)
-    with pytest.raises(RuntimeError):
-        matvec(torch.randn(1, 65).bfloat16(), w, b)                     # wrong width
-    assert torch._C._get_mkldnn_enabled() == before
-
-
 def test_lone_decode_attention_equals_the_masked_batch_path():
     """Batch-1 decode attends with one SDPA call over exactly its context (no mask); it must give what the
     batched path (padded to whole blocks, masked) gives for the same request."""

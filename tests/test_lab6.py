@@ -1,5 +1,7 @@
 """Chapter 6: the format grids and their emulation (course/formats.py), lab 6's experiment functions, history
 and panel."""
+import math
+
 import pytest
 import torch
 
@@ -111,6 +113,12 @@ def test_bad_settings_are_refused():
 def test_kernel_times_measures_the_engines_three_paths():
     rows = lab6.kernel_times(rows=(1, 4), shape=(48, 32), repeats=2, iters=2)
     assert [r["rows"] for r in rows] == [1, 4]
+    from minimal_engine.cpu_linears import probe_int8pack
+    int8pack_runs = probe_int8pack(torch.bfloat16) is None
     for r in rows:
-        assert all(r[k] > 0 for k in ("bf16_us", "int8pack_us", "int8_dequant_us"))
-        assert r["int8pack_over_bf16"] == pytest.approx(r["int8pack_us"] / r["bf16_us"])
+        assert all(r[k] > 0 for k in ("bf16_us", "int8_dequant_us"))
+        if int8pack_runs:
+            assert r["int8pack_us"] > 0
+            assert r["int8pack_over_bf16"] == pytest.approx(r["int8pack_us"] / r["bf16_us"])
+        else:                                           # left out where the kernel fails its probe
+            assert math.isnan(r["int8pack_us"]) and math.isnan(r["int8pack_over_bf16"])
