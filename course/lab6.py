@@ -15,6 +15,7 @@ Figures are medians over the repeats. Model bytes are the engine's tensors (quan
 """
 from __future__ import annotations
 
+import html
 import statistics
 
 from course.labkit.history import add_variant_rows, to_csv
@@ -90,16 +91,22 @@ def run_quant_lab(prompt_len=None, output_len=None, batch=None, device="cpu", re
                   "tpot_bB_ms": statistics.median(x["tpot_ms"] for x in r["bB"]),
                   "tok_s_bB": statistics.median(x["tok_s"] for x in r["bB"]),
                   "model_bytes": weight_bytes(llm.engine.runner.model)["total"],
-                  "tokens": r["bB"][0]["tokens"]}
+                  "kernels": llm.engine.runner.describe_kernels(), "tokens": r["bB"][0]["tokens"]}
     ref, q = out["bf16"], out["int8"]
     same = sum(x == y for a, c in zip(ref["tokens"], q["tokens"]) for x, y in zip(a, c))
     res = {"prompt_len": p, "output_len": o, "batch": b, "device": device, "repeats": repeats, "threads": threads,
-           "settings": out, "load": load,
+           "settings": out, "load": load, "cpu_capability": cpu_capability(device),
            "ratios": {"tpot_b1": q["tpot_b1_ms"] / ref["tpot_b1_ms"], "tpot_bB": q["tpot_bB_ms"] / ref["tpot_bB_ms"],
                       "tok_s_bB": q["tok_s_bB"] / ref["tok_s_bB"], "model_bytes": q["model_bytes"] / ref["model_bytes"]},
            "token_agreement": same / sum(map(len, ref["tokens"]))}
     res["warnings"] = [load["warning"]] if load and load["warning"] else []
     return res
+
+
+def cpu_capability(device: str = "cpu") -> str | None:
+    """The widest vector instructions PyTorch's kernels use on this CPU (e.g. AVX2, AVX512, DEFAULT on ARM)."""
+    import torch
+    return torch.backends.cpu.get_cpu_capability() if device == "cpu" else None
 
 
 def kv_capacity(tokens_per_user: int = 512, kv_cache_memory: int = 16 << 20, device: str = "cpu") -> list[dict]:
@@ -181,7 +188,17 @@ def readout_html(res: dict) -> str:
             "モデルのバイト数 [MB]")
     note = (f"<div style='color:#555'>繰り返し {res['repeats']} 回の中央値（2つの設定を交互に実行）。"
             f"貪欲法のトークンの一致率（バッチ {res['batch']}）: {res['token_agreement']:.1%}</div>")
+    note += kernels_html(res)
     return note + table_html(rows, head, right=set(range(1, len(head)))) + warnings_html(res["warnings"])
+
+
+def kernels_html(res: dict) -> str:
+    """Which CPU and which kernels the figures come from: a BF16 row differs on a CPU without native BF16."""
+    cap = res.get("cpu_capability")
+    lines = ([f"この CPU で PyTorch が使う命令: {cap}（BF16 の演算命令（AVX-512 BF16、AMX、ARM の BF16）のない CPU では、BF16 の行列積が float32 より遅いことがあります）"]
+             if cap else [])
+    lines += [f"{r['label']} の線形層: {r['kernels']}" for r in res["settings"].values() if r.get("kernels")]
+    return "".join(f"<div style='color:#555'>{html.escape(x)}</div>" for x in lines)
 
 
 HISTORY_FIELDS = ("run", "device", "threads", "prompt_len", "output_len", "batch", "repeats", "setting",

@@ -39,6 +39,7 @@ import torch
 
 from .kv_connector import PipeKVConnector, extract_kv_blocks, inject_kv_blocks, receive_loop, transfer_summary
 from .llm import LLM
+from .processes import main_guard_hint
 from .sampling_params import SamplingParams
 from .sequence import RequestMetrics
 
@@ -167,7 +168,8 @@ class DisaggregatedLLM:
                 ready = self._control.poll(min(IDLE_POLL_S, max(0.0, deadline - time.monotonic())))
                 got, value = self._control.recv() if ready else (None, None)
             except (EOFError, OSError):
-                ready, got, value = True, "error", f"the prefill process closed its pipe (exit code {self._proc.exitcode})"
+                ready, got, value = True, "error", (f"the prefill process closed its pipe (exit code "
+                                                    f"{self._proc.exitcode})" + main_guard_hint("DisaggregatedLLM"))
             if ready:
                 if got == "error":
                     self.close()
@@ -176,7 +178,8 @@ class DisaggregatedLLM:
                     return value
             elif not self._proc.is_alive():
                 self.close()
-                raise RuntimeError(f"the prefill engine process exited (code {self._proc.exitcode})")
+                raise RuntimeError(f"the prefill engine process exited (code {self._proc.exitcode})"
+                                   + main_guard_hint("DisaggregatedLLM"))
         self.close()
         raise TimeoutError(f"the prefill engine did not answer {kind!r} within {timeout:.0f} s")
 

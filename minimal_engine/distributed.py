@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from .models.sharding import check_tp_size, head_ranges, shard_model
+from .processes import main_guard_hint
 
 TIMEOUT_S = 120.0            # startup and every collective: a dead or stuck peer surfaces as an error by then
 
@@ -178,17 +179,19 @@ class TensorParallelModel(nn.Module):
         for rank, (p, c) in enumerate(zip(self.procs, self.conns), start=1):
             while not c.poll(0.2):
                 if not p.is_alive() or time.monotonic() > deadline:
-                    self._fail(f"worker rank {rank} did not get {what!r} (exit code {p.exitcode})")
+                    self._fail(f"worker rank {rank} did not get {what!r} (exit code {p.exitcode})",
+                               hint=main_guard_hint("LLM(tensor_parallel_size=...)"))
             try:
                 kind, msg = pickle.loads(c.recv_bytes())
             except (EOFError, OSError):
-                self._fail(f"worker rank {rank} exited while starting (exit code {p.exitcode})")
+                self._fail(f"worker rank {rank} exited while starting (exit code {p.exitcode})",
+                           hint=main_guard_hint("LLM(tensor_parallel_size=...)"))
             if kind != what:
                 self._fail(f"worker rank {rank} failed while starting: {msg}")
             said.append(msg)
         return said
 
-    def _fail(self, message: str, cause: BaseException | None = None):
+    def _fail(self, message: str, cause: BaseException | None = None, hint: str = ""):
         """Collect what the workers said, stop them all, and raise one clear error (later steps raise it too)."""
         notes = []
         for rank, c in enumerate(self.conns, start=1):
@@ -202,7 +205,7 @@ class TensorParallelModel(nn.Module):
         time.sleep(0.2)                             # let a dying worker finish dying, for its exit code
         states = [f"worker rank {r}: " + ("running" if p.exitcode is None else f"exit code {p.exitcode}")
                   for r, p in enumerate(self.procs, start=1)]
-        self.error = ("tensor parallelism failed: " + message + f" ({'; '.join(states)})"
+        self.error = ("tensor parallelism failed: " + message + f" ({'; '.join(states)})" + hint
                       + "".join(f"\n--- {n}" for n in notes))
         self.close()
         raise RuntimeError(self.error) from cause

@@ -34,6 +34,16 @@ CPU_KV_BUDGET = 1 << 30          # 1 GiB of KV pool on the CPU unless told other
 GPU_KV_FRACTION = 0.5            # half of the free GPU memory after loading the weights
 
 
+def available_devices() -> list[str]:
+    """The devices this machine and this PyTorch build can run the engine on."""
+    out = ["cpu"]
+    if torch.cuda.is_available():
+        out += [f"cuda (cuda:0..cuda:{torch.cuda.device_count() - 1})"]
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        out += ["mps"]
+    return out
+
+
 def resolve_device(device) -> torch.device:
     if device is None or device == "auto":
         if torch.cuda.is_available():
@@ -41,16 +51,21 @@ def resolve_device(device) -> torch.device:
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
+    here = f"available here: {', '.join(available_devices())}"
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}") from None
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r} ({here})") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' was asked for but no CUDA GPU is available; use device='cpu'")
+        build = "this PyTorch is a CPU build" if torch.version.cuda is None else "no CUDA GPU was found"
+        raise ValueError(f"device 'cuda' was asked for but {build}; {here}: use device='cpu' or 'auto'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r} was asked for but there are {torch.cuda.device_count()} GPU(s); {here}")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ValueError("device 'mps' was asked for but Apple's MPS is not available; use device='cpu'")
+        raise ValueError(f"device 'mps' was asked for but Apple's MPS is not available; {here}: use device='cpu' "
+                         "or 'auto'")
     if dev.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'mps', got {device!r}")
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'mps', got {device!r} ({here})")
     return dev
 
 

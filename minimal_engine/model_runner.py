@@ -71,6 +71,17 @@ class ModelRunner:
                                        scratch_slot=self.num_blocks * bs, device=self.device,
                                        capture=self.device.type == "cuda")
 
+    def describe_kernels(self) -> str:
+        """One line: the Linear kernels this model takes here (the bench and the labs print it next to figures)."""
+        if self.cpu_kernels is not None:
+            return self.cpu_kernels.describe()
+        int8 = next((m for m in self.model.modules() if hasattr(m, "use_int8pack")), None)   # quantization.py
+        if int8 is not None:
+            kernel = "_weight_int8pack_mm for short steps" if int8.use_int8pack else "dequantize+matmul"
+            where = f"CPU {torch.backends.cpu.get_cpu_capability()}" if self.device.type == "cpu" else str(self.device)
+            return f"int8 weights: {kernel} ({where})"
+        return f"{str(self.dtype).removeprefix('torch.')}: plain ({self.device})"
+
     @property
     def kv_cache_bytes(self) -> int:
         return sum(k.numel() * k.element_size() * 2 for k, _ in self.kv_caches)

@@ -103,8 +103,12 @@ def test_bad_engine_settings(llama_dir):
         LLM(llama_dir, device="cpu", block_size=0)
     with pytest.raises(ValueError, match="exceeds the model's limit of 256"):
         LLM(llama_dir, device="cpu", max_model_len=10_000)
-    with pytest.raises(ValueError, match="device must be"):
+    with pytest.raises(ValueError, match=r"device must be .* \(available here: cpu"):
         LLM(llama_dir, device="tpu")
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="no CUDA GPU is available"):
+        with pytest.raises(ValueError, match=r"'cuda' was asked for but (this PyTorch is a CPU build|no CUDA GPU was "
+                                             r"found); available here: cpu"):
             LLM(llama_dir, device="cuda")
+    if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        with pytest.raises(ValueError, match="Apple's MPS is not available; available here: cpu"):
+            LLM(llama_dir, device="mps")

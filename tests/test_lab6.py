@@ -88,6 +88,10 @@ def test_history_and_panel(res):
     assert [r["setting"] for r in history] == ["bf16", "int8"] and all(r["prompt_len"] == 16 for r in history)
     assert "16" in lab6.history_html(history) and lab6.history_csv(history).count("\n") == 3
     assert "INT8 ÷ BF16" in lab6.readout_html(res) and lab6.plot_run(res) is not None
+    assert res["cpu_capability"] == torch.backends.cpu.get_cpu_capability()        # which CPU the figures are from
+    assert f"この CPU で PyTorch が使う命令: {res['cpu_capability']}" in lab6.readout_html(res)
+    assert res["settings"]["bf16"]["kernels"].startswith("bf16: 1 row")
+    assert res["settings"]["int8"]["kernels"].startswith("int8 weights:")
     app = lab6.build_lab()
     assert app.sliders["prompt_len"].description == "プロンプト長" and app.run_button.description == "実行"
 

@@ -226,3 +226,35 @@ def test_speculative_decoding_under_tp_keeps_greedy_tokens():
         assert two.engine.spec.stats()["accepted"] > 0
     finally:
         two.close()
+
+
+@pytest.mark.parametrize("entry", ["LLM(tensor_parallel_size=2, device='cpu')",
+                                   "DisaggregatedLLM(device='cpu', prefill_threads=1)"])
+def test_a_script_without_the_main_guard_is_told_what_to_add(tmp_path, entry):
+    """A spawned worker re-imports the main script; a script that starts workers at its top level makes the
+    worker die while starting. The parent's error must say what to add, not only that a worker exited."""
+    script = tmp_path / "no_guard.py"
+    script.write_text("from minimal_engine import LLM\nfrom minimal_engine.disagg import DisaggregatedLLM\n"
+                      f"llm = {entry}\nprint('started')\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env=env)
+    assert r.returncode != 0 and "started" not in r.stdout
+    assert 'if __name__ == "__main__":' in r.stderr and str(script) in r.stderr
+    r = subprocess.run([sys.executable, "-c", f"{script.read_text().split(chr(10) + 'llm')[0]}\nllm = {entry}\n"], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]           # python -c: spawn re-imports nothing, the workers start
+
+
+def test_main_guard_hint_only_for_a_script_without_the_guard(tmp_path, monkeypatch):
+    import types
+    from minimal_engine.processes import main_guard_hint
+    plain, guarded = tmp_path / "plain.py", tmp_path / "guarded.py"
+    plain.write_text("llm = LLM(tensor_parallel_size=2)\n")
+    guarded.write_text("if __name__ == '__main__':\n    llm = LLM(tensor_parallel_size=2)\n")
+    for path, hinted in ((plain, True), (guarded, False), (None, False)):   # None: a notebook, a REPL
+        main = types.ModuleType("__main__")
+        if path:
+            main.__file__ = str(path)
+        monkeypatch.setitem(sys.modules, "__main__", main)
+        assert ('if __name__ == "__main__":' in main_guard_hint("LLM(...)")) == hinted, path

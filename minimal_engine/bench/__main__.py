@@ -94,7 +94,9 @@ def run_engine(args, machine, tqdm) -> tuple[list, dict]:
     llm = LLM(args.model, speculative_config=spec, **kw)
     plain = LLM(args.model, **kw) if spec else None      # the same engine without speculation: the baseline
     hf = hf_model_for(llm) if args.compare else None
-    rows, extra = [], {"model": llm.model_name, "dtype": str(llm.dtype), "device": str(llm.device)}
+    rows, extra = [], {"model": llm.model_name, "dtype": str(llm.dtype), "device": str(llm.device),
+                       "linear_kernels": llm.engine.runner.describe_kernels()}
+    print("linear kernels:", extra["linear_kernels"])
     for c in args.max_concurrency:
         reqs = make_requests(args, c, llm.model_config.vocab_size, llm.tokenizer)
         group = []
@@ -148,6 +150,7 @@ def run_profile(args) -> int:
     from .profile import format_profile, profile_decode_steps
     batches = args.decode_step_batch or [1]
     llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=max(64, *batches), seed=args.seed)
+    print("linear kernels:", llm.engine.runner.describe_kernels())
     profiles = []
     for b in batches:
         p = profile_decode_steps(llm, b, args.decode_step_prompt, seed=args.seed)
@@ -157,6 +160,7 @@ def run_profile(args) -> int:
         path = Path(args.out) / f"{args.name}_profile.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"argv": args.__dict__, "model": llm.model_name, "dtype": str(llm.dtype),
+                                    "linear_kernels": llm.engine.runner.describe_kernels(),
                                     "threads": torch.get_num_threads(), "profiles": profiles}, indent=2))
         print("wrote", path)
     return 0
