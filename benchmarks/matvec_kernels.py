@@ -26,7 +26,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from minimal_engine.cpu_linears import PREPACKED, matvec, probe, probe_int8pack
+from minimal_engine.models.cpu_linears import PREPACKED, matvec, probe, probe_int8pack
 from minimal_engine.synthetic import SHAPES
 
 

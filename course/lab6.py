@@ -134,7 +134,7 @@ def quality(max_chars: int | None = None, settings=None) -> list[dict]:
 
 def kernel_times(rows=(1, 8, 32, 256), shape=(8192, 320), repeats: int = 5, iters: int = 20) -> list[dict]:
     """One linear layer of the default model's shape (lm_head: [8192, 320]) at several batch rows, in microseconds:
-    the engine's BF16 path on this CPU (minimal_engine.cpu_linears.CpuLinear: the kernels probed at load, e.g. one
+    the engine's BF16 path on this CPU (minimal_engine.models.cpu_linears.CpuLinear: the kernels probed at load, e.g. one
     row through ATen's matrix-vector kernel, more rows through oneDNN with the weight pre-packed where the CPU
     runs it), INT8 through `_weight_int8pack_mm` (left out where it fails its probe), and INT8
     dequantize-then-matmul. Paths alternate inside each repeat; medians."""
@@ -143,7 +143,7 @@ def kernel_times(rows=(1, 8, 32, 256), shape=(8192, 320), repeats: int = 5, iter
     import torch
     from torch import nn
 
-    from minimal_engine.cpu_linears import probe_int8pack, use_cpu_linears
+    from minimal_engine.models.cpu_linears import probe_int8pack, use_cpu_linears
     from minimal_engine.quantization import Int8Linear
     torch.manual_seed(0)
     lin = nn.Linear(shape[1], shape[0], bias=False).to(torch.bfloat16)

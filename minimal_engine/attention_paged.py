@@ -16,8 +16,14 @@ can be captured in a CUDA graph (cuda_graphs.py).
 
 Elsewhere (the CPU, or a GPU without Triton) `paged_decode_reference` computes the same thing in plain
 PyTorch with a gather; it is also the reference the tests compare against.
+
+Triton's interpreter (TRITON_INTERPRET=1 set before this module is imported, Triton installed) runs the same
+kernel on CPU tensors in NumPy, slowly: then the CPU takes this path too (`use_paged_decode`), which is how the
+tests prove the kernel and the engine's dispatch to it without a GPU (tests/test_triton_interpreter.py).
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -26,6 +32,9 @@ try:                                   # Triton ships with PyTorch's CUDA builds
     import triton.language as tl
 except ImportError:                    # pragma: no cover - depends on the installation
     triton = None
+
+# read when the kernel below is decorated, as triton.jit itself does: later changes do not apply
+INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def paged_decode_reference(q, k_cache, v_cache, block_tables, context_lens, scale: float, block_size: int):
@@ -83,7 +92,17 @@ if triton is not None:
 
 
 def triton_available(device: torch.device) -> bool:
-    return triton is not None and torch.device(device).type == "cuda"
+    """The Triton kernel runs for tensors on this device: CUDA with Triton, or the CPU under the interpreter."""
+    kind = torch.device(device).type
+    return triton is not None and (kind == "cuda" or (kind == "cpu" and INTERPRETED))
+
+
+def use_paged_decode(device: torch.device, kv_quantized: bool) -> bool:
+    """Whether decode steps read K/V in place through block tables (else attention.py gathers them): on CUDA
+    (the kernel; the reference if Triton is missing) and on the CPU under Triton's interpreter; never for a
+    one-byte KV pool (kv_quant.py), which attention.py dequantizes while gathering."""
+    kind = torch.device(device).type
+    return not kv_quantized and (kind == "cuda" or (kind == "cpu" and triton_available(device)))
 
 
 def paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale: float, block_size: int):

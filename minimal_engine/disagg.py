@@ -178,8 +178,7 @@ class DisaggregatedLLM:
                     return value
             elif not self._proc.is_alive():
                 self.close()
-                raise RuntimeError(f"the prefill engine process exited (code {self._proc.exitcode})"
-                                   + main_guard_hint("DisaggregatedLLM"))
+                raise RuntimeError(f"the prefill engine exited (code {self._proc.exitcode})" + main_guard_hint("DisaggregatedLLM"))
         self.close()
         raise TimeoutError(f"the prefill engine did not answer {kind!r} within {timeout:.0f} s")
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 import torch
 
 from .attention import ForwardBatch, PrefillChunk
+from .attention_paged import use_paged_decode
 from .config import EngineConfig
-from .cpu_linears import use_cpu_linears
+from .models.cpu_linears import use_cpu_linears
 from .cuda_graphs import DecodeGraphs
 from .kv_quant import calibrate_kv_scales, make_kv_caches
 from .logprobs import token_logprobs
@@ -24,6 +25,14 @@ from .sampler import sample
 from .scheduler import SchedulerOutput
 
 LONE_DECODE_SDPA_MAX_CONTEXT = 512   # see ModelRunner.lone_decode_sdpa
+
+
+def cuda_graphs_wanted(requested: bool | None, device: torch.device, kv_quantized: bool) -> bool:
+    """Decode steps through DecodeGraphs' static buffers: as requested (None: on CUDA, off elsewhere), never with
+    a one-byte KV pool (its gather-and-dequantize decode path has shapes that change every step)."""
+    if kv_quantized:
+        return False
+    return torch.device(device).type == "cuda" if requested is None else bool(requested)
 
 
 def prompt_logprobs(logits: torch.Tensor, num_samplers: int, rows: list) -> torch.Tensor:
@@ -42,7 +51,7 @@ class ModelRunner:
         cfg = model.config
         self.model, self.config, self.device, self.dtype = model, config, device, dtype
         self.block_size = config.block_size
-        self.cpu_kernels = use_cpu_linears(model)       # CPU: kernels probed on this CPU (cpu_linears.py)
+        self.cpu_kernels = use_cpu_linears(model)       # CPU: kernels probed on this CPU (models/cpu_linears.py)
         self.num_blocks = num_blocks
         self.pool_blocks = num_blocks + 1              # + the scratch block (no request ever owns it)
         slots = self.pool_blocks * config.block_size
@@ -54,14 +63,13 @@ class ModelRunner:
         self.kv_quantized = config.kv_cache_dtype != "auto"
         if self.kv_quantized:
             calibrate_kv_scales(model, self.kv_caches, config.block_size)
-        self.paged_decode = device.type == "cuda" and not self.kv_quantized   # through block tables, in place
+        self.paged_decode = use_paged_decode(device, self.kv_quantized)   # through block tables, in place
         self.spec = None                               # spec_decode.SpecDecoder (speculative_config)
-        self.set_cuda_graphs(False if self.kv_quantized else getattr(config, "cuda_graphs", None))
+        self.set_cuda_graphs(getattr(config, "cuda_graphs", None))
 
     def set_cuda_graphs(self, enabled: bool | None) -> None:
         """None: CUDA graphs on CUDA, off elsewhere. True on the CPU: the static-buffer path, not captured."""
-        if enabled is None:
-            enabled = self.device.type == "cuda"
+        enabled = cuda_graphs_wanted(enabled, self.device, self.kv_quantized)
         self.graphs = None
         if enabled:
             bs = self.block_size

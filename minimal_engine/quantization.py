@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .cpu_linears import fast_paths_allowed, probe_int8pack
+from .models.cpu_linears import fast_paths_allowed, probe_int8pack
 
 QUANTIZATION_METHODS = (None, "int8")
 INT8PACK_MAX_ROWS = 16     # rows (tokens) of a step up to which the CPU int8 kernel is used

@@ -1,4 +1,4 @@
-"""The CPU Linear kernels (minimal_engine/cpu_linears.py): each fast path is probed at load and the engine falls
+"""The CPU Linear kernels (minimal_engine/models/cpu_linears.py): each fast path is probed at load and the engine falls
 back to plain F.linear when the probe fails, whatever this machine's CPU is.
 
 Forced-fallback tests make each probe fail (the op raises as on an AVX2-only CPU, the op is missing as on some
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import minimal_engine.cpu_linears as cl
+import minimal_engine.models.cpu_linears as cl
 from minimal_engine import LLM, SamplingParams
 
 PROMPTS = [[5, 17, 33, 100, 7, 9, 200, 45, 3, 80, 81, 82, 90], [11, 12], list(range(40, 90))]

@@ -3,11 +3,6 @@
 On the CPU the graph bookkeeping (padded sizes, static buffers, padding rows) runs without capture, the
 Triton kernel runs through Triton's interpreter where Triton is installed, and greedy tokens must stay
 equal to transformers'. The capture itself is tested only where CUDA is available."""
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +13,6 @@ from minimal_engine.attention_paged import paged_decode_reference
 from minimal_engine.config import EngineConfig
 from minimal_engine.cuda_graphs import DecodeGraphs, graph_batch_sizes, padded_batch_size
 
-ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = [[5, 17, 33, 100, 7, 9, 200, 45, 3, 80, 81, 82, 90], [11, 12], list(range(40, 90)), [300, 2, 250] * 7]
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 
@@ -80,27 +74,33 @@ def test_paged_reference_matches_the_definition():
     assert out[2].abs().max() == 0                   # a padding row gives 0
 
 
-def test_triton_kernel_in_the_interpreter():
-    """The Triton kernel's arithmetic, run on the CPU by Triton's interpreter (skipped without Triton)."""
-    probe = subprocess.run([sys.executable, "-c", "import triton"], capture_output=True)
-    if probe.returncode:
-        pytest.skip("Triton is not installed here (PyTorch's CUDA builds ship it)")
-    code = textwrap.dedent("""
-        import torch, sys
-        sys.path.insert(0, "tests")
-        from test_cuda_graphs import make_case, naive_decode_attention
-        from minimal_engine.attention_paged import paged_decode_triton
-        for shape in [dict(), dict(h=5, kvh=5, dh=64, bs=16), dict(h=16, kvh=8, dh=128, bs=16)]:
-            q, kc, vc, tables, lens = make_case(**shape)
-            out = paged_decode_triton(q, kc, vc, tables, lens, 0.25, shape.get("bs", 4))
-            ref = naive_decode_attention(q, kc, vc, tables, lens, 0.25, shape.get("bs", 4))
-            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
-        print("kernel ok")
-    """)
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and "kernel ok" in r.stdout, r.stderr[-3000:]
+def test_choice_of_decode_attention_and_graphs():
+    """Which decode path and whether CUDA graphs: plain functions, so the choices a GPU makes are tested here."""
+    import minimal_engine.attention_paged as ap
+    from minimal_engine.model_runner import cuda_graphs_wanted
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert ap.use_paged_decode(gpu, kv_quantized=False)            # CUDA: in place (the kernel, or the reference)
+    assert not ap.use_paged_decode(gpu, kv_quantized=True)         # a one-byte pool is dequantized while gathering
+    assert ap.use_paged_decode(cpu, False) == (ap.triton is not None and ap.INTERPRETED)   # CPU: gather, unless
+    assert not ap.use_paged_decode(cpu, True)                      # ... Triton's interpreter runs the kernel
+    assert ap.triton_available(gpu) == (ap.triton is not None)
+    assert cuda_graphs_wanted(None, gpu, False) and not cuda_graphs_wanted(None, cpu, False)
+    assert cuda_graphs_wanted(True, cpu, False)                    # the uncaptured static-buffer path (tests)
+    assert not cuda_graphs_wanted(True, gpu, True) and not cuda_graphs_wanted(None, gpu, True)
+    assert not cuda_graphs_wanted(False, gpu, False)
+
+
+@pytest.mark.parametrize("max_num_seqs", [64, 256])
+def test_gpu_check_captures_the_sizes_tested_here(max_num_seqs):
+    """make gpu-check's engines (max_num_seqs 64 for correctness, 256 for speed) capture
+    graph_batch_sizes(max_num_seqs); the CPU static-buffer path runs the same padding for every batch size."""
+    sizes = graph_batch_sizes(max_num_seqs)
+    g = DecodeGraphs(model=None, kv_caches=None, max_num_seqs=max_num_seqs, max_blocks_per_seq=4, block_size=4,
+                     scratch_slot=9999, device=torch.device("cpu"), capture=False)
+    for n in range(1, max_num_seqs + 1):
+        b = g.fill([(1, 0, 4 * i, [i], 1) for i in range(n)])
+        assert b == padded_batch_size(sizes, n) and b in sizes
+        assert g.context_lens[n:b].tolist() == [0] * (b - n) and g.slots[n:b].tolist() == [9999] * (b - n)
 
 
 def test_cuda_graphs_default_and_validation():

@@ -21,6 +21,18 @@ def test_requirements_and_environment_yml_agree():
     assert "torch==2.13.0" in req
 
 
+def test_test_only_requirements_are_pinned_and_stay_out_of_make_lab():
+    """Triton (for the interpreter tests) is pinned in requirements-test.txt, for Linux x86-64 only, installed by
+    `make test` and not by `make lab` (a learner's laptop never runs the GPU kernel)."""
+    lines = pins((ROOT / "requirements-test.txt").read_text().splitlines())
+    assert lines == ['triton==3.9.0; sys_platform == "linux" and platform_machine == "x86_64"']
+    assert "triton" not in (ROOT / "requirements.txt").read_text()
+    import subprocess
+    test = subprocess.run(["make", "-n", "-B", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    lab = subprocess.run(["make", "-n", "-B", "lab"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    assert "requirements-test.txt" in test and "requirements-test.txt" not in lab
+
+
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
@@ -34,7 +46,7 @@ FEATURE_FILES = {"prefix_cache.py", "attention_paged.py", "cuda_graphs.py", "sto
 # Chapters 6-10 each add one larger feature (ARCHITECTURE.md's table), read with its chapter: counted apart from the
 # request path too, each under 300 lines (a file that grows past that splits by what it does).
 CHAPTER_FILES = {"quantization.py", "spec_decode.py", "distributed.py", "disagg.py", "simulator.py",
-                 "sim_tables.py", "sim_calibration.py", "evaluate.py", "kv_quant.py", "tp_worker.py", "kv_connector.py"}
+                 "sim_tables.py", "sim_calibration.py", "evaluate.py", "kv_quant.py", "tp_worker.py", "kv_connector.py", "processes.py"}
 
 
 def test_engine_is_small_enough_to_read():
