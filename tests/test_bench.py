@@ -240,3 +240,15 @@ def test_lone_decode_ab_forces_each_path(llama_dir):
     prompt = [5, 17, 33, 100, 7, 9]
     assert e["sdpa"].generate([prompt], p, use_tqdm=False)[0].token_ids == \
         e["masked"].generate([prompt], p, use_tqdm=False)[0].token_ids
+
+
+def test_cpu_dtypes_measures_both_dtypes_with_their_kernels(llama_dir, capsys):
+    """benchmarks/cpu_dtypes.py: bf16 and fp32 in one process, the kernels each took and the CPU's capability
+    printed next to the figures (what a learner needs to read a BF16 row that differs from the saved one)."""
+    cd = load_benchmark("cpu_dtypes")
+    assert cd.main(["--model", str(llama_dir), "--rounds", "1", "--prefill-len", "16", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"CPU capability {torch.backends.cpu.get_cpu_capability()}" in out
+    assert "bfloat16: bf16: 1 row" in out and "float32: fp32: 1 row" in out
+    assert "bf16 / fp32: TPOT" in out and out.count("batch-1 TPOT median") == 2
+    assert cd.cpu_flags() != ""
