@@ -17,6 +17,9 @@ def test_gpu_check_tiny_mode(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert report["mode"] == "tiny" and report["device"] == "cpu" and report["ok"] and report["stopped_at"] is None
+    est = report["estimates"]                  # the H200 time estimate (gpu_check_budget.py) beside the wall time
+    assert est["gpu"] == "H200" and est["total_estimate_s"] > 0 and len(est["sections"]) == 7
+    assert all(s["steps"] > 0 and 0 < s["roofline_s"] < s["estimate_s"] for s in est["sections"].values())
 
     # 1. correctness: every architecture, both dtypes, every case, and the default model; all equal
     cases = report["correctness"]["cases"]
@@ -55,6 +58,19 @@ def test_gpu_check_tiny_mode(tmp_path):
     md = (tmp_path / "gpu_check.md").read_text()
     for heading in ("## 1. Correctness", "## 2. Speed", "## 3. Memory"):
         assert heading in md
+
+
+def test_gpu_check_budget_counts_the_steps_gpu_check_runs():
+    """Continuous batching decodes every request until its own end; static batches run to the batch's longest."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check_budget as b
+    from minimal_engine.bench import random_requests
+    reqs = random_requests(4, 8, 8, 100, 0.5, 0.5, seed=0)
+    steps, prefills = b.continuous(reqs)
+    assert sum(map(len, steps)) == sum(r.output_len - 1 for r in reqs) and prefills == [r.input_len for r in reqs]
+    steps, prefills = b.static(reqs, 2)
+    assert len(steps) == sum(max(r.output_len for r in reqs[i:i + 2]) - 1 for i in (0, 2))
+    assert b.main(["--overhead-ms", "0"]) == 0
 
 
 def test_gpu_check_refuses_without_a_gpu(tmp_path):
