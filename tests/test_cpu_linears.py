@@ -19,6 +19,13 @@ GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
 ONEDNN_BF16 = "oneDNN's bf16 pre-packing needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT"
 
 
+@pytest.fixture(autouse=True)
+def probing(monkeypatch):
+    """These tests drive the probes themselves: MINIMAL_ENGINE_CPU_KERNELS=plain (the whole suite on the fallback)
+    must not turn them off; the tests of the switch set it."""
+    monkeypatch.delenv(cl.ENV_SWITCH, raising=False)
+
+
 def tokens(llm) -> list:
     """Greedy tokens batched (several rows per step) and alone (one row per step: batch-1 decode)."""
     batched = [o.token_ids for o in llm.generate(PROMPTS, GREEDY, use_tqdm=False)]
@@ -100,8 +107,6 @@ def test_environment_switch_takes_the_plain_path(llama_dir, plain_tokens, monkey
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_fast_kernels_give_the_plain_tokens(llama_dir, plain_tokens, dtype):
     """What the probe chose on this CPU gives the tokens of plain nn.Linear, alone and batched."""
-    if cl.fast_paths_allowed() is False:
-        pytest.skip(f"{cl.ENV_SWITCH}=plain: no fast path to test")
     want = cl.PREPACKED if dtype == "float32" else cl.MV
     why = cl.probe(cl.PREPACKED if dtype == "float32" else cl.MV, getattr(torch, dtype))
     if why:
