@@ -25,7 +25,7 @@ import torch
 
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench import random_requests
-from minimal_engine.models import llama
+from minimal_engine.model import llama
 
 
 def step_ms(llm, steps: int, prompt_len: int = 128) -> float:

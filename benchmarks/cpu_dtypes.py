@@ -1,5 +1,5 @@
 """bfloat16 against float32 on this CPU, in one process: batch-1 TPOT and prefill tok/s, with the Linear kernels
-each dtype took (minimal_engine/models/cpu_linears.py) and the CPU's capability.
+each dtype took (minimal_engine/model/cpu_linears.py) and the CPU's capability.
 
     python benchmarks/cpu_dtypes.py [--model synthetic:llama-125m] [--rounds 5] [--threads 2]
 

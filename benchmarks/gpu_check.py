@@ -12,7 +12,7 @@ Three sections, in order; a failure stops the run and the summary says where:
      must match or, where it differs, every token the engine chose must be within max(BF16_TIE_ATOL,
      BF16_TIE_RTOL x largest |logit|) of transformers' best logit at that position, transformers scoring the
      engine's sequence (a near tie that bf16 rounding may break either way).
-  2. speed, against transformers in the same process and the roofline bounds (minimal_engine/roofline.py,
+  2. speed, against transformers in the same process and the roofline bounds (minimal_engine/bench/roofline.py,
      bandwidth measured here with a device copy): batch-1 TPOT for the llama-3.2-1b and qwen3-0.6b shapes,
      decode step times at batch 1, 32, 128, 256, and nano-vllm's workload (qwen3-0.6b, 256 requests,
      input and output lengths uniform in 100-1024) through the engine, `generate` in static batches and
@@ -45,7 +45,7 @@ from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench import (decode_step_time, hf_model_for, random_requests, run_hf_continuous, run_hf_static,
                                   run_offline)
 from minimal_engine.llm import DEFAULT_MODEL
-from minimal_engine.roofline import measure_machine, step_cost
+from minimal_engine.bench.roofline import measure_machine, step_cost
 
 PROMPTS = [[5, 17, 33, 100, 7, 9, 200, 45, 3, 80, 81, 82, 90], [11, 12], list(range(40, 90)), [300, 2, 250] * 7]
 NEW_TOKENS = 24
@@ -148,7 +148,7 @@ def check_correctness(device: str, tiny: bool, workdir: Path, log) -> dict:
         for dtype in ("float32", "bfloat16"):
             cases += correctness_cases(folder, dtype, device)
             log(f"correctness {arch} {dtype}: {sum(c['ok'] for c in cases)}/{len(cases)} cases ok so far")
-    from minimal_engine.tokenizer import Tokenizer
+    from minimal_engine.model.tokenizer import Tokenizer
     tok = Tokenizer(DEFAULT_MODEL)
     texts = ["吾輩は猫である。", "東京の空は", "推論とは何か。答えは"]
     cases += correctness_cases(str(DEFAULT_MODEL), "float32", device, [tok.encode(t) for t in texts], "default_model")

@@ -2,8 +2,8 @@
 
     PYTHONPATH=. python3 benchmarks/gpu_check_budget.py [--gpu H200] [--overhead-ms 6]
 
-For each piece of work gpu_check.py does, the FLOPs and bytes of every step (minimal_engine.roofline.step_cost,
-the datasheet GPU of minimal_engine.specs) give a lower bound, and the number of steps times a per-step
+For each piece of work gpu_check.py does, the FLOPs and bytes of every step (minimal_engine.bench.roofline.step_cost,
+the datasheet GPU of minimal_engine.calculators.datasheets) give a lower bound, and the number of steps times a per-step
 overhead (Python, kernel launches; an assumption, not a measurement: no GPU has run this project yet) gives the
 part the roofline does not see. gpu_check.py stores this estimate in its JSON beside the wall time it measured,
 so a GPU run shows how far the estimate was off. The request lengths are those gpu_check.py draws (same seeds).
@@ -14,8 +14,8 @@ import argparse
 import sys
 
 from minimal_engine.bench import random_requests
-from minimal_engine.roofline import gpu_machine, step_cost
-from minimal_engine.synthetic import synthetic_config
+from minimal_engine.bench.roofline import gpu_machine, step_cost
+from minimal_engine.model.synthetic import synthetic_config
 
 SHAPES = ("llama-3.2-1b", "qwen3-0.6b")
 DECODE_BATCHES = (1, 32, 128, 256)        # gpu_check.check_speed, graphs on and off up to 32

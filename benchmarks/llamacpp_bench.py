@@ -4,7 +4,7 @@
         --threads 2 --rounds 5 --out results/llamacpp
 
 1. The engine's model (any `LLM(...)` model: synthetic:NAME, a folder) is exported to GGUF with the `gguf`
-   package (minimal_engine/bench/gguf_export.py) and read back: every tensor compared with the engine's.
+   package (minimal_engine/tools/gguf_export.py) and read back: every tensor compared with the engine's.
 2. Each round runs the engine (bfloat16) once and llama.cpp once per GGUF type, one after the other, so
    both meet the same load on a shared machine; the ratios are taken within a round and their median printed.
    * batch-1 decode: TPOT in ms (engine: 128-token prompt, 128 new tokens; llama-bench: `-n 128`, which
@@ -33,7 +33,7 @@ import torch
 
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench import random_requests, run_offline
-from minimal_engine.bench.gguf_export import OUTTYPES, export_gguf, verify_gguf
+from minimal_engine.tools.gguf_export import OUTTYPES, export_gguf, verify_gguf
 
 METRICS = {"tpot_ms": "batch-1 TPOT ms (engine / llama.cpp; above 1 = engine slower)",
            "prefill_tok_s": "prefill 512 tokens, tok/s (engine / llama.cpp)",

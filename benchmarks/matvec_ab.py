@@ -24,7 +24,7 @@ import torch
 
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench import random_requests, run_offline
-from minimal_engine.models.cpu_linears import PLAIN, PREPACKED, CpuKernels, probe, use_cpu_linears
+from minimal_engine.model.cpu_linears import PLAIN, PREPACKED, CpuKernels, probe, use_cpu_linears
 
 
 def baseline_kernels(dtype: torch.dtype, against: str) -> CpuKernels:

@@ -26,8 +26,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from minimal_engine.models.cpu_linears import PREPACKED, matvec, probe, probe_int8pack
-from minimal_engine.synthetic import SHAPES
+from minimal_engine.model.cpu_linears import PREPACKED, matvec, probe, probe_int8pack
+from minimal_engine.model.synthetic import SHAPES
 
 
 def layer_shapes(cfg: dict) -> list[tuple[int, int]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from minimal_engine.config import ModelConfig
 
 # meta-llama/Llama-3.1-8B config.json (https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json):
-# layers, heads, KV heads and head_dim agree with minimal_engine.specs.MODEL_SHAPES["Llama 3.1 8B"] (tested).
+# layers, heads, KV heads and head_dim agree with minimal_engine.calculators.datasheets.MODEL_SHAPES["Llama 3.1 8B"] (tested).
 LLAMA_31_8B = ModelConfig(variant="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
                           num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-5,
                           rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=False,

@@ -13,7 +13,7 @@ Three layers, each usable on its own (tests call the first two; notebooks stay t
    ``concurrency`` requests of ``prompt_len`` random token ids (as InferenceX's client: random tokens, no
    prefix-cache hits) each generate exactly ``output_len`` tokens (``ignore_eos``); they arrive all at
    once, at a fixed rate, or with one long prompt arriving late (``course.labkit.arrivals``). Times come
-   from the engine's per-request metrics; the run summary from ``minimal_engine.metrics.summarize``.
+   from the engine's per-request metrics; the run summary from ``minimal_engine.engine.metrics.summarize``.
 2. Plots, functions of that data: ``plot_timeline(res)`` (marks the longest token gap, the ITL spike)
    and ``plot_sweep(rows)`` return a matplotlib ``Figure`` with Japanese labels.
 3. ``build_lab()``: an ipywidgets panel (``Lab1App``) that only wires controls to 1 and 2 and the kit.
@@ -93,7 +93,7 @@ def run_timeline(model="default", prompt_len: int = DEFAULTS["prompt_len"],
     and tokens out); and the run's ``ttft_ms``, ``tpot_ms``, ``itl_ms`` (medians), ``p99_itl_ms``,
     ``max_itl_ms`` and ``spike`` (where the longest gap was), ``tok_s`` (output tokens / wall time),
     ``total_tok_s`` (input + output), ``tok_s_per_user`` (1000 / median TPOT), ``duration_s``,
-    ``num_preemptions``, ``summary`` (all of ``minimal_engine.metrics.summarize``), ``threads`` and
+    ``num_preemptions``, ``summary`` (all of ``minimal_engine.engine.metrics.summarize``), ``threads`` and
     ``warnings`` (Japanese: the machine was busy, checked before when ``load_check``).
     ``progress(done_tokens, total_tokens)`` is called after every engine step.
     """

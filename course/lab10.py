@@ -9,7 +9,7 @@ Plain functions (tests call them; the notebook stays thin)::
     plot_frontiers(res, dc)                                        # both on the same log axes
     best = cheapest_meeting_slo(ttft_slo_ms=2000, tpot_slo_ms=50)  # configurations that meet the SLO, cheapest first
 
-The learner's machine enters the simulator as a "GPU" (``minimal_engine.sim_calibration.machine_spec``): its
+The learner's machine enters the simulator as a "GPU" (``minimal_engine.tools.sim_calibration.machine_spec``): its
 measured GFLOP/s and GB/s (``course.lab2.machine_peaks``, chapter 2), plus the engine's per-layer and
 per-request overheads and its matmul efficiency fitted on the smallest and largest concurrency of the sweep;
 the concurrencies between are predicted, not fitted. Every simulated number is labelled 予測.
@@ -23,9 +23,9 @@ from course.labkit.history import to_csv
 from course.labkit.measure import check_repeats, cost
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import check_device, check_int, is_quick
-from minimal_engine.sim_calibration import fit_machine_all, machine_spec, machine_table
-from minimal_engine.sim_tables import SIM_GPUS, inferencex_cost_inputs
-from minimal_engine.simulator import simulate_sweep
+from minimal_engine.tools.sim_calibration import fit_machine_all, machine_spec, machine_table
+from minimal_engine.calculators.sim_tables import SIM_GPUS, inferencex_cost_inputs
+from minimal_engine.calculators.simulator import simulate_sweep
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "minimal_engine" / "default_model"
 PROMPT_LEN_RANGE = (1, 448)
@@ -64,7 +64,7 @@ def engine_dtype(device: str = "cpu") -> str:
     """The precision the engine runs the default model in on ``device`` ("fp32" on a CPU)."""
     import torch
 
-    from minimal_engine.models.loader import resolve_dtype
+    from minimal_engine.model.loader import resolve_dtype
     from course.runtime import model_config
     dt = resolve_dtype(None, torch.device(device), model_config(None))
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dt]

@@ -14,7 +14,7 @@ Three layers, as in lab 1 (tests call the first two; notebooks stay thin):
    Decode points: ``batch`` requests with ``context`` prompt tokens each, timed by the bench's
    ``decode_step_time`` (median of several engine steps). Prefill points: one request of ``N`` prompt
    tokens; the one engine step that prefills it is timed. Each point's FLOPs and bytes come from
-   ``minimal_engine.roofline.step_cost`` (the bench's formula), its prediction is the larger of
+   ``minimal_engine.bench.roofline.step_cost`` (the bench's formula), its prediction is the larger of
    FLOPs / peak and bytes / bandwidth of the measured machine.
 2. Plots: ``plot_roofline(res)``, ``plot_gpu_rooflines(...)``, ``plot_threads(rows)`` (Japanese labels).
 3. ``build_lab()``: the panel (``course.lab2_panel.Lab2App``).
@@ -27,7 +27,7 @@ import os
 import statistics
 import time
 
-from minimal_engine import roofline
+from minimal_engine.bench import roofline
 from minimal_engine.bench.offline import decode_step_time
 from minimal_engine.sampling_params import SamplingParams
 

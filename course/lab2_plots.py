@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from course.labkit.charts import figure
-from minimal_engine import roofline
+from minimal_engine.bench import roofline
 
 DECODE, PREFILL = "tab:blue", "tab:orange"
 GPU_COLORS = {"A100": "tab:gray", "H100": "tab:green", "H200": "tab:olive", "B200": "tab:purple",

@@ -32,7 +32,7 @@ from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import apply_thread_policy, check_device, check_int, get_llm, is_quick, random_prompts
 from minimal_engine import LLM, SamplingParams
 from minimal_engine import calculators as calc
-from minimal_engine.metrics import summarize
+from minimal_engine.engine.metrics import summarize
 
 PROMPT_LEN_RANGE = (1, 512)
 CONCURRENCY_RANGE = (1, 32)

@@ -5,7 +5,7 @@ Plain functions (tests call them; the notebook stays thin)::
     res = run_quant_lab(prompt_len=64, output_len=32, batch=32)
     res["settings"]["int8"]["tpot_b1_ms"] / res["settings"]["bf16"]["tpot_b1_ms"]   # = res["ratios"]["tpot_b1"]
     kv_capacity(tokens_per_user=512)          # KV dtype -> blocks and users that fit in the same memory
-    quality(max_chars=3000)                   # held-out nats/char and top-1 agreement (minimal_engine.evaluate)
+    quality(max_chars=3000)                   # held-out nats/char and top-1 agreement (minimal_engine.tools.evaluate)
 
 run_quant_lab: the default model twice, `LLM(dtype=D)` and `LLM(dtype=D, quantization="int8")` (D = bfloat16
 on the CPU), same prompts (random token ids, seeded). Each repeat runs, alternating between the two settings,
@@ -24,8 +24,8 @@ from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import apply_thread_policy, check_device, check_int, is_quick, random_prompts
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.metrics import summarize
-from minimal_engine.quantization import weight_bytes
+from minimal_engine.engine.metrics import summarize
+from minimal_engine.features.quantization import weight_bytes
 
 PROMPT_LEN_RANGE = (1, 256)
 OUTPUT_LEN_RANGE = (4, 128)
@@ -125,8 +125,8 @@ def kv_capacity(tokens_per_user: int = 512, kv_cache_memory: int = 16 << 20, dev
 
 
 def quality(max_chars: int | None = None, settings=None) -> list[dict]:
-    """Held-out nats/char and top-1 agreement with BF16 (minimal_engine.evaluate) for the chapter's settings."""
-    from minimal_engine.evaluate import evaluate_settings
+    """Held-out nats/char and top-1 agreement with BF16 (minimal_engine.tools.evaluate) for the chapter's settings."""
+    from minimal_engine.tools.evaluate import evaluate_settings
     settings = settings or [dict(dtype="bfloat16"), dict(dtype="float32"), dict(dtype="bfloat16", quantization="int8"),
                             dict(dtype="bfloat16", kv_cache_dtype="fp8"), dict(dtype="bfloat16", kv_cache_dtype="int8")]
     return evaluate_settings(settings, max_chars=(1000 if is_quick() else 3000) if max_chars is None else max_chars)
@@ -134,7 +134,7 @@ def quality(max_chars: int | None = None, settings=None) -> list[dict]:
 
 def kernel_times(rows=(1, 8, 32, 256), shape=(8192, 320), repeats: int = 5, iters: int = 20) -> list[dict]:
     """One linear layer of the default model's shape (lm_head: [8192, 320]) at several batch rows, in microseconds:
-    the engine's BF16 path on this CPU (minimal_engine.models.cpu_linears.CpuLinear: the kernels probed at load, e.g. one
+    the engine's BF16 path on this CPU (minimal_engine.model.cpu_linears.CpuLinear: the kernels probed at load, e.g. one
     row through ATen's matrix-vector kernel, more rows through oneDNN with the weight pre-packed where the CPU
     runs it), INT8 through `_weight_int8pack_mm` (left out where it fails its probe), and INT8
     dequantize-then-matmul. Paths alternate inside each repeat; medians."""
@@ -143,8 +143,8 @@ def kernel_times(rows=(1, 8, 32, 256), shape=(8192, 320), repeats: int = 5, iter
     import torch
     from torch import nn
 
-    from minimal_engine.models.cpu_linears import probe_int8pack, use_cpu_linears
-    from minimal_engine.quantization import Int8Linear
+    from minimal_engine.model.cpu_linears import probe_int8pack, use_cpu_linears
+    from minimal_engine.features.quantization import Int8Linear
     torch.manual_seed(0)
     lin = nn.Linear(shape[1], shape[0], bias=False).to(torch.bfloat16)
     pack = Int8Linear(lin, use_int8pack=False)

@@ -6,10 +6,10 @@ Plain functions (tests call them; the notebook stays thin)::
     res["runs"][1]["decode_ms"], res["runs"][2]["decode_ms"], res["runs"][2]["decode_comm_share"]
     res["same_tokens"]                                      # greedy tokens of TP=2 == TP=1 (float32)
     allreduce_bytes_per_token("llama-3.3-70b")              # 2 x hidden x 2 B per layer (bf16)
-    tp_dp_table("llama-3.3-70b", "H100", ...)               # predicted (予測) by minimal_engine.simulator
+    tp_dp_table("llama-3.3-70b", "H100", ...)               # predicted (予測) by minimal_engine.calculators.simulator
 
 Measured part: the course's default model in float32 with ``tensor_parallel_size`` 1 and ``tp`` (spawned worker
-processes that talk through gloo, minimal_engine/distributed.py). For each, the median over ``repeats`` of
+processes that talk through gloo, minimal_engine/features/tensor_parallel/model.py). For each, the median over ``repeats`` of
 a prefill step of ``prompt_len`` tokens (one request) and of a decode step of ``batch_size`` requests, and for
 TP the part of each step spent in communication (all-reduce waits plus sending the step to the workers).
 TP=1 runs with ``threads`` threads; TP=N gives each of its N processes threads // N: the same cores in total.
@@ -127,7 +127,7 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
 # ---------------------------------------------------------------- datacenter: formulas and the simulator (予測)
 def allreduce_bytes_per_token(model: str, bytes_per_value: float = 2) -> dict:
     """All-reduce payload of TP per token: 2 per layer of hidden values (after o_proj and after down_proj)."""
-    from minimal_engine.simulator import get_sim_model
+    from minimal_engine.calculators.simulator import get_sim_model
     m = get_sim_model(model)
     per_layer = 2 * m.hidden * bytes_per_value
     return {"model": m.name, "hidden": m.hidden, "layers": m.shape.layers, "bytes_per_layer": per_layer,
@@ -145,7 +145,7 @@ def tp_dp_table(model: str = "llama-3.3-70b", gpu: str = "H100", input_len: int 
                 concurrency: int = 32, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                 gpu_counts=(1, 2, 4, 8)) -> list[dict]:
     """Predicted (予測) serving for every (GPUs, TP) with TP dividing the GPUs; DP = GPUs / TP replicas."""
-    from minimal_engine.simulator import simulate
+    from minimal_engine.calculators.simulator import simulate
     rows = []
     for g in gpu_counts:
         for t in (x for x in (1, 2, 4, 8) if x <= g and g % x == 0):

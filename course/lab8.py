@@ -30,7 +30,7 @@ from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import apply_thread_policy, check_device, check_int, is_quick
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.spec_decode import expected_speedup, expected_tokens_per_step
+from minimal_engine.features.spec_decode.decoder import expected_speedup, expected_tokens_per_step
 
 PROMPT_LEN_RANGE = (8, 256)
 K_RANGE = (1, 8)
@@ -197,7 +197,7 @@ def measure_draft_cost(prompt_len: int = 32, device: str = "cpu", num_steps: int
     """Median time of one target decode step and of one draft model step (batch 1), and their ratio c: the
     draft's cost in the speedup formula."""
     from minimal_engine.bench.offline import decode_step_time
-    from minimal_engine.sequence import Sequence
+    from minimal_engine.engine.sequence import Sequence
     t_target = decode_step_time(_engine("none", 1, 1, device), 1, prompt_len, num_steps=num_steps)["median_step_ms"]
     draft = _engine("draft_model", 1, 1, device).engine.spec.draft
     ids = list(range(1, prompt_len + num_steps + 1))

@@ -13,11 +13,11 @@ output tokens, so the timing holds on a fast or a slow machine. The same token i
 
 * ``chunk_B`` for each budget B: one engine, ``LLM(max_num_batched_tokens=B)``: a long prompt is prefilled in
   chunks of at most B tokens minus the step's decodes (chunked prefill; B >= prompt_len: all in one step);
-* ``disagg``: ``minimal_engine.disagg.DisaggregatedLLM``: prefill in a second process, KV handed to the decode
+* ``disagg``: ``minimal_engine.disagg.llm.DisaggregatedLLM``: prefill in a second process, KV handed to the decode
   engine (on this machine both processes share the same CPU cores, unlike two GPUs).
 
 Per setup: ITL of the short requests over time, their p99 and max ITL, TTFT of the long prompts, TPOT,
-output tok/s and tok/s/user (vLLM's formulas, minimal_engine.metrics). Greedy in float32: every setup gives the
+output tok/s and tok/s/user (vLLM's formulas, minimal_engine.engine.metrics). Greedy in float32: every setup gives the
 same tokens (in bfloat16, different chunkings round differently and a random model's near-ties may flip).
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import (apply_thread_policy, check_device, check_int, check_model, engine_model_arg, get_llm, is_quick,
                             max_model_len, random_prompts)
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.metrics import percentile, summarize
+from minimal_engine.engine.metrics import percentile, summarize
 
 PROMPT_LEN_RANGE = (16, 1200)         # the long prompt (the default model: at most 504, its 512 positions)
 NUM_DECODES_RANGE = (1, 16)
@@ -75,7 +75,7 @@ def _single(model: str, budget: int, device: str):
 def _disagg(model: str, device: str):
     key = ("disagg", model, device)
     if key not in _CACHE:
-        from minimal_engine.disagg import DisaggregatedLLM
+        from minimal_engine.disagg.llm import DisaggregatedLLM
         pair = DisaggregatedLLM(engine_model_arg(model), dtype="float32", device=device, prefill_threads=1, max_num_seqs=32,
                                 max_num_batched_tokens=max(BUDGET_RANGE), num_kv_blocks=NUM_KV_BLOCKS,
                                 max_model_len=max_model_len(model))

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from minimal_engine.attention import ForwardBatch, PrefillChunk
+from minimal_engine.model.attention import ForwardBatch, PrefillChunk
 
 
 def full_sequence_batch(n: int, device, block_size: int = 16) -> ForwardBatch:

@@ -27,8 +27,8 @@ import torch
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.config import ModelConfig
 from minimal_engine.llm import DEFAULT_MODEL
-from minimal_engine.models.loader import resolve_dtype, resolve_model_path
-from minimal_engine.synthetic import synthetic_config
+from minimal_engine.model.loader import resolve_dtype, resolve_model_path
+from minimal_engine.model.synthetic import synthetic_config
 
 MAX_CONTEXT = 1280                 # prompt + output tokens the labs allow (less if the model has fewer positions)
 MAX_NUM_SEQS = 64                  # requests in one engine step (the engine's default)

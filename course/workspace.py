@@ -36,7 +36,7 @@ FOLDERS = ("lessons", "labs", "quizzes")
 WORK_DIR = "work"
 BACKUP_DIR = "backups"
 MANIFEST = ".course-sync.json"      # which tracked version each copy was made from (sha256)
-# Folders the notebooks link into (``../course/TERMS.md``, ``../minimal_engine/attention.py``): ``work/`` gets a
+# Folders the notebooks link into (``../course/TERMS.md``, ``../minimal_engine/model/attention.py``): ``work/`` gets a
 # symbolic link to each, so the same relative links work from the copies as from the originals.
 LINKED = ("course", "minimal_engine", "benchmarks", "docs")
 

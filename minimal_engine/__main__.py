@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .llm import LLM
-from .sampling_params import SamplingParams
+from minimal_engine.llm import LLM
+from minimal_engine.sampling_params import SamplingParams
 
 
 def main(argv=None) -> int:

@@ -12,6 +12,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# 講座が同梱する小さな日本語モデル（model を指定しないときに使う）
+DEFAULT_MODEL = Path(__file__).parent / "default_model"
+
 # config.json の "architectures" -> このエンジンでの変種名
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -183,7 +186,7 @@ class EngineConfig:
             raise ValueError(f"enable_prefix_caching must be True or False, got {self.enable_prefix_caching!r}")
         if self.batching not in ("continuous", "static"):
             raise ValueError(f"batching must be 'continuous' or 'static', got {self.batching!r}")
-        from .kv_quant import check_kv_cache_dtype
-        from .quantization import check_quantization
+        from minimal_engine.engine.kv_cache import check_kv_cache_dtype
+        from minimal_engine.features.quantization import check_quantization
         check_quantization(self.quantization)
         check_kv_cache_dtype(self.kv_cache_dtype)

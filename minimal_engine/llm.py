@@ -21,15 +21,14 @@ from pathlib import Path
 
 import torch
 
-from .config import EngineConfig, ModelConfig
-from .llm_engine import LLMEngine, RequestOutput
-from .kv_quant import kv_bytes_per_value
-from .models.loader import load_model, resolve_dtype, resolve_model_path
-from .quantization import quantize_model
-from .sampling_params import SamplingParams
-from .tokenizer import Tokenizer
+from minimal_engine.config import DEFAULT_MODEL, EngineConfig, ModelConfig
+from minimal_engine.engine.llm_engine import LLMEngine, RequestOutput
+from minimal_engine.engine.kv_cache import kv_bytes_per_value
+from minimal_engine.model.loader import load_model, resolve_dtype, resolve_model_path
+from minimal_engine.features.quantization import quantize_model
+from minimal_engine.sampling_params import SamplingParams
+from minimal_engine.model.tokenizer import Tokenizer
 
-DEFAULT_MODEL = Path(__file__).parent / "default_model"
 CPU_KV_BUDGET = 1 << 30          # 1 GiB of KV pool on the CPU unless told otherwise
 GPU_KV_FRACTION = 0.5            # half of the free GPU memory after loading the weights
 
@@ -84,7 +83,7 @@ class LLM:
         self.device = resolve_device(device)
         torch.manual_seed(seed)
         if isinstance(model, str) and model.startswith("synthetic:"):
-            from .synthetic import build_synthetic
+            from minimal_engine.model.synthetic import build_synthetic
             model_config, net, tokenizer, self.dtype = build_synthetic(model.split(":", 1)[1], dtype, self.device, seed)
             self.model_path = None
         else:
@@ -108,13 +107,13 @@ class LLM:
             if config.quantization or config.kv_cache_dtype != "auto":
                 raise ValueError("tensor_parallel_size > 1 runs unquantized weights and KV only: pass "
                                  "quantization=None and kv_cache_dtype='auto' with it")
-            from .distributed import TensorParallelModel
+            from minimal_engine.features.tensor_parallel.model import TensorParallelModel
             spec = ("path", self.model_path) if self.model_path else ("synthetic", model.split(":", 1)[1], seed)
             net = TensorParallelModel(net, spec, tensor_parallel_size, self.dtype, self.device, config, num_blocks)
         self.model_config, self.config, self.tokenizer = model_config, config, tokenizer
         self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype, self.device, seed)
         if speculative_config is not None:       # chapter 8: speculative decoding (spec_decode.py)
-            from .spec_decode import SpecDecoder
+            from minimal_engine.features.spec_decode.decoder import SpecDecoder
             self.engine.spec = self.engine.runner.spec = SpecDecoder(speculative_config, self)
         self._lock = threading.RLock()            # generate/stream may be called from several threads
         self._inbox: dict[str, deque] = {}        # request id -> its outputs not yet taken by its caller

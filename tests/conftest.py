@@ -95,7 +95,7 @@ def wait_idle(url: str, timeout_s: float = 30.0) -> dict:
 
 def fail_rows_with_top_k(monkeypatch, top_k: int = 7) -> None:
     """Make the sampler raise (as torch.multinomial does on a nan row) for requests with this top_k only."""
-    import minimal_engine.sampler as sampler_mod
+    import minimal_engine.engine.sampler as sampler_mod
     real = sampler_mod.sample_row
 
     def flaky(row, p, gen):

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.metrics import percentile, summarize
+from minimal_engine.engine.metrics import percentile, summarize
 
 
 def test_streaming_engine_and_abort(llama_dir):

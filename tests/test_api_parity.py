@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.sampler import apply_penalties
-from minimal_engine.serve import ServerThread, build_app
+from minimal_engine.engine.sampler import apply_penalties
+from minimal_engine.serve.app import ServerThread, build_app
 
 PROMPT = "吾輩は"
 

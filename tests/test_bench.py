@@ -16,7 +16,7 @@ from minimal_engine.bench import (dataset_requests, decode_step_time, format_med
                                   median_ratios, plot_throughput_vs_interactivity, random_requests, ratios,
                                   run_hf_static, run_offline, run_sweep, save_results)
 from minimal_engine.bench.__main__ import main as bench_main
-from minimal_engine.roofline import measure_machine, step_cost, weight_counts
+from minimal_engine.bench.roofline import measure_machine, step_cost, weight_counts
 
 VLLM_FIELDS = ["completed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",
                "output_throughput", "total_token_throughput"] + [
@@ -165,7 +165,7 @@ def test_median_ratios_pair_runs_of_the_same_repeat(capsys):
 
 
 def test_engine_modules_do_not_import_matplotlib():
-    code = ("import sys, minimal_engine, minimal_engine.bench, minimal_engine.roofline, minimal_engine.serve; "
+    code = ("import sys, minimal_engine, minimal_engine.bench, minimal_engine.bench.roofline, minimal_engine.serve.app; "
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
@@ -176,7 +176,7 @@ def test_matvec_ab_switches_every_linear_and_keeps_the_tokens(llama_dir, dtype, 
     """benchmarks/matvec_ab.py's baselines (the Linear paths the engine took before; plain F.linear) change the
     kernel, not the model: every Linear switched, greedy tokens unchanged. 'earlier' in bf16 needs oneDNN's
     pre-packed bf16 kernel and is refused with the reason where this CPU cannot run it."""
-    from minimal_engine.models.cpu_linears import PLAIN, PREPACKED, CpuLinear, probe
+    from minimal_engine.model.cpu_linears import PLAIN, PREPACKED, CpuLinear, probe
     ab = load_benchmark("matvec_ab")
     now, before = (LLM(llama_dir, dtype=dtype, device="cpu") for _ in range(2))
     lins = [m for m in before.engine.runner.model.modules() if isinstance(m, torch.nn.Linear)]
@@ -218,7 +218,7 @@ def test_matvec_kernels_measures_every_kernel():
     mk = load_benchmark("matvec_kernels")
     assert mk.layer_shapes(dict(hidden_size=8, intermediate_size=12, head_dim=2, num_heads=4, num_kv_heads=2)) == \
         [(16, 8), (8, 8), (24, 8), (8, 12)]
-    from minimal_engine.models.cpu_linears import PREPACKED, probe, probe_int8pack
+    from minimal_engine.model.cpu_linears import PREPACKED, probe, probe_int8pack
     r = mk.kernel_speeds([(32, 16), (16, 32)], layers=2, reps=2)
     assert r.pop("weight_bytes") == 2 * 2 * (32 * 16 * 2)
     want = {"plain_f_linear", "aten_mv", "f_linear_onednn_off", "sum_of_one_buffer"}

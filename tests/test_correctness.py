@@ -61,8 +61,8 @@ def assert_all_free(llm):
 
 def test_prefill_logits_match_transformers(random_model):
     import transformers
-    from minimal_engine.scheduler import ScheduledSeq, SchedulerOutput
-    from minimal_engine.sequence import Sequence
+    from minimal_engine.engine.scheduler import ScheduledSeq, SchedulerOutput
+    from minimal_engine.engine.sequence import Sequence
     arch, folder = random_model
     llm = LLM(folder, dtype="float32", device="cpu")
     ids = PROMPTS[2]
@@ -137,7 +137,7 @@ def test_text_prompts_and_metrics(llama_dir):
 def test_lone_decode_attention_equals_the_masked_batch_path():
     """Batch-1 decode attends with one SDPA call over exactly its context (no mask); it must give what the
     batched path (padded to whole blocks, masked) gives for the same request."""
-    from minimal_engine.attention import ForwardBatch, paged_attention
+    from minimal_engine.model.attention import ForwardBatch, paged_attention
     torch.manual_seed(0)
     kvh, g, dh, bs, blocks = 2, 3, 16, 4, 8
     kc, vc = torch.randn(kvh, (blocks + 1) * bs, dh), torch.randn(kvh, (blocks + 1) * bs, dh)
@@ -157,7 +157,7 @@ def test_lone_decode_attention_equals_the_masked_batch_path():
 def test_a_lone_decode_takes_sdpa_only_with_gqa_and_a_short_context(llama_dir, monkeypatch):
     """ModelRunner.lone_decode_sdpa: GQA and at most LONE_DECODE_SDPA_MAX_CONTEXT tokens (measured: faster there,
     slower on long contexts and without GQA); prepare() then leaves out the padding mask and sets decode_len."""
-    import minimal_engine.model_runner as mr
+    import minimal_engine.engine.model_runner as mr
     llm = LLM(llama_dir, dtype="float32", device="cpu")
     runner, cfg = llm.engine.runner, llm.model_config
     gqa = cfg.num_heads > cfg.num_kv_heads

@@ -1,4 +1,4 @@
-"""The CPU Linear kernels (minimal_engine/models/cpu_linears.py): each fast path is probed at load and the engine falls
+"""The CPU Linear kernels (minimal_engine/model/cpu_linears.py): each fast path is probed at load and the engine falls
 back to plain F.linear when the probe fails, whatever this machine's CPU is.
 
 Forced-fallback tests make each probe fail (the op raises as on an AVX2-only CPU, the op is missing as on some
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import minimal_engine.models.cpu_linears as cl
+import minimal_engine.model.cpu_linears as cl
 from minimal_engine import LLM, SamplingParams
 
 PROMPTS = [[5, 17, 33, 100, 7, 9, 200, 45, 3, 80, 81, 82, 90], [11, 12], list(range(40, 90))]
@@ -174,7 +174,7 @@ def test_probes_report_why():
 @pytest.mark.parametrize("how", ["raises", "missing", "wrong numbers"])
 def test_int8pack_that_fails_its_probe_falls_back(llama_dir, monkeypatch, how):
     """INT8 weights: `_weight_int8pack_mm` failing its probe leaves the dequantize path, same tokens."""
-    from minimal_engine.quantization import Int8Linear, int8pack_supported
+    from minimal_engine.features.quantization import Int8Linear, int8pack_supported
     want_llm = LLM(llama_dir, dtype="bfloat16", device="cpu", quantization="int8")
     real = cl.find_op
     op = real("aten", "_weight_int8pack_mm")

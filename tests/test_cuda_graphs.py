@@ -9,9 +9,9 @@ import torch
 
 from conftest import hf_greedy
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.attention_paged import paged_decode_reference
+from minimal_engine.model.attention_paged import paged_decode_reference
 from minimal_engine.config import EngineConfig
-from minimal_engine.cuda_graphs import DecodeGraphs, graph_batch_sizes, padded_batch_size
+from minimal_engine.engine.cuda_graphs import DecodeGraphs, graph_batch_sizes, padded_batch_size
 
 PROMPTS = [[5, 17, 33, 100, 7, 9, 200, 45, 3, 80, 81, 82, 90], [11, 12], list(range(40, 90)), [300, 2, 250] * 7]
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
@@ -76,8 +76,8 @@ def test_paged_reference_matches_the_definition():
 
 def test_choice_of_decode_attention_and_graphs():
     """Which decode path and whether CUDA graphs: plain functions, so the choices a GPU makes are tested here."""
-    import minimal_engine.attention_paged as ap
-    from minimal_engine.model_runner import cuda_graphs_wanted
+    import minimal_engine.model.attention_paged as ap
+    from minimal_engine.engine.model_runner import cuda_graphs_wanted
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert ap.use_paged_decode(gpu, kv_quantized=False)            # CUDA: in place (the kernel, or the reference)
     assert not ap.use_paged_decode(gpu, kv_quantized=True)         # a one-byte pool is dequantized while gathering

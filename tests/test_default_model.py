@@ -17,7 +17,7 @@ import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from minimal_engine import train  # noqa: E402
+from minimal_engine.tools import train  # noqa: E402
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "minimal_engine" / "default_model"
 

@@ -1,7 +1,7 @@
 """Incremental detokenization never emits a broken character, even when byte-level BPE splits one."""
 import pytest
 
-from minimal_engine.tokenizer import REPLACEMENT, IncrementalDetokenizer, Tokenizer
+from minimal_engine.model.tokenizer import REPLACEMENT, IncrementalDetokenizer, Tokenizer
 
 TEXTS = ["吾輩は猫である。名前はまだ無い。", "東京の空は、どこまでも青い。\n次の行", "ＡＢＣ abc ｶﾀｶﾅ カタカナ 漢字 123 ①",
          "絵文字も😀大丈夫", "鬱蒼とした森"]

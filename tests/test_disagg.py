@@ -18,8 +18,8 @@ import torch
 
 from minimal_engine import LLM, SamplingParams
 from minimal_engine import calculators as calc
-from minimal_engine.disagg import DisaggMetrics, DisaggregatedLLM
-from minimal_engine.kv_connector import (PipeKVConnector, extract_kv_blocks, inject_kv_blocks, kv_transfer_bytes,
+from minimal_engine.disagg.llm import DisaggMetrics, DisaggregatedLLM
+from minimal_engine.disagg.kv_connector import (PipeKVConnector, extract_kv_blocks, inject_kv_blocks, kv_transfer_bytes,
                                          transfer_seconds, transfer_summary)
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
@@ -134,7 +134,7 @@ def test_a_failing_prefill_process_gives_an_error_not_a_hang():
 def test_the_prefill_process_exits_when_the_parent_dies(tmp_path):
     script = textwrap.dedent("""
         import os, sys, time
-        from minimal_engine.disagg import DisaggregatedLLM
+        from minimal_engine.disagg.llm import DisaggregatedLLM
         if __name__ == "__main__":
             d = DisaggregatedLLM(max_num_seqs=2, num_kv_blocks=8)
             print(d.pid, flush=True)

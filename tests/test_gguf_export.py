@@ -1,4 +1,4 @@
-"""GGUF export (minimal_engine/bench/gguf_export.py): a tiny random model written with the `gguf` package and
+"""GGUF export (minimal_engine/tools/gguf_export.py): a tiny random model written with the `gguf` package and
 read back: tensors equal to transformers' own weights, keys right, and the q/k row permutation that
 llama.cpp's RoPE convention needs."""
 import math
@@ -11,7 +11,7 @@ pytest.importorskip("gguf")
 
 from conftest import load_benchmark                                                  # noqa: E402
 from minimal_engine import LLM                                                        # noqa: E402
-from minimal_engine.bench.gguf_export import (export_gguf, permute_for_llama_cpp, read_gguf,  # noqa: E402
+from minimal_engine.tools.gguf_export import (export_gguf, permute_for_llama_cpp, read_gguf,  # noqa: E402
                                               verify_gguf)
 
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from minimal_engine import LLM
-from minimal_engine.serve import ServerThread, build_app
-from minimal_engine.serve_limits import ServeLimits
+from minimal_engine.serve.app import ServerThread, build_app
+from minimal_engine.serve.limits import ServeLimits
 from tests.conftest import fail_rows_with_top_k, wait_idle
 
 LIMITS = ServeLimits(max_body_bytes=64_000, body_timeout_s=1.0, header_timeout_s=1.0)

@@ -4,8 +4,8 @@ import pytest
 
 from course import lab10
 from minimal_engine import calculators as calc
-from minimal_engine.sim_calibration import fit_machine, machine_spec, machine_table
-from minimal_engine.simulator import simulate_batch
+from minimal_engine.tools.sim_calibration import fit_machine, machine_spec, machine_table
+from minimal_engine.calculators.simulator import simulate_batch
 
 MODEL = lab10.DEFAULT_MODEL_DIR
 PEAKS = {"flops_bf16": 200e9, "flops_fp32": 100e9, "bandwidth": 25e9}

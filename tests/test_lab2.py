@@ -1,10 +1,10 @@
-"""Chapter 2: roofline formulas (minimal_engine.roofline, minimal_engine.roofline_calc) and lab 2."""
+"""Chapter 2: roofline formulas (minimal_engine.bench.roofline, minimal_engine.calculators.roofline) and lab 2."""
 from __future__ import annotations
 
 import pytest
 
 from minimal_engine import calculators as calc
-from minimal_engine import roofline
+from minimal_engine.bench import roofline
 from minimal_engine.config import ModelConfig
 
 CFG = ModelConfig(variant="llama", vocab_size=1000, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,

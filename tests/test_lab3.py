@@ -38,8 +38,8 @@ def test_no_cache_equals_engine_on_random_tiny_models(tiny_model):
 
 def test_no_cache_logits_equal_engine_prefill(default_llm):
     """The last row of the engine's prefill logits is what the no-cache step computes."""
-    from minimal_engine.scheduler import ScheduledSeq, SchedulerOutput
-    from minimal_engine.sequence import Sequence
+    from minimal_engine.engine.scheduler import ScheduledSeq, SchedulerOutput
+    from minimal_engine.engine.sequence import Sequence
     ids = PROMPTS[2]
     eng = default_llm.engine
     seq = Sequence("x", None, ids, GREEDY)
@@ -151,7 +151,7 @@ def test_attention_term_is_the_roofline_formula():
     """One formula: step_cost's FLOPs for one decode token = 2 x (layer weights + lm_head) + the attention term."""
     from minimal_engine.config import ModelConfig
     from minimal_engine.llm import DEFAULT_MODEL
-    from minimal_engine.roofline import step_cost, weight_counts
+    from minimal_engine.bench.roofline import step_cost, weight_counts
     cfg = ModelConfig.from_folder(DEFAULT_MODEL)
     w = weight_counts(cfg)
     for ctx in (1, 100, 500):
@@ -184,7 +184,7 @@ def test_generation_flops_with_and_without_cache():
 # ---------------------------------------------------------------- shapes of one decode step
 def test_llama_8b_config_matches_specs_and_parameter_count():
     from course.decode_shapes import LLAMA_31_8B as cfg
-    from minimal_engine.synthetic import num_parameters
+    from minimal_engine.model.synthetic import num_parameters
     s = calc.get_model_shape("Llama 3.1 8B")
     assert (cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (s.layers, s.heads, s.kv_heads, s.head_dim)
     assert num_parameters(cfg) == pytest.approx(s.params, rel=0.002)
@@ -192,7 +192,7 @@ def test_llama_8b_config_matches_specs_and_parameter_count():
 
 def test_decode_shapes_flops_equal_roofline_and_trace(default_llm):
     from course.decode_shapes import LLAMA_31_8B, decode_shapes, trace_decode_shapes
-    from minimal_engine.roofline import step_cost
+    from minimal_engine.bench.roofline import step_cost
     for cfg in (default_llm.model_config, LLAMA_31_8B):
         for ctx in (1, 300):
             assert sum(f for _, _, f in decode_shapes(cfg, ctx)) == step_cost(cfg, 2, decode_contexts=[ctx])["flops"]

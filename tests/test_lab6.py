@@ -117,7 +117,7 @@ def test_bad_settings_are_refused():
 def test_kernel_times_measures_the_engines_three_paths():
     rows = lab6.kernel_times(rows=(1, 4), shape=(48, 32), repeats=2, iters=2)
     assert [r["rows"] for r in rows] == [1, 4]
-    from minimal_engine.models.cpu_linears import probe_int8pack
+    from minimal_engine.model.cpu_linears import probe_int8pack
     int8pack_runs = probe_int8pack(torch.bfloat16) is None
     for r in rows:
         assert all(r[k] > 0 for k in ("bf16_us", "int8_dequant_us"))

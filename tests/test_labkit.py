@@ -261,7 +261,7 @@ def test_readout_table_is_spaced_with_values_right_aligned():
 @pytest.fixture(scope="module")
 def server(llama_dir):
     from minimal_engine import LLM
-    from minimal_engine.serve import ServerThread, build_app
+    from minimal_engine.serve.app import ServerThread, build_app
     llm = LLM(llama_dir, dtype="float32", device="cpu", max_num_seqs=16)
     with ServerThread(build_app(llm, max_queue=32, served_model_name="tiny"), timeout_s=30) as s:
         yield s

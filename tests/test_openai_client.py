@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from minimal_engine import LLM
-from minimal_engine.serve import ServerThread, build_app
+from minimal_engine.serve.app import ServerThread, build_app
 
 PROMPT = "吾輩は"
 

@@ -7,8 +7,8 @@ that hits are counted, and that no block leaks."""
 import pytest
 
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.block_manager import BlockManager
-from minimal_engine.sequence import Sequence
+from minimal_engine.engine.block_manager import BlockManager
+from minimal_engine.engine.sequence import Sequence
 
 GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
 BASE = list(range(10, 50))                                   # 40 tokens = 10 blocks of 4
@@ -171,7 +171,7 @@ def test_server_reports_cached_tokens(llama_dir):
     import httpx
     import json
 
-    from minimal_engine.serve import ServerThread, build_app
+    from minimal_engine.serve.app import ServerThread, build_app
     llm = cached_llm(llama_dir)
     body = {"model": "tiny", "prompt": BASE + [1], "max_tokens": 3, "temperature": 0}
     with ServerThread(build_app(llm, max_queue=8, served_model_name="tiny")) as s:

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.kv_quant import QMAX, QuantizedKVPool, dequantize_kv, quantize_kv
-from minimal_engine.quantization import (INT8PACK_MAX_ROWS, Int8Linear, int8pack_supported, quantize_int8,
+from minimal_engine.engine.kv_cache import QMAX, QuantizedKVPool, dequantize_kv, quantize_kv
+from minimal_engine.features.quantization import (INT8PACK_MAX_ROWS, Int8Linear, int8pack_supported, quantize_int8,
                                          quantize_model, weight_bytes)
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
@@ -87,7 +87,7 @@ def test_kv_round_trip_error_bound(kind):
 
 
 def test_quantized_pool_reads_blocks_like_the_plain_pool():
-    from minimal_engine.attention import gather_blocks
+    from minimal_engine.model.attention import gather_blocks
     torch.manual_seed(3)
     kvh, blocks, bs, dh = 2, 6, 4, 8
     plain = torch.zeros(kvh, blocks * bs, dh)
@@ -178,7 +178,7 @@ def test_prefix_caching_with_quantized_kv(kind):
 
 
 def test_evaluation_numbers_are_computed_and_ordered_sensibly():
-    from minimal_engine.evaluate import evaluate_settings, heldout_texts
+    from minimal_engine.tools.evaluate import evaluate_settings, heldout_texts
     texts = heldout_texts(700)
     assert sum(map(len, texts)) == 700
     rows = evaluate_settings([dict(dtype="float32"), dict(dtype="bfloat16"), dict(dtype="bfloat16", quantization="int8"),
@@ -200,8 +200,8 @@ def test_evaluation_matches_the_training_scripts_measure():
     import numpy as np
     from transformers import AutoModelForCausalLM
 
-    from minimal_engine import train
-    from minimal_engine.evaluate import evaluate_settings, heldout_texts
+    from minimal_engine.tools import train
+    from minimal_engine.tools.evaluate import evaluate_settings, heldout_texts
     from minimal_engine.llm import DEFAULT_MODEL
     texts = heldout_texts(400)
     row = evaluate_settings([dict(dtype="float32")], texts=texts, window=128)[0]

@@ -3,7 +3,7 @@
 import torch
 
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.sampler import apply_top_k, apply_top_p, sample
+from minimal_engine.engine.sampler import apply_top_k, apply_top_p, sample
 
 
 def test_top_k_keeps_k_largest():

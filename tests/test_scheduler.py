@@ -1,11 +1,11 @@
 """Block manager and scheduler rules, without a model."""
 import pytest
 
-from minimal_engine.block_manager import BlockManager
+from minimal_engine.engine.block_manager import BlockManager
 from minimal_engine.config import EngineConfig
 from minimal_engine.sampling_params import SamplingParams
-from minimal_engine.scheduler import Scheduler
-from minimal_engine.sequence import Sequence, SequenceStatus
+from minimal_engine.engine.scheduler import Scheduler
+from minimal_engine.engine.sequence import Sequence, SequenceStatus
 
 
 def seq(rid, n_prompt, max_tokens=8):

@@ -4,9 +4,9 @@ import math
 import pytest
 
 from minimal_engine import calculators as calc
-from minimal_engine.simulator import (SimConstants, get_hardware, get_sim_model, inferencex_cost_inputs,
+from minimal_engine.calculators.simulator import (SimConstants, get_hardware, get_sim_model, inferencex_cost_inputs,
                                       simulate, simulate_sweep, step_time_s, weight_read_bytes)
-from minimal_engine.sim_tables import SIM_GPUS, SIM_MODELS, model_from_hf_config
+from minimal_engine.calculators.sim_tables import SIM_GPUS, SIM_MODELS, model_from_hf_config
 
 KW = dict(model="llama-3.1-8b", gpu="H100", num_gpus=1, tp=1, weight_dtype="bf16", kv_dtype="bf16",
           input_len=1024, output_len=256)
@@ -136,7 +136,7 @@ BOUNDS = {"tpot": 0.20, "throughput": 0.20, "ttft": 0.60, "all": 0.25}   # held-
 
 
 def test_held_out_error_stays_within_the_stated_bounds():
-    from minimal_engine.sim_calibration import error_table, summary
+    from minimal_engine.tools.sim_calibration import error_table, summary
     rows = error_table()
     assert {r["split"] for r in rows} == {"fit", "held-out"}
     s = summary(rows)
@@ -147,8 +147,8 @@ def test_held_out_error_stays_within_the_stated_bounds():
 def test_constants_in_use_are_the_fit():
     from dataclasses import fields
 
-    from minimal_engine.sim_calibration import FIT_RANGES, fit
-    from minimal_engine.simulator import DEFAULT_CONSTANTS
+    from minimal_engine.tools.sim_calibration import FIT_RANGES, fit
+    from minimal_engine.calculators.simulator import DEFAULT_CONSTANTS
     fitted = fit()
     for f in fields(SimConstants):
         want = getattr(fitted, f.name)
@@ -159,13 +159,13 @@ def test_constants_in_use_are_the_fit():
 def test_docs_table_is_generated_from_the_code():
     from pathlib import Path
 
-    from minimal_engine.sim_calibration import markdown
+    from minimal_engine.tools.sim_calibration import markdown
     doc = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
     assert doc.read_text(encoding="utf-8") == markdown()
 
 
 def test_simulate_batch_steps_the_engine_one_request_at_a_time():
-    from minimal_engine.simulator import simulate_batch
+    from minimal_engine.calculators.simulator import simulate_batch
     spec = {"name": "pc", "memory_gb": 16, "flops_bf16": 200e9, "flops_fp32": 100e9, "bandwidth": 20e9,
             "compute_eff": 1.0, "memory_eff": 1.0, "layer_overhead_us": 0.0, "max_batched_tokens": 2048}
     m, hw = get_sim_model("minimal_engine/default_model"), get_hardware(spec)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.spec_decode import (DRAFT_MODEL, expected_tokens_per_step, ngram_propose, rejection_sample)
+from minimal_engine.features.spec_decode.decoder import (DRAFT_MODEL, expected_tokens_per_step, ngram_propose, rejection_sample)
 from tests.conftest import save_tiny_model
 
 PROMPTS = ["吾輩は猫である。名前はまだ無い。吾輩は猫である。名前は", "山路を登りながら、こう考えた。",

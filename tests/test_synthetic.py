@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.synthetic import SHAPES, num_parameters, synthetic_config
+from minimal_engine.model.synthetic import SHAPES, num_parameters, synthetic_config
 
 
 @pytest.mark.parametrize("name", list(SHAPES))

@@ -1,4 +1,4 @@
-"""Chapter 7: tensor parallelism (minimal_engine/distributed.py, tp_worker.py, models/sharding.py).
+"""Chapter 7: tensor parallelism (minimal_engine/features/tensor_parallel/model.py, tp_worker.py, models/sharding.py).
 
 Greedy tokens of tensor_parallel_size=N equal those of N=1 in float32 (default model, random Llama/Qwen
 models with GQA, an uneven head split, replicated KV heads); the all-reduce bytes follow the formula; workers
@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from minimal_engine import LLM, SamplingParams
-from minimal_engine import distributed
+from minimal_engine.features.tensor_parallel import model as distributed
 from minimal_engine.calculators import tp_allreduce_bytes
-from minimal_engine.models.sharding import check_tp_size, head_ranges, split_sizes
+from minimal_engine.features.tensor_parallel.sharding import check_tp_size, head_ranges, split_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
@@ -234,7 +234,7 @@ def test_a_script_without_the_main_guard_is_told_what_to_add(tmp_path, entry):
     """A spawned worker re-imports the main script; a script that starts workers at its top level makes the
     worker die while starting. The parent's error must say what to add, not only that a worker exited."""
     script = tmp_path / "no_guard.py"
-    script.write_text("from minimal_engine import LLM\nfrom minimal_engine.disagg import DisaggregatedLLM\n"
+    script.write_text("from minimal_engine import LLM\nfrom minimal_engine.disagg.llm import DisaggregatedLLM\n"
                       f"llm = {entry}\nprint('started')\n")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path,

@@ -64,7 +64,7 @@ def definition(q, k_cache, v_cache, tables, lens, scale, bs):
 
 
 def run_kernels() -> list[dict]:
-    from minimal_engine.attention_paged import INTERPRETED, paged_decode_triton
+    from minimal_engine.model.attention_paged import INTERPRETED, paged_decode_triton
     assert INTERPRETED, "TRITON_INTERPRET=1 must be set before minimal_engine is imported"
     rows = []
     for c in kernel_cases():
@@ -84,7 +84,7 @@ def run_kernels() -> list[dict]:
 def run_engine(model_dir: str) -> dict:
     """Greedy tokens of the engine whose decode steps go through the kernel (counted), eager and through the
     CUDA-graph static buffers (padding rows included), float32 and bfloat16."""
-    import minimal_engine.attention_paged as ap
+    import minimal_engine.model.attention_paged as ap
     from minimal_engine import LLM, SamplingParams
     calls = {"n": 0, "rows": []}
     kernel = ap.paged_decode_triton

@@ -5,7 +5,7 @@
     res = run_plan(b, arrival_plan("all", 4, 64, 32), output_len=32)
 
 Both return the same result (see ``build_result``): per request its arrival, first token and every token
-time, and the run's medians, ITL p99 / max and throughputs, computed by ``minimal_engine.metrics.summarize``
+time, and the run's medians, ITL p99 / max and throughputs, computed by ``minimal_engine.engine.metrics.summarize``
 (vLLM's formulas). The local engine is stepped here, adding each request at its arrival time
 (``engine.add_request(..., arrival_time=...)`` then ``engine.step()``), so the timeline shows the engine's
 steps. A server is measured from the client with the project's online bench client
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from minimal_engine import SamplingParams
-from minimal_engine.metrics import summarize
+from minimal_engine.engine.metrics import summarize
 
 from course.runtime import apply_thread_policy, check_device, check_model, get_llm, random_prompts
 
@@ -159,7 +159,7 @@ def _run_local(backend: Backend, plan, output_len, seed, progress, threads) -> d
 # ---------------------------------------------------------------- an OpenAI-compatible server
 def _text_prompts(backend: Backend, plan: list[dict], seed: int) -> list[str]:
     from minimal_engine.llm import DEFAULT_MODEL
-    from minimal_engine.tokenizer import Tokenizer
+    from minimal_engine.model.tokenizer import Tokenizer
     tok = Tokenizer(backend.tokenizer or DEFAULT_MODEL)
     from transformers.utils import logging as hf_logging
     rng, banned = random.Random(seed), {tok.eos_token_id}

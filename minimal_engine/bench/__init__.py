@@ -11,12 +11,12 @@ workload.py (the requests) -> offline.py (our engine) / hf_baselines.py (transfo
 -> report.py (JSON with vLLM's field names, CSV, tables, the tok/s vs tok/s/user plot). __main__.py is the CLI.
 prefix.py: every request starts with one shared system prompt; engines with prefix caching off and on alternate.
 """
-from .hf_baselines import hf_model_for, run_hf_continuous, run_hf_static
-from .offline import add_bounds, decode_step_time, run_offline, run_sweep
-from .online import run_online
-from .report import (format_median_ratios, format_ratios, format_table, median_ratios,
+from minimal_engine.bench.hf_baselines import hf_model_for, run_hf_continuous, run_hf_static
+from minimal_engine.bench.offline import add_bounds, decode_step_time, run_offline, run_sweep
+from minimal_engine.bench.online import run_online
+from minimal_engine.bench.report import (format_median_ratios, format_ratios, format_table, median_ratios,
                      plot_throughput_vs_interactivity, ratios, save_results)
-from .workload import BenchRequest, dataset_requests, prompt_texts, random_requests
+from minimal_engine.bench.workload import BenchRequest, dataset_requests, prompt_texts, random_requests
 
 __all__ = ["BenchRequest", "random_requests", "dataset_requests", "prompt_texts", "run_offline", "run_sweep",
            "add_bounds", "decode_step_time", "hf_model_for", "run_hf_static", "run_hf_continuous", "run_online",

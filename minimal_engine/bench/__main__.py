@@ -8,10 +8,10 @@ import sys
 
 import torch
 
-from ..roofline import format_machine, measure_machine, step_cost
-from . import (dataset_requests, decode_step_time, format_median_ratios, format_ratios, format_table, median_ratios,
+from minimal_engine.bench.roofline import format_machine, measure_machine, step_cost
+from minimal_engine.bench import (dataset_requests, decode_step_time, format_median_ratios, format_ratios, format_table, median_ratios,
                plot_throughput_vs_interactivity, prompt_texts, random_requests, ratios, run_online, save_results)
-from .offline import add_bounds, run_offline
+from minimal_engine.bench.offline import add_bounds, run_offline
 
 
 def parse_args(argv):
@@ -86,8 +86,8 @@ def format_spec(rows: list[dict]) -> str:
 
 
 def run_engine(args, machine, tqdm) -> tuple[list, dict]:
-    from ..llm import LLM
-    from .hf_baselines import hf_model_for, run_hf_continuous, run_hf_static
+    from minimal_engine.llm import LLM
+    from minimal_engine.bench.hf_baselines import hf_model_for, run_hf_continuous, run_hf_static
     kw = dict(dtype=args.dtype, device=args.device, max_num_seqs=max(64, *args.max_concurrency), seed=args.seed,
               tensor_parallel_size=args.tensor_parallel_size)
     spec = parse_spec(args.speculative_config)
@@ -146,8 +146,8 @@ def run_profile(args) -> int:
     import json
     from pathlib import Path
 
-    from ..llm import LLM
-    from .profile import format_profile, profile_decode_steps
+    from minimal_engine.llm import LLM
+    from minimal_engine.bench.profile import format_profile, profile_decode_steps
     batches = args.decode_step_batch or [1]
     llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=max(64, *batches), seed=args.seed)
     print("linear kernels:", llm.engine.runner.describe_kernels())
@@ -167,8 +167,8 @@ def run_profile(args) -> int:
 
 
 def run_openai(args, tqdm) -> tuple[list, dict]:
-    from ..llm import DEFAULT_MODEL
-    from ..tokenizer import Tokenizer
+    from minimal_engine.config import DEFAULT_MODEL
+    from minimal_engine.model.tokenizer import Tokenizer
     tok = Tokenizer(args.tokenizer or DEFAULT_MODEL)
     endpoint = "/v1/chat/completions" if args.backend == "openai-chat" else "/v1/completions"
     rows = []
@@ -201,7 +201,7 @@ def main(argv=None) -> int:
         print("this machine:", format_machine(machine))
     try:
         if args.backend == "engine" and args.shared_prefix_len:
-            from .prefix import run_prefix_bench
+            from minimal_engine.bench.prefix import run_prefix_bench
             rows, extra = run_prefix_bench(args)
         elif args.backend == "engine":
             rows, extra = run_engine(args, machine, not args.no_tqdm)

@@ -20,10 +20,10 @@ import time
 
 import torch
 
-from ..metrics import summarize
-from ..models.loader import hf_state_dict
-from ..sequence import RequestMetrics
-from .workload import BenchRequest
+from minimal_engine.engine.metrics import summarize
+from minimal_engine.model.loader import hf_state_dict
+from minimal_engine.engine.sequence import RequestMetrics
+from minimal_engine.bench.workload import BenchRequest
 
 HF_CONFIG = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config"}
 

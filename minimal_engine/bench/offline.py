@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from ..metrics import summarize
-from ..roofline import step_cost
-from ..sampling_params import SamplingParams
-from .workload import BenchRequest, random_requests
+from minimal_engine.engine.metrics import summarize
+from minimal_engine.bench.roofline import step_cost
+from minimal_engine.sampling_params import SamplingParams
+from minimal_engine.bench.workload import BenchRequest, random_requests
 
 
 def run_offline(llm, requests: list[BenchRequest], max_concurrency: int, use_tqdm: bool = True,

@@ -18,7 +18,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from ..metrics import summarize
+from minimal_engine.engine.metrics import summarize
 
 
 @dataclass

@@ -14,8 +14,8 @@ from __future__ import annotations
 import random
 import statistics
 
-from .offline import run_offline
-from .workload import BenchRequest, random_requests
+from minimal_engine.bench.offline import run_offline
+from minimal_engine.bench.workload import BenchRequest, random_requests
 
 
 def shared_prefix_requests(num: int, shared_len: int, input_len: int, output_len: int, vocab_size: int,
@@ -47,7 +47,7 @@ def run_prefix_compare(llm_off, llm_on, requests: list[BenchRequest], max_concur
 
 def run_prefix_bench(args) -> tuple[list, dict]:
     """The CLI's --shared-prefix-len: build both engines, run, print the ratio."""
-    from ..llm import LLM
+    from minimal_engine.llm import LLM
     kw = dict(dtype=args.dtype, device=args.device, max_num_seqs=max(64, *args.max_concurrency), seed=args.seed)
     llm_off, llm_on = LLM(args.model, **kw), LLM(args.model, enable_prefix_caching=True, **kw)
     rows, extra = [], {"model": llm_off.model_name, "shared_prefix_len": args.shared_prefix_len, "prefix": []}

@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from ..roofline import weight_counts
-from ..sampling_params import SamplingParams
-from .workload import random_requests
+from minimal_engine.bench.roofline import weight_counts
+from minimal_engine.sampling_params import SamplingParams
+from minimal_engine.bench.workload import random_requests
 
 LINEAR = ("aten::mm", "aten::addmm", "aten::mv", "aten::addmv_", "mkldnn::_linear_pointwise",
           "aten::_weight_int8pack_mm")   # aten::mv: the one-row bf16 path (models/cpu_linears.py)

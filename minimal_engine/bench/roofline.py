@@ -1,0 +1,137 @@
+"""Roofline readout: how fast this machine can compute and move bytes, and what that allows one engine step.
+
+A step of the engine cannot be faster than either of two bounds:
+    compute bound = FLOPs of the step / peak FLOP/s        (prefill: many tokens per weight read)
+    memory bound  = bytes the step must read / bandwidth   (decode: every weight read for few tokens)
+`measure_machine()` measures the peaks here in a few seconds (matmul in fp32 and bf16, a large copy, a
+reduction and a matrix-vector product); `step_cost()` counts FLOPs and bytes of one step of a model shape.
+
+What step_cost counts (and leaves out, on purpose, to stay readable):
+  * FLOPs: 2 x (linear weights of the layers) per token, attention scores and weighted sums
+    (2 x 2 x heads x head_dim per cached token per query token), and the lm_head (2 x hidden x vocab)
+    only for rows that sample (one per request), as the engine computes logits only there.
+  * bytes: every layer weight and the lm_head once per step (the embedding table only for the rows
+    looked up), K and V of the whole context read once per request, the new K and V written once.
+    Activations are left out: they are small next to weights at these batch sizes.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from minimal_engine.config import ModelConfig
+
+
+def _best_time(fn, repeats: int) -> float:
+    fn()                                     # warm-up (allocations, kernel selection)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def measure_matmul_flops(dtype=torch.float32, n: int = 1024, repeats: int = 5, device="cpu") -> float:
+    """FLOP/s of an n x n by n x n matmul (2 n^3 FLOPs), best of `repeats`."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    return 2 * n ** 3 / _best_time(lambda: (a @ b, sync()), repeats)
+
+
+def measure_bandwidth(megabytes: int = 128, repeats: int = 5, device="cpu") -> dict:
+    """Bytes/s of a large copy (reads + writes both counted) and of a sum (reads only)."""
+    x = torch.ones(megabytes * (1 << 20) // 4, dtype=torch.float32, device=device)
+    y = torch.empty_like(x)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    nbytes = x.numel() * 4
+    copy = 2 * nbytes / _best_time(lambda: (y.copy_(x), sync()), repeats)
+    total = nbytes / _best_time(lambda: (x.sum(), sync()), repeats)
+    return {"copy": copy, "sum": total}
+
+
+def measure_matvec_bandwidth(n: int = 4096, dtype=torch.bfloat16, repeats: int = 10, device="cpu") -> float:
+    """Bytes/s of a matrix-vector product (the matrix is read once): what a batch-1 decode step does."""
+    w = torch.randn(n, n, device=device).to(dtype)
+    v = torch.randn(1, n, device=device).to(dtype)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    return w.numel() * w.element_size() / _best_time(lambda: (v @ w.T, sync()), repeats)
+
+
+def measure_machine(device="cpu", quick: bool = False) -> dict:
+    """This machine's peaks: flops_fp32, flops_bf16 (FLOP/s) and bandwidth, bw_copy, bw_sum, bw_matvec (B/s).
+    `bandwidth` (the largest of the three) is what the memory bounds use: a bound should never be beaten."""
+    n, mb = (512, 64) if quick else (1024, 128)
+    bw = measure_bandwidth(mb, device=device)
+    res = {"flops_fp32": measure_matmul_flops(torch.float32, n, device=device),
+           "flops_bf16": measure_matmul_flops(torch.bfloat16, n, device=device),
+           "bw_copy": bw["copy"], "bw_sum": bw["sum"],
+           "bw_matvec": measure_matvec_bandwidth(2048 if quick else 4096, device=device)}
+    res["bandwidth"] = max(res["bw_copy"], res["bw_sum"], res["bw_matvec"])
+    return res
+
+
+def weight_counts(cfg: ModelConfig) -> dict:
+    """Parameter counts: linear weights of the layers, norms, embedding table and lm_head."""
+    attn = cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim + cfg.num_heads * cfg.head_dim * cfg.hidden_size
+    mlp = 3 * cfg.hidden_size * cfg.intermediate_size
+    return {"layers": cfg.num_layers * (attn + mlp), "norms": (2 * cfg.num_layers + 1) * cfg.hidden_size,
+            "embedding": cfg.vocab_size * cfg.hidden_size, "lm_head": cfg.vocab_size * cfg.hidden_size}
+
+
+def step_cost(cfg: ModelConfig, dtype_bytes: int, decode_contexts=(), prefill_lens=(), machine: dict | None = None,
+              flops_key: str | None = None) -> dict:
+    """FLOPs and bytes of one step, and its time bounds on `machine` (from measure_machine).
+
+    decode_contexts: for each decoding request, its context length (tokens in the cache after this step).
+    prefill_lens:    for each request prefilled in this step, its whole prompt length (no cached prefix).
+    Returns tokens, flops, weight_bytes, kv_read_bytes, kv_write_bytes, kv_bytes (read + written), bytes,
+    intensity (flops / bytes), and with a machine: t_compute, t_memory, t_bound (seconds) and bound
+    ("memory" or "compute": which one is larger).
+    """
+    w = weight_counts(cfg)
+    kv_tok = cfg.kv_bytes_per_token(dtype_bytes)
+    d, p = list(decode_contexts), list(prefill_lens)
+    tokens = len(d) + sum(p)
+    rows = len(d) + len(p)                                   # rows that sample a token
+    qk = cfg.num_heads * cfg.head_dim
+    attn_pairs = sum(d) + sum(n * (n + 1) // 2 for n in p)   # (query, key) pairs, causal
+    flops = 2 * w["layers"] * tokens + 4 * qk * cfg.num_layers * attn_pairs + 2 * w["lm_head"] * rows
+    weight_bytes = (w["layers"] + w["norms"] + w["lm_head"]) * dtype_bytes + tokens * cfg.hidden_size * dtype_bytes
+    kv_read = (sum(d) + sum(p)) * kv_tok                     # read each request's context once
+    kv_write = tokens * kv_tok                               # write the new tokens' K and V
+    res = {"tokens": tokens, "flops": flops, "weight_bytes": weight_bytes, "kv_read_bytes": kv_read,
+           "kv_write_bytes": kv_write, "kv_bytes": kv_read + kv_write, "bytes": weight_bytes + kv_read + kv_write}
+    res["intensity"] = flops / res["bytes"]                  # FLOPs per byte (arithmetic intensity)
+    if machine is not None:
+        key = flops_key or ("flops_bf16" if dtype_bytes == 2 else "flops_fp32")
+        res["t_compute"] = flops / machine[key]
+        res["t_memory"] = res["bytes"] / machine["bandwidth"]
+        res["t_bound"] = max(res["t_compute"], res["t_memory"])
+        res["bound"] = "compute" if res["t_compute"] > res["t_memory"] else "memory"
+    return res
+
+
+def gpu_machine(gpu: str) -> dict:
+    """A GPU from the datasheet table (``minimal_engine.calculators.datasheets.GPU_SPECS``) as a machine for step_cost:
+    dense BF16 FLOP/s and HBM bandwidth. Only ``flops_bf16`` is set: predict BF16 steps (dtype_bytes=2)."""
+    from minimal_engine.calculators.roofline import gpu_bandwidth, gpu_peak_flops
+    return {"name": gpu, "flops_bf16": gpu_peak_flops(gpu), "bandwidth": gpu_bandwidth(gpu), "datasheet": True}
+
+
+def ridge_point(machine: dict, flops_key: str = "flops_bf16") -> float:
+    """FLOPs per byte where the machine's roofline bends: peak FLOP/s / bandwidth."""
+    return machine[flops_key] / machine["bandwidth"]
+
+
+def attainable_flops(intensity: float, machine: dict, flops_key: str = "flops_bf16") -> float:
+    """The roof at an intensity: min(peak FLOP/s, intensity x bandwidth)."""
+    return min(machine[flops_key], intensity * machine["bandwidth"])
+
+
+def format_machine(m: dict) -> str:
+    return (f"matmul fp32 {m['flops_fp32'] / 1e9:.0f} GFLOP/s, bf16 {m['flops_bf16'] / 1e9:.0f} GFLOP/s; "
+            f"bandwidth copy {m['bw_copy'] / 1e9:.1f} GB/s, sum {m['bw_sum'] / 1e9:.1f} GB/s, "
+            f"matvec {m['bw_matvec'] / 1e9:.1f} GB/s")

@@ -1,0 +1,300 @@
+"""Disaggregated prefill and decode (chapter 9): two engines in two processes, one stream for the client.
+
+    with DisaggregatedLLM(max_num_seqs=8) as llm:          # decode engine here, prefill engine in a child process
+        outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=32))
+        outs[0].metrics.kv_transfer_bytes, outs[0].metrics.kv_transfer_s, outs[0].metrics.ttft
+
+Why: in one engine, a long prompt's prefill shares a step with the decodes of everyone else, and that step is
+long (chapter 9's interference). Splitting the two phases onto different engines (DistServe, Splitwise,
+Mooncake; vLLM's disaggregated prefill, llm-d, Dynamo) keeps decode steps short, at the price of moving each
+request's KV cache from the prefill engine to the decode engine once.
+
+How a request flows (this file + kv_connector.py + two small hooks in the core):
+
+    client --add_request--> [parent] --("add", ids, params)--> [child: prefill LLMEngine, max_tokens=1]
+        prefill engine computes the prompt and samples the first token; before it frees the request's blocks,
+        its finish_hook (llm_engine.py) copies them out (extract_kv_blocks) and the connector sends them
+    [parent: decode LLMEngine] <--KV blocks + first token-- connector
+        the decode engine allocates its own blocks (Scheduler.admit_prefilled), writes the KV into them
+        (inject_kv_blocks), records the first token and then decodes as usual; the client sees one stream.
+
+Greedy tokens are those of a single engine (tests/test_disagg.py); seeded sampling too (the generator state
+travels with the KV). Not here: n > 1, logprobs, prefix caching. A decode-side preemption recomputes locally.
+Processes: the prefill engine is a `spawn`ed daemon process. close() (or `with`) stops it; it exits when the
+parent dies, and an error in it reaches the parent as a RuntimeError with its traceback, not a hang.
+"""
+from __future__ import annotations
+
+import itertools
+import multiprocessing as mp
+import queue
+import threading
+import time
+import traceback
+import weakref
+from collections import deque
+from dataclasses import dataclass, replace
+
+import torch
+
+from minimal_engine.disagg.kv_connector import PipeKVConnector, extract_kv_blocks, inject_kv_blocks, receive_loop, transfer_summary
+from minimal_engine.llm import LLM
+from minimal_engine.processes import main_guard_hint
+from minimal_engine.sampling_params import SamplingParams
+from minimal_engine.engine.sequence import RequestMetrics
+
+ENGINE_ARGS = {"block_size", "num_kv_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "seed",
+               "kv_cache_memory", "cuda_graphs"}
+IDLE_POLL_S = 0.2            # how long an idle side waits for a message before checking the other is alive
+
+
+@dataclass
+class DisaggMetrics(RequestMetrics):
+    """RequestMetrics (TTFT counts until the first token reaches the decode side) plus the hand-off."""
+
+    kv_transfer_bytes: int = 0          # KV blocks moved, all layers, K and V
+    kv_transfer_s: float = 0.0          # copy out of the prefill pool + the pipe + write into the decode pool
+    prefill_done_time: float | None = None   # when the prefill engine sampled the first token
+
+
+def _prefill_main(model, llm_kwargs: dict, threads: int, control, kv_end) -> None:
+    """The child process: a prefill-only engine. Commands arrive on `control`; KV leaves through `kv_end`."""
+    connector = PipeKVConnector(kv_end)
+    parent = mp.parent_process()
+    try:
+        torch.set_num_threads(threads)
+        engine = LLM(model, **llm_kwargs).engine
+
+        def hand_off(seq) -> None:          # finish_hook: the request's blocks are still held here
+            start = time.perf_counter()
+            kv = extract_kv_blocks(engine.runner, seq.block_table)
+            gen = seq.generator.get_state() if seq.params.seed is not None else None
+            connector.send_kv(seq.request_id, kv, {
+                "first_token": seq.token_ids[-1], "num_computed": seq.num_computed_tokens, "extract_start": start,
+                "first_scheduled_time": seq.metrics.first_scheduled_time, "prefill_done": seq.metrics.token_times[-1],
+                "generator_state": gen})
+
+        engine.finish_hook = hand_off
+        control.send(("ready", engine.block_manager.num_blocks))
+        while True:
+            busy = engine.has_unfinished_requests()
+            if control.poll(0 if busy else IDLE_POLL_S):
+                cmd, *args = control.recv()
+                if cmd == "add":
+                    rid, ids, params, arrival = args
+                    one = replace(params, max_tokens=1, min_tokens=min(params.min_tokens, 1))
+                    engine.add_request(ids, one, rid, arrival)
+                elif cmd == "abort":
+                    engine.abort_request(args[0])
+                elif cmd == "stats":
+                    control.send(("stats", {"num_blocks": engine.block_manager.num_blocks,
+                                            "free_blocks": engine.block_manager.num_free_blocks,
+                                            "unfinished": engine.has_unfinished_requests()}))
+                elif cmd == "close":
+                    return
+            elif busy:
+                for out in engine.step():
+                    if out.finish_reason == "error":
+                        raise RuntimeError(f"request {out.request_id} failed in the prefill engine: {out.error}")
+            elif parent is not None and not parent.is_alive():
+                return                                       # the parent died: nobody to serve
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        return                                               # the parent closed its ends
+    except BaseException:
+        try:
+            connector.send_error(traceback.format_exc())
+            control.send(("error", traceback.format_exc()))
+        except OSError:
+            pass
+
+
+def _shutdown(proc, conns) -> None:
+    """Stop the prefill process (politely, then terminate, then kill) and close the pipes. Idempotent."""
+    try:
+        conns[0].send(("close",))
+    except (OSError, ValueError):
+        pass
+    for stop in (lambda: None, proc.terminate, proc.kill):
+        stop()
+        proc.join(5)
+        if not proc.is_alive():
+            break
+    for c in conns:
+        c.close()
+
+
+class DisaggregatedLLM:
+    """A prefill engine (child process) and a decode engine (this process) behind LLM's interface.
+
+    generate(prompts, sampling_params) returns the RequestOutputs LLM.generate returns, with DisaggMetrics.
+    add_request / step / has_unfinished_requests / abort_request drive it step by step, as LLMEngine.
+    Engine arguments (block_size, num_kv_blocks, max_num_seqs, max_num_batched_tokens, max_model_len, seed, ...)
+    apply to both engines; `prefill_threads` sets the child's torch threads (default: this process's)."""
+
+    def __init__(self, model=None, dtype=None, device=None, prefill_device=None, prefill_threads: int | None = None,
+                 start_timeout: float = 120.0, **engine_args):
+        if set(engine_args) - ENGINE_ARGS:
+            raise ValueError(f"DisaggregatedLLM does not take {sorted(set(engine_args) - ENGINE_ARGS)}; "
+                             f"engine arguments: {sorted(ENGINE_ARGS)}")
+        self.llm = LLM(model, dtype=dtype, device=device, **engine_args)       # the decode engine
+        self.engine = self.llm.engine
+        threads = prefill_threads or torch.get_num_threads()
+        ctx = mp.get_context("spawn")
+        self._control, child_control = ctx.Pipe()
+        kv_recv, kv_send = ctx.Pipe(duplex=False)
+        kwargs = dict(engine_args, dtype=self.llm.dtype, device=prefill_device or device,
+                      num_kv_blocks=engine_args.get("num_kv_blocks") or self.engine.block_manager.num_blocks)
+        self._proc = ctx.Process(target=_prefill_main, args=(model, kwargs, threads, child_control, kv_send),
+                                 daemon=True, name="prefill-engine")
+        self._proc.start()
+        self.pid = self._proc.pid           # the prefill process (tests check that it goes away)
+        child_control.close()
+        kv_send.close()                     # only the child writes: EOF here when it dies
+        self.connector = PipeKVConnector(kv_recv)
+        self._finalizer = weakref.finalize(self, _shutdown, self._proc, (self._control, kv_recv))
+        self.prefill_num_blocks = self._wait_control("ready", start_timeout)
+        self._inflight: dict[str, tuple] = {}      # request id -> (prompt, params, arrival): sent, not yet admitted
+        self._arrived: deque = deque()              # (request id, kv, meta) received, waiting for decode blocks
+        self._inbox: queue.Queue = queue.Queue()
+        threading.Thread(target=receive_loop, args=(self.connector, self._inbox), daemon=True,
+                         name="kv-receiver").start()
+        self._ids = itertools.count()
+
+    # ---- the child ------------------------------------------------------------------------------------
+    def _wait_control(self, kind: str, timeout: float):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ready = self._control.poll(min(IDLE_POLL_S, max(0.0, deadline - time.monotonic())))
+                got, value = self._control.recv() if ready else (None, None)
+            except (EOFError, OSError):
+                ready, got, value = True, "error", (f"the prefill process closed its pipe (exit code "
+                                                    f"{self._proc.exitcode})" + main_guard_hint("DisaggregatedLLM"))
+            if ready:
+                if got == "error":
+                    self.close()
+                    raise RuntimeError(f"the prefill engine failed:\n{value}")
+                if got == kind:
+                    return value
+            elif not self._proc.is_alive():
+                self.close()
+                raise RuntimeError(f"the prefill engine exited (code {self._proc.exitcode})" + main_guard_hint("DisaggregatedLLM"))
+        self.close()
+        raise TimeoutError(f"the prefill engine did not answer {kind!r} within {timeout:.0f} s")
+
+    def prefill_stats(self, timeout: float = 30.0) -> dict:
+        """The prefill engine's block counts (num_blocks, free_blocks) and whether it has unfinished requests."""
+        self._control.send(("stats",))
+        return self._wait_control("stats", timeout)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- the step interface (as LLMEngine) ---------------------------------------------------------------
+    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    arrival_time: float | None = None) -> str:
+        params = params or SamplingParams()
+        if params.n != 1 or params.logprobs is not None or params.prompt_logprobs is not None:
+            raise ValueError("DisaggregatedLLM supports n=1 without logprobs/prompt_logprobs; use LLM for those")
+        _, ids = self.engine.tokenize(prompt)
+        self.engine.validate_request(ids, params)
+        rid = f"d{next(self._ids)}" if request_id is None else request_id
+        if rid in self._inflight or rid in self.engine.seqs:
+            raise ValueError(f"request id {rid!r} is already in use")
+        if not self._proc.is_alive():
+            raise RuntimeError(f"the prefill engine process is not running (exit code {self._proc.exitcode})")
+        arrival = time.perf_counter() if arrival_time is None else arrival_time
+        self._inflight[rid] = (prompt, params, arrival)
+        self._control.send(("add", rid, ids, params, arrival))
+        return rid
+
+    def abort_request(self, request_id: str) -> None:
+        if self._inflight.pop(request_id, None) is not None:
+            self._control.send(("abort", request_id))
+        else:
+            self.engine.abort_request(request_id)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._inflight) or self.engine.has_unfinished_requests()
+
+    def step(self) -> list:
+        """Take in the KV that has arrived, admit what fits, run one decode step. When only prefills are in
+        flight, wait (at most IDLE_POLL_S) for the next hand-off instead of spinning."""
+        idle = not self.engine.has_unfinished_requests() and not self._arrived
+        self._receive(IDLE_POLL_S if idle and self._inflight else 0.0)
+        outs = self._admit()
+        if self.engine.has_unfinished_requests():
+            outs += self.engine.step()
+        return outs
+
+    def _receive(self, timeout: float) -> None:
+        try:
+            item = self._inbox.get(timeout=timeout) if timeout else self._inbox.get_nowait()
+            while item[0] != "error":
+                self._arrived.append(item)
+                item = self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        self._inbox.put(item)                            # the pipe has ended: every later call sees it too
+        if self._inflight:
+            raise RuntimeError(f"the prefill engine stopped (exit code {self._proc.exitcode}) with "
+                               f"{len(self._inflight)} requests in flight: {item[2]}")
+
+    def _admit(self) -> list:
+        """Decode side of the hand-off: own blocks, the received KV written into them, the first token."""
+        outs, bm, sched = [], self.engine.block_manager, self.engine.scheduler
+        while self._arrived:
+            rid, kv, meta = self._arrived[0]
+            if rid not in self._inflight:                    # aborted while its prefill ran
+                self._arrived.popleft()
+                continue
+            n = meta["num_computed"]
+            if len(sched.running) >= self.engine.config.max_num_seqs or bm.blocks_needed(n) > bm.num_free_blocks:
+                break                                        # wait until decodes finish and free blocks
+            self._arrived.popleft()
+            prompt, params, arrival = self._inflight.pop(rid)
+            self.engine.add_request(prompt, params, rid, arrival)
+            seq = self.engine.seqs[rid]
+            if not sched.admit_prefilled(seq, n):
+                raise RuntimeError(f"request {rid}: no room for its KV although blocks were free")
+            start = time.perf_counter()
+            inject_kv_blocks(self.engine.runner, seq.block_table, kv)
+            if meta["generator_state"] is not None:
+                seq.generator.set_state(meta["generator_state"])
+            now = time.perf_counter()
+            seq.metrics = DisaggMetrics(arrival, first_scheduled_time=meta["first_scheduled_time"],
+                                        num_prompt_tokens=seq.num_prompt_tokens, kv_transfer_bytes=kv.nbytes,
+                                        kv_transfer_s=meta["recv_done"] - meta["extract_start"] + now - start,
+                                        prefill_done_time=meta["prefill_done"])
+            outs.append(self.engine._append_token(seq, meta["first_token"], now))   # as if sampled here
+        return outs
+
+    # ---- the offline API (as LLM.generate) ----------------------------------------------------------------
+    def generate(self, prompts, sampling_params=None, use_tqdm: bool = False, timeout: float | None = None) -> list:
+        """Run prompts to completion through both engines; outputs in prompt order. `timeout` (s) bounds the run."""
+        prompts, params = self.llm._prepare(prompts, sampling_params)
+        ids, results = [], {}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            for p, sp in zip(prompts, params):
+                ids.append(self.add_request(p, sp))
+            while len(results) < len(ids):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"generate did not finish within {timeout} s")
+                for out in self.step():
+                    if out.finished:
+                        results[out.request_id] = out
+        finally:
+            for rid in ids:
+                if rid not in results:
+                    self.abort_request(rid)
+        return [results[r] for r in ids]
+
+
+__all__ = ["DisaggMetrics", "DisaggregatedLLM", "transfer_summary"]

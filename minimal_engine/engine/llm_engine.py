@@ -1,0 +1,232 @@
+"""LLMEngine: the loop that servers and labs drive step by step.
+
+    add_request()  ->  step(): scheduler.schedule() -> model_runner.run() -> update sequences  ->  outputs
+                       (repeat while has_unfinished_requests())
+
+Every input is checked in add_request (validate_request), before the request touches the queues, so a
+bad request raises a clear error and never disturbs the others. A request whose own sampling fails in a
+step (the sampler returns the exception for its row) finishes alone with finish_reason "error" and
+`error` set; the other requests of the step carry on.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import torch
+
+from minimal_engine.engine.block_manager import BlockManager
+from minimal_engine.config import EngineConfig, ModelConfig
+from minimal_engine.engine.model_runner import ModelRunner
+from minimal_engine.sampling_params import SamplingParams
+from minimal_engine.engine.scheduler import Scheduler
+from minimal_engine.engine.sequence import RequestMetrics, Sequence
+from minimal_engine.engine.logprobs import decode_logprobs
+from minimal_engine.engine.stop_strings import check_stop, take_new_text
+from minimal_engine.model.tokenizer import IncrementalDetokenizer, Tokenizer
+
+
+def check_unicode(text: str, what: str) -> None:
+    """A lone surrogate (e.g. JSON "\\ud800") cannot be encoded: say so instead of the tokenizer's message."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} contains a lone surrogate (U+{ord(text[e.start]):04X}) at character {e.start}: "
+                         "the text must be valid Unicode") from None
+
+
+@dataclass
+class RequestOutput:
+    """What a request has produced so far (or in total, when finished)."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    text: str
+    token_ids: list[int]
+    finished: bool
+    finish_reason: str | None
+    metrics: RequestMetrics
+    new_text: str = ""            # text added by the latest step (streaming)
+    new_token_ids: tuple = ()
+    error: str | None = None      # finish_reason "error": what went wrong (the other requests are unaffected)
+    logprobs: list | None = None  # SamplingParams.logprobs: per output token {id: Logprob} (logprobs.py)
+    prompt_logprobs: list | None = None
+    stop_reason: str | int | None = None   # the stop string or stop token id that ended it (None for EOS)
+    num_cached_tokens: int = 0    # prompt tokens whose K/V came from the prefix cache (as vLLM's)
+    completions: list | None = None  # SamplingParams(n > 1): the n completions of this prompt (LLM groups them)
+
+    @property
+    def outputs(self) -> list["RequestOutput"]:
+        """vLLM compatibility: `out.outputs[i].text` as in vLLM (n completions per prompt; one when n=1)."""
+        return self.completions or [self]
+
+
+class LLMEngine:
+    def __init__(self, model, model_config: ModelConfig, tokenizer: Tokenizer, config: EngineConfig,
+                 num_blocks: int, dtype: torch.dtype, device: torch.device, seed: int = 0):
+        self.model_config, self.tokenizer, self.config = model_config, tokenizer, config
+        self.device = device
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.runner = ModelRunner(model, config, num_blocks, dtype, device)
+        self.seqs: dict[str, Sequence] = {}
+        self.eos_ids = set(model_config.eos_token_ids)
+        if tokenizer.eos_token_id is not None and not model_config.synthetic:
+            self.eos_ids.add(tokenizer.eos_token_id)
+        self.generator = torch.Generator(device=device).manual_seed(seed)  # for unseeded sampled requests
+        self._ids = itertools.count()
+        self.spec = None       # spec_decode.SpecDecoder when LLM(speculative_config=...) (chapter 8)
+        self.finish_hook = None       # disagg.py: called with a finishing sequence before its blocks are freed
+
+    @property
+    def max_model_len(self) -> int:
+        return self.config.max_model_len
+
+    @property
+    def comm_stats(self) -> dict | None:
+        """Tensor parallelism (distributed.py): all-reduces, bytes and seconds so far; None without it."""
+        comm = getattr(self.runner.model, "comm", None)
+        return comm.stats() if comm is not None else None
+
+    # ---- input checks -------------------------------------------------------------------------------
+    def tokenize(self, prompt) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("prompt is empty: give at least one character or one token id")
+            check_unicode(prompt, "prompt")
+            return prompt, self.tokenizer.encode(prompt)
+        if isinstance(prompt, (list, tuple)):
+            return None, list(prompt)
+        raise TypeError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+
+    def validate_request(self, token_ids: list[int], params: SamplingParams) -> None:
+        vocab = self.model_config.vocab_size
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
+        if not token_ids:
+            raise ValueError("prompt is empty: it has no tokens")
+        bad = [t for t in token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"token ids must be integers in [0, {vocab - 1}] (the vocabulary), got {bad[:5]}")
+        stops = [t for t in params.stop_token_ids if not 0 <= t < vocab]
+        if stops:
+            raise ValueError(f"stop_token_ids must be in [0, {vocab - 1}] (the vocabulary), got {stops[:5]}")
+        if self.spec is not None:
+            self.spec.validate(params)
+        if params.prompt_logprobs is not None and self.config.enable_prefix_caching:
+            raise ValueError("prompt_logprobs needs every prompt token computed: not with enable_prefix_caching")
+        if len(token_ids) >= self.max_model_len:
+            raise ValueError(f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, "
+                             f"so a prompt may have at most {self.max_model_len - 1} tokens")
+        # the last sampled token is returned, never fed back, so it never takes a KV slot: hence the - 1
+        need = min(len(token_ids) + params.max_tokens, self.max_model_len) - 1
+        pool = self.block_manager.num_blocks * self.config.block_size
+        if self.block_manager.blocks_needed(need) > self.block_manager.num_blocks:
+            raise ValueError(f"the KV pool holds {pool} tokens ({self.block_manager.num_blocks} blocks of "
+                             f"{self.config.block_size}) but this request needs up to {need} (prompt + max_tokens "
+                             "- 1); raise num_kv_blocks or lower max_tokens")
+
+    # ---- the loop -----------------------------------------------------------------------------------
+    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    arrival_time: float | None = None) -> str:
+        params = params or SamplingParams()
+        text, token_ids = self.tokenize(prompt)
+        self.validate_request(token_ids, params)
+        request_id = str(next(self._ids)) if request_id is None else request_id
+        if request_id in self.seqs:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        seq = Sequence(request_id, text, token_ids, params, arrival_time)
+        seq.detokenizer = IncrementalDetokenizer(self.tokenizer, token_ids, params.skip_special_tokens)
+        if params.min_tokens:
+            seq.min_tokens_ids = params.stop_set | (frozenset() if params.ignore_eos else frozenset(self.eos_ids))
+        seq.generator = (torch.Generator(device=self.device).manual_seed(params.seed)
+                         if params.seed is not None else (None if params.greedy else self.generator))
+        self.seqs[request_id] = seq
+        self.scheduler.add(seq)
+        return request_id
+
+    def abort_request(self, request_id: str) -> None:
+        seq = self.seqs.pop(request_id, None)
+        if seq is not None and not seq.is_finished:
+            self.scheduler.finish(seq, "abort")
+            seq.metrics.finished_time = time.perf_counter()
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduled batch; return an output for every request that got a token or finished."""
+        if self.spec is not None:                # draft tokens join the running requests (spec_decode.py)
+            self.spec.propose(self.scheduler.running)
+        sched = self.scheduler.schedule()
+        if self.spec is not None:
+            self.spec.fit(sched)
+        if sched.is_empty:
+            return []
+        now = time.perf_counter()
+        for s in sched.scheduled:
+            if s.seq.metrics.first_scheduled_time is None:
+                s.seq.metrics.first_scheduled_time = now
+        sampled = self.runner.run(sched)
+        now = time.perf_counter()
+        outputs = []
+        for s in sched.scheduled:
+            s.seq.num_computed_tokens += s.num_tokens
+        for seq, token in sampled.items():
+            if isinstance(token, Exception):    # this request's sampling failed: it alone fails
+                outputs.append(self._fail(seq, f"sampling failed: {type(token).__name__}: {token}", now))
+            elif isinstance(token, list):        # verified drafts + one more token (spec_decode.py)
+                outputs.append(self.spec.accept(seq, token, now))
+            else:
+                outputs.append(self._append_token(seq, token, now))
+        return outputs
+
+    def _fail(self, seq: Sequence, message: str, now: float) -> RequestOutput:
+        seq.error = message
+        seq.detokenizer.finish()
+        self.scheduler.finish(seq, "error")
+        seq.metrics.finished_time = now
+        del self.seqs[seq.request_id]
+        return self.output(seq)
+
+    def _append_token(self, seq: Sequence, token: int, now: float) -> RequestOutput:
+        seq.token_ids.append(token)
+        m = seq.metrics
+        if m.first_token_time is None:
+            m.first_token_time = now
+        m.token_times.append(now)
+        p = seq.params
+        reason = None
+        if (token in self.eos_ids and not p.ignore_eos) or token in p.stop_set:
+            reason = "stop"
+        elif seq.num_output_tokens >= p.max_tokens or len(seq) >= self.max_model_len:
+            reason = "length"
+        # as vLLM: a stop token's (or EOS's) text stays out of `text` unless include_stop_str_in_output
+        if reason == "stop":
+            seq.stop_reason = token if token in p.stop_set else None
+        delta = "" if reason == "stop" and not p.include_stop_str_in_output else seq.detokenizer.add(token)
+        if reason != "stop" and check_stop(seq, len(delta)) is not None:    # stop strings (stop_strings.py)
+            reason = "stop"
+        elif reason is not None:
+            seq.detokenizer.finish()             # drops an incomplete last character, as vLLM
+        if seq.logprobs or seq.prompt_logprobs:    # the prompt's are complete once the first token is out
+            first = seq.num_output_tokens == 1 and seq.prompt_logprobs or []
+            decode_logprobs((seq.logprobs or [])[-1:] + first, self.tokenizer)
+        new_text = take_new_text(seq, reason is not None)
+        if reason is not None:
+            if self.finish_hook is not None:
+                self.finish_hook(seq)
+            self.scheduler.finish(seq, reason)
+            m.finished_time = now
+            del self.seqs[seq.request_id]
+        return self.output(seq, new_text, (token,))
+
+    def output(self, seq: Sequence, new_text: str = "", new_ids: tuple = ()) -> RequestOutput:
+        text = seq.detokenizer.text if seq.is_finished else seq.detokenizer.text[:seq.sent_chars]  # less held-back
+        return RequestOutput(seq.request_id, seq.prompt, seq.token_ids[:seq.num_prompt_tokens],
+                             text, seq.output_token_ids, seq.is_finished, seq.finish_reason,
+                             seq.metrics, new_text, new_ids, seq.error, seq.logprobs and list(seq.logprobs),
+                             seq.prompt_logprobs and list(seq.prompt_logprobs), seq.stop_reason,
+                             num_cached_tokens=seq.num_cached_tokens or 0)

@@ -1,0 +1,189 @@
+"""ModelRunner: owns the model and the KV pool; turns a SchedulerOutput into tensors, runs one forward
+pass and samples the next tokens.
+
+The KV pool is allocated once: for each layer a K and a V tensor of [kv_heads, (num_blocks + 1) * block_size,
+head_dim] (layout: attention.py). Each step only writes into it; nothing grows. The one block past num_blocks
+belongs to no request: padding rows of a CUDA-graph step write their K/V there (cuda_graphs.py).
+
+Decode attention: on CUDA it reads each request's blocks in place through block tables (attention_paged.py),
+and decode-only steps replay CUDA graphs (`cuda_graphs`: None = on for CUDA, off elsewhere; True on the CPU
+runs the same static-buffer path without capturing, for tests). On the CPU the default gathers the context
+(attention.py), the faster option there; a lone decode request may attend with one SDPA call (lone_decode_sdpa).
+"""
+from __future__ import annotations
+
+import torch
+
+from minimal_engine.model.attention import ForwardBatch, PrefillChunk
+from minimal_engine.model.attention_paged import use_paged_decode
+from minimal_engine.config import EngineConfig
+from minimal_engine.model.cpu_linears import use_cpu_linears
+from minimal_engine.engine.cuda_graphs import DecodeGraphs
+from minimal_engine.engine.kv_cache import calibrate_kv_scales, make_kv_caches
+from minimal_engine.engine.logprobs import token_logprobs
+from minimal_engine.engine.sampler import sample
+from minimal_engine.engine.scheduler import SchedulerOutput
+
+LONE_DECODE_SDPA_MAX_CONTEXT = 512   # see ModelRunner.lone_decode_sdpa
+
+
+def cuda_graphs_wanted(requested: bool | None, device: torch.device, kv_quantized: bool) -> bool:
+    """Decode steps through DecodeGraphs' static buffers: as requested (None: on CUDA, off elsewhere), never with
+    a one-byte KV pool (its gather-and-dequantize decode path has shapes that change every step)."""
+    if kv_quantized:
+        return False
+    return torch.device(device).type == "cuda" if requested is None else bool(requested)
+
+
+def prompt_logprobs(logits: torch.Tensor, num_samplers: int, rows: list) -> torch.Tensor:
+    """Score the prompt tokens of requests with prompt_logprobs (rows after the samplers'); return the rest."""
+    i = num_samplers
+    for seq, first, _, last in rows:
+        lps = logits[i:i + last - first].float().log_softmax(-1)
+        for j, pos in enumerate(range(first, last)):
+            seq.prompt_logprobs.append(token_logprobs(lps[j], seq.token_ids[pos + 1], seq.params.prompt_logprobs))
+        i += last - first
+    return logits[:num_samplers]
+
+
+class ModelRunner:
+    def __init__(self, model, config: EngineConfig, num_blocks: int, dtype: torch.dtype, device: torch.device):
+        cfg = model.config
+        self.model, self.config, self.device, self.dtype = model, config, device, dtype
+        self.block_size = config.block_size
+        self.cpu_kernels = use_cpu_linears(model)       # CPU: kernels probed on this CPU (models/cpu_linears.py)
+        self.num_blocks = num_blocks
+        self.pool_blocks = num_blocks + 1              # + the scratch block (no request ever owns it)
+        slots = self.pool_blocks * config.block_size
+        self.kv_caches = [   # per layer (K, V), each [kv_heads, slots, head_dim]: see attention.py
+            (torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device),
+             torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device))
+            for _ in range(cfg.num_layers)] if config.kv_cache_dtype == "auto" else \
+            make_kv_caches(cfg, slots, config.kv_cache_dtype, dtype, device)   # one byte per value (kv_quant.py)
+        self.kv_quantized = config.kv_cache_dtype != "auto"
+        if self.kv_quantized:
+            calibrate_kv_scales(model, self.kv_caches, config.block_size)
+        self.paged_decode = use_paged_decode(device, self.kv_quantized)   # through block tables, in place
+        self.spec = None                               # spec_decode.SpecDecoder (speculative_config)
+        self.set_cuda_graphs(getattr(config, "cuda_graphs", None))
+
+    def set_cuda_graphs(self, enabled: bool | None) -> None:
+        """None: CUDA graphs on CUDA, off elsewhere. True on the CPU: the static-buffer path, not captured."""
+        enabled = cuda_graphs_wanted(enabled, self.device, self.kv_quantized)
+        self.graphs = None
+        if enabled:
+            bs = self.block_size
+            max_len = self.config.max_model_len or self.num_blocks * bs
+            self.graphs = DecodeGraphs(self.model, self.kv_caches, self.config.max_num_seqs,
+                                       min(-(-max_len // bs), self.num_blocks), bs,
+                                       scratch_slot=self.num_blocks * bs, device=self.device,
+                                       capture=self.device.type == "cuda")
+
+    def describe_kernels(self) -> str:
+        """One line: the Linear kernels this model takes here (the bench and the labs print it next to figures)."""
+        if self.cpu_kernels is not None:
+            return self.cpu_kernels.describe()
+        int8 = next((m for m in self.model.modules() if hasattr(m, "use_int8pack")), None)   # quantization.py
+        if int8 is not None:
+            kernel = "_weight_int8pack_mm for short steps" if int8.use_int8pack else "dequantize+matmul"
+            where = f"CPU {torch.backends.cpu.get_cpu_capability()}" if self.device.type == "cpu" else str(self.device)
+            return f"int8 weights: {kernel} ({where})"
+        return f"{str(self.dtype).removeprefix('torch.')}: plain ({self.device})"
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return sum(k.numel() * k.element_size() * 2 for k, _ in self.kv_caches)
+
+    def lone_decode_sdpa(self, context: int) -> bool:
+        """Whether a lone decode request (batch-1 decode) attends with one SDPA call over its context instead of
+        the masked batched path (attention.py). Measured on the CPU (benchmarks/lone_decode_ab.py): faster with
+        GQA and a short context; PyTorch's CPU SDPA kernel falls behind on long contexts and without GQA."""
+        cfg = self.model.config
+        return cfg.num_heads > cfg.num_kv_heads and context <= LONE_DECODE_SDPA_MAX_CONTEXT
+
+    def decode_row(self, s) -> tuple:
+        """(token, position, slot, block table, context length) of a one-token step of a request."""
+        seq, pos, bs = s.seq, s.start, self.block_size
+        return seq.token_ids[pos], pos, seq.block_table[pos // bs] * bs + pos % bs, seq.block_table, pos + 1
+
+    def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, ForwardBatch]:
+        """Lay out the step: decode tokens first, then prefill chunks; build positions and slots."""
+        bs = self.block_size
+        decodes = [s for s in out.scheduled if s.num_tokens == 1]
+        prefills = [s for s in out.scheduled if s.num_tokens > 1]
+        input_ids, positions, slots, logits_rows = [], [], [], []
+        self.prompt_rows = []                   # (seq, first position): prompt_logprobs rows, after the samplers'
+        for s in decodes + prefills:
+            seq, row0 = s.seq, len(input_ids)
+            input_ids.extend(seq.token_ids[s.start:s.start + s.num_tokens])
+            for pos in range(s.start, s.start + s.num_tokens):
+                positions.append(pos)
+                slots.append(seq.block_table[pos // bs] * bs + pos % bs)
+            if s.samples:   # the last row, and the rows before it that verify draft tokens (spec_decode.py)
+                logits_rows.extend(range(row0 + s.num_tokens - 1 - len(seq.spec_token_ids), row0 + s.num_tokens))
+            if seq.prompt_logprobs is not None:  # positions whose next token is a prompt token not yet scored
+                first = max(s.start, len(seq.prompt_logprobs) - 1)
+                last = min(s.start + s.num_tokens, seq.num_prompt_tokens - 1)
+                self.prompt_rows += [(seq, first, row0 - s.start, last)] if first < last else []
+        dev = self.device
+
+        def tensor(x):
+            return torch.tensor(x, dtype=torch.long, device=dev)
+
+        kv_heads = self.model.config.num_kv_heads
+
+        def block_rows(tables: list[list[int]]) -> torch.Tensor:
+            """Rows of the pool's [KVH * num_blocks, block_size * Dh] view, ordered (request, KV head, block)."""
+            heads = torch.arange(kv_heads, device=dev)[None, :, None] * self.pool_blocks    # [1, KVH, 1]
+            return (heads + tensor(tables)[:, None, :]).flatten()
+
+        decode_rows = decode_padding = tables = lens = None
+        decode_len = 0
+        if decodes and self.paged_decode:             # block tables, read in place (attention_paged.py)
+            width = max(len(s.seq.block_table) for s in decodes)
+            tables = torch.tensor([s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in decodes],
+                                  dtype=torch.int32, device=dev)
+            lens = torch.tensor([s.start + 1 for s in decodes], dtype=torch.int32, device=dev)
+        elif decodes:
+            width = max(len(s.seq.block_table) for s in decodes)
+            decode_rows = block_rows([s.seq.block_table + [0] * (width - len(s.seq.block_table))
+                                      for s in decodes])                    # [D * KVH * width]
+            if len(decodes) == 1 and self.lone_decode_sdpa(decodes[0].start + 1):
+                decode_len = decodes[0].start + 1     # one SDPA call over exactly this context, no mask
+            else:
+                context = tensor([s.start + 1 for s in decodes])
+                decode_padding = (torch.arange(width * bs, device=dev) >= context[:, None]).view(len(decodes), 1, 1, -1)
+        chunks, row = [], len(decodes)
+        for s in prefills:
+            cached = block_rows([s.seq.block_table]) if s.start > 0 else None   # the table covers this step
+            chunks.append(PrefillChunk(row, row + s.num_tokens, s.start + s.num_tokens, cached))
+            row += s.num_tokens
+        logits_rows += [r + p for _, first, r, last in self.prompt_rows for p in range(first, last)]
+        batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
+                             decode_rows=decode_rows, decode_padding=decode_padding, prefills=chunks,
+                             logits_indices=tensor(logits_rows), block_size=bs,
+                             decode_block_tables=tables, decode_context_lens=lens, decode_len=decode_len)
+        return tensor(input_ids), batch, decodes + prefills
+
+    @torch.inference_mode()
+    def run(self, out: SchedulerOutput) -> dict:
+        """One forward pass; returns {sequence: sampled token} for the requests that sample this step."""
+        steps = out.scheduled
+        scoring = any(s.seq.prompt_logprobs is not None and s.start < s.seq.num_prompt_tokens - 1 for s in steps)
+        if (self.graphs is not None and all(s.num_tokens == 1 for s in steps) and self.graphs.fits(len(steps))
+                and not scoring):
+            logits = self.graphs.run([self.decode_row(s) for s in steps])   # one row per request
+            logits = logits[[i for i, s in enumerate(steps) if s.samples]]
+            order, self.prompt_rows = steps, []
+        else:
+            input_ids, batch, order = self.prepare(out)
+            logits = self.model(input_ids, batch, self.kv_caches)
+        samplers = [s.seq for s in order if s.samples]
+        rows = len(samplers) + sum(len(s.spec_token_ids) for s in samplers)   # + draft rows (spec_decode.py)
+        logits = prompt_logprobs(logits, rows, self.prompt_rows)
+        if not samplers:
+            return {}
+        if self.spec is not None:          # {seq: token, or [accepted drafts..., one more]}
+            return self.spec.verify(logits, samplers)
+        tokens = sample(logits, [s.params for s in samplers], [s.generator for s in samplers], samplers)
+        return dict(zip(samplers, tokens))

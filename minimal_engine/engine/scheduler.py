@@ -1,0 +1,141 @@
+"""Scheduler: decides, before every step, which requests run and how many of their tokens.
+
+Continuous batching: requests join and leave between steps, and one step can mix
+  * decode tokens of running requests (1 token each), and
+  * prefill chunks of new or partly prefilled requests (chunked prefill),
+under two limits: `max_num_batched_tokens` tokens and `max_num_seqs` requests per step.
+Running requests go first (so decoding never stalls behind a long prompt), then waiting ones are admitted
+while the token budget and KV blocks last. When blocks run out, the newest running request is preempted:
+its blocks are freed and it goes back to the front of the waiting queue, to be recomputed later.
+
+Prefix caching (block_manager.py, prefix_cache.py): a waiting request first asks how many tokens of its start
+are already cached, takes those blocks, and is scheduled as if they were an already computed chunk.
+
+batching="static" (for comparison, chapter 5): requests are taken in groups of max_num_seqs; no request
+joins until every member of the running group has finished, so finished members' slots stay idle.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from minimal_engine.engine.block_manager import BlockManager
+from minimal_engine.config import EngineConfig
+from minimal_engine.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledSeq:
+    seq: Sequence
+    start: int          # tokens of seq already in the KV cache before this step
+    num_tokens: int     # tokens of seq computed in this step
+
+    @property
+    def samples(self) -> bool:
+        """Does this step reach the end of seq's tokens, so that a next token is sampled?"""
+        return self.start + self.num_tokens == len(self.seq)
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.scheduled)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, block_manager: BlockManager):
+        self.config = config
+        self.block_manager = block_manager
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []     # oldest first: the last one is preempted first
+        self.group_left = 0                   # static batching: members of the group not yet admitted
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        bm = self.block_manager
+
+        # 1) running requests: one decode token each, or the next chunk of an unfinished prefill
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_uncomputed_tokens, budget)
+            while not bm.can_allocate(seq, seq.num_computed_tokens + n) and self.running[-1] is not seq:
+                self._preempt(self.running.pop(), out)
+            if not bm.can_allocate(seq, seq.num_computed_tokens + n):
+                self._preempt(self.running.pop(), out)  # seq is the newest: it yields itself
+                break
+            bm.allocate(seq, seq.num_computed_tokens + n)
+            out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
+            budget -= n
+            i += 1
+
+        # 2) waiting requests, oldest first, while budget, sequence slots and blocks last
+        static = self.config.batching == "static"
+        if static and not self.running and not self.group_left:   # the group has finished: take the next
+            self.group_left = min(len(self.waiting), self.config.max_num_seqs)
+        while (self.waiting and budget > 0 and not out.preempted
+               and len(self.running) < self.config.max_num_seqs and (self.group_left or not static)):
+            seq = self.waiting[0]
+            cached = bm.num_cached_tokens(seq)           # prefix caching: a chunk that is already computed
+            n = min(len(seq) - cached, budget)
+            if not bm.can_allocate(seq, cached + n):
+                break
+            self.waiting.popleft()
+            self.group_left -= static
+            seq.num_computed_tokens = bm.take_cached(seq)
+            if seq.num_cached_tokens is None:           # as vLLM: counted when the request is first scheduled
+                seq.num_cached_tokens = seq.num_computed_tokens
+            bm.allocate(seq, seq.num_computed_tokens + n)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
+            budget -= n
+        return out
+
+    def admit_prefilled(self, seq: Sequence, num_computed: int) -> bool:
+        """Disaggregation (disagg.py): seq (just added, waiting) arrives with the K/V of its first `num_computed`
+        tokens from a prefill engine: give it blocks and run it as a decode. False (seq stays waiting) if no room."""
+        if len(self.running) >= self.config.max_num_seqs or not self.block_manager.can_allocate(seq, num_computed):
+            return False
+        self.waiting.remove(seq)
+        self.block_manager.allocate(seq, num_computed)
+        seq.num_computed_tokens, seq.num_cached_tokens = num_computed, 0
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        return True
+
+    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        """Free seq's blocks and send it back to wait; its tokens (prompt and output) are recomputed."""
+        self.block_manager.free(seq)
+        seq.num_computed_tokens = 0
+        seq.status = SequenceStatus.WAITING
+        seq.metrics.num_preemptions += 1
+        self.group_left += self.config.batching == "static"   # it rejoins its own group
+        self.waiting.appendleft(seq)
+        out.preempted.append(seq)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """Mark seq finished, free its blocks, drop it from the queues."""
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        self.block_manager.free(seq)
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.group_left -= self.waiting.index(seq) < self.group_left   # static: a member leaves its group
+            self.waiting.remove(seq)

@@ -1,1 +1,0 @@
-"""Model code: the Llama-family network (llama.py) and weight loading (loader.py)."""

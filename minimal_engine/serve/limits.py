@@ -1,0 +1,143 @@
+"""What the server refuses before it does any work, and how long it waits for a client.
+
+    ServeLimits      the knobs (body size, timeouts, allowed Host names, prompt length, interactive docs)
+    HostCheck        ASGI middleware: a Host header that is not ours -> 400 JSON (DNS rebinding protection)
+    read_body()      the request body, refused above max_body_bytes (413) or after body_timeout_s (408)
+    check_json()     POST bodies must say Content-Type: application/json (415), so a web page cannot send one
+                     cross-origin without the browser asking first (a CORS preflight, which we never answer)
+    header_timeout_protocol()  uvicorn's h11 protocol, closing connections that send no complete request
+                     headers within header_timeout_s (silent or slow clients would otherwise stay forever)
+
+Why Host matters on a learner's laptop: a web page on evil.example can make its own name resolve to
+127.0.0.1 (DNS rebinding); the browser then sends `Host: evil.example:8000` to our loopback server and lets
+the page read the answer. Refusing Host names that are not the bound address stops that.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from fastapi.responses import JSONResponse
+
+from minimal_engine.serve.protocol import RequestError
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass
+class ServeLimits:
+    max_body_bytes: int = 4 << 20          # 4 MiB: a full 40k-token prompt as JSON fits many times over
+    max_prompt_chars: int | None = None    # None: max_model_len x the longest vocabulary entry (cannot fit above)
+    body_timeout_s: float = 30.0           # the whole body must arrive within this
+    header_timeout_s: float = 10.0         # the request line and headers must arrive within this
+    allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES   # "*" allows any Host (a public server behind a proxy)
+    docs: bool = False                     # FastAPI's /docs, /redoc, /openapi.json (off: nothing extra exposed)
+
+
+def error_response(e: RequestError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+def host_name(host: str) -> str:
+    """'127.0.0.1:8000' -> '127.0.0.1', '[::1]:8000' -> '::1', 'Example.COM' -> 'example.com'."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class HostCheck:
+    """Pure ASGI middleware (no buffering, streaming and disconnects pass through untouched)."""
+
+    def __init__(self, app, allowed_hosts):
+        self.app, self.allowed = app, {h.lower() for h in allowed_hosts}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and "*" not in self.allowed:
+            host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+            if host_name(host) not in self.allowed:
+                e = RequestError(f"Host {host[:100]!r} is not served here (allowed: {', '.join(sorted(self.allowed))}; "
+                                 "see --allowed-host)", None, "invalid_host")
+                await error_response(e)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def check_json(request) -> None:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise RequestError(f"Content-Type must be application/json, got {kind or 'none'!r}", None,
+                           "unsupported_media_type", 415)
+
+
+async def read_body(request, limits: ServeLimits) -> bytes:
+    """Read the body in chunks; stop as soon as it is too large or too slow (nothing large is buffered)."""
+    too_big = RequestError(f"the request body is larger than {limits.max_body_bytes} bytes (--max-body-bytes)",
+                           None, "request_too_large", 413)
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > limits.max_body_bytes):
+        raise too_big
+    chunks, size = [], 0
+
+    async def read():
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise too_big
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), limits.body_timeout_s)
+    except asyncio.TimeoutError:
+        raise RequestError(f"the request body did not arrive within {limits.body_timeout_s:g} s", None,
+                           "request_timeout", 408) from None
+    return b"".join(chunks)
+
+
+async def wait_for_disconnect(receive) -> None:
+    """Return when the client has gone (as vLLM's with_cancellation watches for it); call after the body is read."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def header_timeout_protocol(timeout_s: float):
+    """uvicorn's h11 protocol class with a deadline for each request's headers (pass as uvicorn's `http`)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutH11Protocol(H11Protocol):
+        _deadline = None
+
+        def _idle(self) -> bool:                # no request in progress: waiting for headers
+            return self.cycle is None or self.cycle.response_complete
+
+        def _arm(self) -> None:
+            if self._deadline is None:
+                self._deadline = self.loop.call_later(timeout_s, self._expire)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expire(self) -> None:
+            self._deadline = None
+            if self._idle() and not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._idle():
+                self._arm()                     # the next request's headers start: the clock runs
+            super().data_received(data)
+            if not self._idle():
+                self._disarm()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return HeaderTimeoutH11Protocol

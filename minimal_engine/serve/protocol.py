@@ -1,0 +1,300 @@
+"""The OpenAI request and response shapes the server speaks (/v1/completions, /v1/chat/completions).
+
+parse_request() turns a JSON body into (prompt or messages, SamplingParams, stream options), raising
+RequestError (-> HTTP 400) with a message that names the bad field and `param` set to it. The *_chunk / *_response functions build
+the JSON objects (choices with index for batched prompts and n; logprobs in OpenAI's completions and chat
+formats; vLLM's stop_reason and prompt_logprobs). Chat prompts: the tokenizer's chat template when it has one
+(the course's default model has a Japanese-only one: see its README); otherwise a fallback template:
+
+    <role>: <content>\\n   for each message, then   "assistant: "
+"""
+from __future__ import annotations
+
+import time
+
+from minimal_engine.engine.llm_engine import check_unicode
+from minimal_engine.sampling_params import MAX_LOGPROBS, SEED_RANGE, SamplingParams
+
+MAX_STOP_TOKEN_IDS = 1024    # longer lists are refused (a 9 MB list would slow every step of the server)
+MAX_STOP_STRINGS = 64
+MAX_PROMPTS = 64             # batched prompts x n in one request
+
+
+class RequestError(ValueError):
+    """An error the client gets as OpenAI-style JSON: {"error": {message, type, param, code}}."""
+
+    def __init__(self, message: str, param: str | None = None, code: str = "invalid_request", status: int = 400,
+                 type_: str = "invalid_request_error"):
+        super().__init__(message)
+        self.param, self.code, self.status, self.type = param, code, status, type_
+
+    def body(self) -> dict:
+        return {"error": {"message": str(self), "type": self.type, "param": self.param, "code": self.code}}
+
+
+def server_error(message: str, status: int = 500) -> RequestError:
+    return RequestError(message, None, "server_error" if status == 500 else "unavailable", status, "server_error")
+
+
+def _number(body: dict, name: str, default, low: float, high: float, integer: bool = False):
+    v = body.get(name)
+    if v is None:
+        return default
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if not ok or isinstance(v, bool) or not low <= v <= high:     # NaN fails the range test too
+        kind = "an integer" if integer else "a number"
+        raise RequestError(f"'{name}' must be {kind} in [{low}, {high}], got {str(v)[:40]}", name)
+    return v
+
+
+def _flag(body: dict, name: str, default: bool = False) -> bool:
+    v = body.get(name)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise RequestError(f"'{name}' must be true or false, got {str(v)[:40]!r}", name)
+    return v
+
+
+def _text(text: str, param: str) -> str:
+    try:
+        check_unicode(text, param)
+    except ValueError as e:
+        raise RequestError(str(e), param) from None
+    return text
+
+
+def _content(content, i: int) -> str:
+    if isinstance(content, str):
+        return _text(content, "messages")
+    if not isinstance(content, list):
+        raise RequestError(f"messages[{i}].content must be a string or a list of text parts", "messages")
+    texts = []
+    for j, part in enumerate(content):            # [{"type": "text", "text": ...}, ...]
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text":
+            raise RequestError(f"messages[{i}].content[{j}] has type {str(kind)[:40]!r}: this engine reads only "
+                               "text parts ({'type': 'text', 'text': string})", "messages")
+        if not isinstance(part.get("text"), str):
+            raise RequestError(f"messages[{i}].content[{j}].text must be a string", "messages")
+        texts.append(_text(part["text"], "messages"))
+    return "".join(texts)
+
+
+def parse_messages(messages) -> list[dict]:
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty list of {role, content} objects", "messages")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
+            raise RequestError(f"messages[{i}] must be {{'role': system|user|assistant, 'content': string}}", "messages")
+        out.append({"role": m["role"], "content": _content(m.get("content"), i)})
+    return out
+
+
+def chat_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    if tokenizer.has_chat_template:
+        try:
+            return tokenizer.apply_chat_template(messages)
+        except Exception as e:                   # jinja2.TemplateError raised by the template itself, ...
+            raise RequestError(f"the model's chat template refused these messages: {type(e).__name__}: {e}",
+                               "messages") from None
+    text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+    return tokenizer.encode(text)
+
+
+def _ids(x) -> bool:
+    return isinstance(x, list) and bool(x) and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+
+
+def _prompts(body: dict) -> list:
+    """'prompt' as OpenAI and vLLM take it: a string, a list of token ids, or a list of either (a batch)."""
+    prompt = body.get("prompt")
+    batch = [prompt] if isinstance(prompt, str) or _ids(prompt) else prompt
+    if not isinstance(batch, list) or not batch or not all(isinstance(p, str) or _ids(p) for p in batch):
+        raise RequestError("'prompt' must be a non-empty string, a non-empty list of token ids, or a non-empty "
+                           "list of those (one completion per prompt)", "prompt")
+    if len(batch) > MAX_PROMPTS:
+        raise RequestError(f"'prompt' has {len(batch)} prompts; at most {MAX_PROMPTS} per request", "prompt")
+    for p in batch:
+        if p == "":
+            raise RequestError("'prompt' is empty: give at least one character", "prompt")
+        if isinstance(p, str):
+            _text(p, "prompt")
+    return batch
+
+
+def _stop(body: dict) -> list[str]:
+    stop = body.get("stop")
+    stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop) or len(stop) > MAX_STOP_STRINGS:
+        raise RequestError(f"'stop' must be a string or a list of at most {MAX_STOP_STRINGS} strings", "stop")
+    return [_text(x, "stop") for x in stop if x]
+
+
+def _logprobs(body: dict, chat: bool) -> int | None:
+    """Completions: logprobs=k. Chat: logprobs=true with top_logprobs=k (OpenAI's names)."""
+    if not chat:
+        return _number(body, "logprobs", None, 0, MAX_LOGPROBS, integer=True)
+    top = _number(body, "top_logprobs", None, 0, MAX_LOGPROBS, integer=True)
+    if not _flag(body, "logprobs"):
+        if top is not None:
+            raise RequestError("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        return None
+    return top or 0
+
+
+def _stop_token_ids(body: dict) -> list[int]:
+    ids = body.get("stop_token_ids")
+    if ids is None:
+        return []
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise RequestError("'stop_token_ids' must be a list of integer token ids", "stop_token_ids")
+    if len(ids) > MAX_STOP_TOKEN_IDS:
+        raise RequestError(f"'stop_token_ids' has {len(ids)} entries; at most {MAX_STOP_TOKEN_IDS} are allowed",
+                           "stop_token_ids")
+    return ids
+
+
+def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | None = None) -> tuple:
+    """-> (prompts: list[str | list[int]] or messages, SamplingParams, stream: bool, include_usage: bool).
+    Every field is checked here, before anything is tokenized or queued."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise RequestError("'model' must be a string (see /v1/models)", "model")
+    n = _number(body, "n", 1, 1, MAX_PROMPTS, integer=True)
+    if chat:
+        prompt, param = parse_messages(body.get("messages")), "messages"
+        chars = sum(len(m["content"]) for m in prompt)
+        name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    else:
+        prompt, param, name = _prompts(body), "prompt", "max_tokens"
+        chars = max(len(p) if isinstance(p, str) else 0 for p in prompt)
+        if len(prompt) * n > MAX_PROMPTS:
+            raise RequestError(f"{len(prompt)} prompts x n={n} completions: at most {MAX_PROMPTS} per request", "n")
+    if max_prompt_chars is not None and chars > max_prompt_chars:
+        raise RequestError(f"the {param} has {chars} characters; at most {max_prompt_chars} can fit in "
+                           f"max_model_len={max_model_len} tokens", param)
+    max_tokens = _number(body, name, 16, 1, max_model_len, integer=True)
+    seed = body.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
+                             or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]):
+        raise RequestError(f"'seed' must be an integer in [-2**63, 2**63 - 1], got {str(seed)[:40]}", "seed")
+    top_k = _number(body, "top_k", -1, -1, 1 << 31, integer=True)
+    kwargs = dict(temperature=_number(body, "temperature", 1.0, 0.0, 2.0), top_p=_number(body, "top_p", 1.0, 1e-9, 1.0),
+                  top_k=-1 if top_k == 0 else top_k, max_tokens=max_tokens, seed=seed,
+                  stop_token_ids=_stop_token_ids(body), ignore_eos=_flag(body, "ignore_eos"),
+                  skip_special_tokens=_flag(body, "skip_special_tokens", True),
+                  include_stop_str_in_output=_flag(body, "include_stop_str_in_output"), stop=_stop(body),
+                  logprobs=_logprobs(body, chat), n=n,
+                  prompt_logprobs=_number(body, "prompt_logprobs", None, 0, MAX_LOGPROBS, integer=True),
+                  **{k: body[k] for k in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens")
+                     if body.get(k) is not None})
+    try:
+        params = SamplingParams(**kwargs)
+    except ValueError as e:
+        raise RequestError(str(e), str(e).split()[0]) from None   # the message starts with the field's name
+    stream = _flag(body, "stream")
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise RequestError("'stream_options' must be an object", "stream_options")
+    return prompt, params, stream, _flag(opts or {}, "include_usage")
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage; prompt_tokens_details.cached_tokens: prompt tokens the prefix cache supplied (as vLLM)."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
+def completion_logprobs(entries: list[dict], offset: int = 0) -> dict:
+    """OpenAI's completions format: tokens, token_logprobs, top_logprobs ({token text: logprob}), text_offset."""
+    out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for entry in entries:
+        tid, lp = next(iter(entry.items()))     # the sampled token comes first (logprobs.token_logprobs)
+        out["tokens"].append(lp.decoded_token)
+        out["token_logprobs"].append(lp.logprob)
+        out["top_logprobs"].append({e.decoded_token: e.logprob for e in entry.values()})
+        out["text_offset"].append(offset)
+        offset += len(lp.decoded_token or "")
+    return out
+
+
+def chat_logprobs(entries: list[dict], k: int) -> dict:
+    """OpenAI's chat format: {"content": [{token, logprob, bytes, top_logprobs: [k x {token, logprob, bytes}]}]}."""
+    def one(lp):
+        t = lp.decoded_token or ""
+        return {"token": t, "logprob": lp.logprob, "bytes": list(t.encode("utf-8", "replace"))}
+    content = []
+    for entry in entries:
+        first = next(iter(entry.values()))
+        top = sorted((e for e in entry.values() if e.rank <= k), key=lambda e: e.rank)[:k]
+        content.append({**one(first), "top_logprobs": [one(e) for e in top]})
+    return {"content": content}
+
+
+def prompt_logprobs_json(entries: list | None) -> list | None:
+    """vLLM's prompt_logprobs: per prompt token None (the first) or {token id: {logprob, rank, decoded_token}}."""
+    if entries is None:
+        return None
+    return [None if e is None else {str(t): {"logprob": lp.logprob, "rank": lp.rank,
+                                             "decoded_token": lp.decoded_token} for t, lp in e.items()}
+            for e in entries]
+
+
+def _choice(chat: bool, index: int, text: str | None, finish_reason, logprobs, stop_reason, stream: bool,
+            role: bool = False, prompt_logprobs=None) -> dict:
+    extra = {} if prompt_logprobs is None else {"prompt_logprobs": prompt_logprobs_json(prompt_logprobs)}
+    if not chat:
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason,
+                "stop_reason": stop_reason, **extra}
+    body = {"role": "assistant", "content": text} if role or not stream else {"content": text}
+    return {"index": index, "delta" if stream else "message": body, "logprobs": logprobs,
+            "finish_reason": finish_reason, "stop_reason": stop_reason, **extra}
+
+
+def chunk(rid: str, model: str, chat: bool, text: str | None, finish_reason: str | None, role: bool = False,
+          index: int = 0, logprobs: dict | None = None, stop_reason=None) -> dict:
+    """One streamed event (one token's text, possibly ""); role=True: the first chat chunk also names the role."""
+    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": int(time.time()),
+            "model": model, "choices": [_choice(chat, index, text, finish_reason, logprobs, stop_reason, True, role)]}
+
+
+def usage_chunk(rid: str, model: str, chat: bool, u: dict) -> dict:
+    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()), "model": model, "choices": [], "usage": u}
+
+
+def full_response(rid: str, model: str, chat: bool, choices: list[tuple], u: dict) -> dict:
+    """choices: (text, finish_reason, logprobs, stop_reason, prompt_logprobs) per choice, in index order."""
+    return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+            "model": model, "choices": [_choice(chat, i, *c[:4], False, prompt_logprobs=c[4]) for i, c in enumerate(choices)], "usage": u}
+
+
+def tokenize_request(body, tokenizer, engine, max_len: int, max_chars: int) -> dict:
+    """vLLM's POST /tokenize: {"prompt": str, "add_special_tokens": bool} or {"messages": [...]}
+    -> {"count", "max_model_len", "tokens", "token_strs"} (token_strs with "return_token_strs": true)."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    if body.get("messages") is not None:
+        ids = chat_prompt(tokenizer, parse_messages(body["messages"]))
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise RequestError("'prompt' must be a string (or send 'messages')", "prompt")
+        if len(prompt) > max_chars:
+            raise RequestError(f"the prompt has {len(prompt)} characters; at most {max_chars}", "prompt")
+        _text(prompt, "prompt")
+        ids = tokenizer.hf.encode(prompt, add_special_tokens=_flag(body, "add_special_tokens", True)) if prompt else []
+    strs = [tokenizer.hf.convert_ids_to_tokens(i) for i in ids] if _flag(body, "return_token_strs") else None
+    return {"count": len(ids), "max_model_len": max_len, "tokens": ids, "token_strs": strs}
+
+
+def detokenize_request(body, tokenizer, vocab_size: int) -> dict:
+    """vLLM's POST /detokenize: {"tokens": [ids]} -> {"prompt": text}."""
+    ids = body.get("tokens") if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size
+                                            for t in ids) or len(ids) > MAX_STOP_TOKEN_IDS * 64:
+        raise RequestError(f"'tokens' must be a list of token ids in [0, {vocab_size - 1}]", "tokens")
+    return {"prompt": tokenizer.decode(ids, skip_special_tokens=False)}
