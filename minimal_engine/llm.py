@@ -97,24 +97,30 @@ class LLM:
         limit = model_config.max_position_embeddings
         if config.max_model_len is not None and config.max_model_len > limit:
             raise ValueError(f"max_model_len={config.max_model_len} exceeds the model's limit of {limit} positions")
-        config.max_model_len = config.max_model_len or limit
+        if config.max_model_len is None:
+            config = replace(config, max_model_len=limit)
         window = model_config.sliding_window
         if window is not None and config.max_model_len > window:
             raise ValueError(f"config.json: sliding_window={window} is active, but this engine computes full "
                              f"attention, which differs beyond {window} tokens; pass max_model_len<={window}")
         num_blocks = config.num_kv_blocks or self._auto_num_blocks(model_config, config)
-        if tensor_parallel_size != 1:            # chapter 7: the model split over N processes (distributed.py)
+        if tensor_parallel_size != 1:            # chapter 7: the model split over N processes (tensor_parallel/)
             if config.quantization or config.kv_cache_dtype != "auto":
                 raise ValueError("tensor_parallel_size > 1 runs unquantized weights and KV only: pass "
                                  "quantization=None and kv_cache_dtype='auto' with it")
+            config = replace(config, cuda_graphs=False)     # a TP step goes through pipes: no CUDA graphs
             from minimal_engine.features.tensor_parallel.model import TensorParallelModel
             spec = ("path", self.model_path) if self.model_path else ("synthetic", model.split(":", 1)[1], seed)
             net = TensorParallelModel(net, spec, tensor_parallel_size, self.dtype, self.device, config, num_blocks)
         self.model_config, self.config, self.tokenizer = model_config, config, tokenizer
-        self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype, self.device, seed)
-        if speculative_config is not None:       # chapter 8: speculative decoding (spec_decode.py)
+        speculator = None
+        if speculative_config is not None:       # chapter 8: speculative decoding (features/spec_decode/)
             from minimal_engine.features.spec_decode.decoder import SpecDecoder
-            self.engine.spec = self.engine.runner.spec = SpecDecoder(speculative_config, self)
+            from minimal_engine.features.spec_decode.proposers import TargetInfo
+            target = TargetInfo(model_config, tokenizer, config, num_blocks, self.dtype, self.device)
+            speculator = SpecDecoder(speculative_config, target)
+        self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype, self.device, seed,
+                                speculator=speculator)
         self._lock = threading.RLock()            # generate/stream may be called from several threads
         self._inbox: dict[str, deque] = {}        # request id -> its outputs not yet taken by its caller
 

@@ -1,5 +1,5 @@
-"""Spawned worker processes (tensor parallelism, disaggregated prefill): the hint for the mistake a plain script
-makes with them.
+"""Spawned worker processes (tensor parallelism, disaggregated prefill): how they are stopped, and the hint for the
+mistake a plain script makes with them.
 
 Workers start with multiprocessing's "spawn" (fork is unsafe with threads and CUDA), and a spawned process begins
 by re-importing the parent's main script. A script that builds `LLM(tensor_parallel_size=2)` or a
@@ -10,7 +10,30 @@ Python's docs ("Safe importing of main module") and vLLM's ask for `if __name__ 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
+
+STOP_WAIT_S = 10.0           # how long stopped workers get to exit by themselves before they are terminated
+
+
+def stop_processes(procs: list, conns: list, ask_to_stop, wait_s: float = STOP_WAIT_S) -> None:
+    """Ask the workers to stop (ask_to_stop(), which sends each its stop message), wait a bounded time, then
+    terminate and kill what is left, and close the pipes. Idempotent: used as a weakref finalizer by the TP
+    workers (features/tensor_parallel/model.py) and the disaggregated prefill engine (disagg/llm.py)."""
+    try:
+        ask_to_stop()
+    except (OSError, ValueError):       # a pipe already closed: the worker is gone or going
+        pass
+    deadline = time.monotonic() + wait_s
+    for p in procs:
+        p.join(max(0.1, deadline - time.monotonic()))
+        for stop in (p.terminate, p.kill):
+            if not p.is_alive():
+                break
+            stop()
+            p.join(5)
+    for c in conns:
+        c.close()
 
 
 def main_guard_hint(what: str) -> str:

@@ -68,7 +68,8 @@ def test_prefill_logits_match_transformers(random_model):
     ids = PROMPTS[2]
     seq = Sequence("x", None, ids, GREEDY)
     llm.engine.block_manager.allocate(seq, len(ids))
-    input_ids, batch, _ = llm.engine.runner.prepare(SchedulerOutput([ScheduledSeq(seq, 0, len(ids))]))
+    step = llm.engine.runner.prepare(SchedulerOutput([ScheduledSeq(seq, 0, len(ids))]))
+    input_ids, batch = step.input_ids, step.batch
     batch.logits_indices = torch.arange(len(ids))             # ask for every position's logits
     with torch.inference_mode():
         ours = llm.engine.runner.model(input_ids, batch, llm.engine.runner.kv_caches)
@@ -148,9 +149,10 @@ def test_lone_decode_attention_equals_the_masked_batch_path():
     common = dict(positions=torch.tensor([context - 1]), slot_mapping=slot, num_decodes=1, decode_rows=rows,
                   prefills=[], logits_indices=torch.tensor([0]), block_size=bs)
     lone = paged_attention(q, k, v, kc.clone(), vc.clone(), ForwardBatch(decode_padding=None, decode_len=context,
-                                                                         **common), 0.25)
+                                                                         decode_mode="lone", **common), 0.25)
     padding = (torch.arange(len(table) * bs) >= context).view(1, 1, 1, -1)
-    masked = paged_attention(q, k, v, kc.clone(), vc.clone(), ForwardBatch(decode_padding=padding, **common), 0.25)
+    masked = paged_attention(q, k, v, kc.clone(), vc.clone(), ForwardBatch(decode_padding=padding, decode_mode="gathered",
+                                                                           **common), 0.25)
     torch.testing.assert_close(lone, masked)
 
 

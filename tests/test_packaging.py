@@ -40,38 +40,9 @@ def test_ci_runs_the_readme_test_command():
     assert "make lab" in readme
 
 
-# One feature, one file (ARCHITECTURE.md): each chapter's engine feature sits beside the part it extends and is
-# read with its chapter; the request path that every learner reads first is counted without them.
-FEATURE_FILES = {"prefix_cache.py", "attention_paged.py", "cuda_graphs.py", "stop_strings.py", "logprobs.py"}
-# Chapters 6-10 each add one larger feature (ARCHITECTURE.md's table), read with its chapter: counted apart from the
-# request path too, each under 300 lines (a file that grows past that splits by what it does).
-CHAPTER_FILES = {"quantization.py", "spec_decode.py", "distributed.py", "disagg.py", "simulator.py",
-                 "sim_tables.py", "sim_calibration.py", "evaluate.py", "kv_quant.py", "tp_worker.py", "kv_connector.py", "processes.py"}
 
 
-def test_engine_is_small_enough_to_read():
-    """The request path (model files, training, benchmarks, the HTTP server and its engine thread and metrics,
-    calculators and their tables, and one-feature files aside) under ~2,000 lines; each feature file under
-    150 lines; every engine file under ~300-400 lines."""
-    pkg = ROOT / "minimal_engine"
-    aside = {"train.py", "model_card.py", "bench.py", "calculators.py", "specs.py", "roofline.py", "roofline_calc.py",
-             "capacity_calc.py", "serve.py", "serve_limits.py", "openai_protocol.py", "engine_loop.py",
-             "metrics_prometheus.py", *FEATURE_FILES, *CHAPTER_FILES}
-    core = [f for f in pkg.glob("*.py") if f.name not in aside]
-    total = sum(len(f.read_text().splitlines()) for f in core)
-    assert total < 2000, total
-    for name in FEATURE_FILES:
-        n = len((pkg / name).read_text().splitlines())
-        assert n <= 150, f"feature file {name} has {n} lines"
-    for name in CHAPTER_FILES:
-        if (pkg / name).exists():
-            n = len((pkg / name).read_text().splitlines())
-            assert n <= 300, f"chapter feature file {name} has {n} lines"
-    for f in list(pkg.rglob("*.py")):
-        n = len(f.read_text().splitlines())
-        assert n <= 400, f"{f.relative_to(ROOT)} has {n} lines"
-    text = "\n".join(f.read_text() for f in core)
-    assert "ipywidgets" not in text and "import matplotlib" not in text, "the engine imports no course UI"
+# The sizes of the engine's files and packages are checked in test_layout.py.
 
 
 def test_make_lab_serves_the_whole_course(tmp_path):

@@ -158,7 +158,7 @@ def test_cli_passes_the_chapters_features_to_the_engine():
     args = build_parser().parse_args(["--dtype", "float32", "--quantization", "int8", "--kv-cache-dtype", "int8",
                                       "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}'])
     llm = make_llm(args)
-    assert llm.config.quantization == "int8" and llm.config.kv_cache_dtype == "int8" and llm.engine.spec is not None
+    assert llm.config.quantization == "int8" and llm.config.kv_cache_dtype == "int8" and llm.engine.speculator is not None
     prompt = "吾輩は猫である。名前はまだ無い。吾輩は猫である。名前は"
     offline = LLM(dtype="float32", quantization="int8", kv_cache_dtype="int8").generate(
         prompt, SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)[0].text

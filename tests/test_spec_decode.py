@@ -29,7 +29,7 @@ def test_greedy_tokens_identical_on_the_default_model(reference, spec):
     llm = LLM(device="cpu", max_num_seqs=8, speculative_config=spec)
     outs = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
     assert [o.token_ids for o in outs] == reference
-    st = llm.engine.spec.stats()
+    st = llm.engine.speculator.stats()
     assert st["proposed"] > 0 and 0 < st["accepted"] <= st["proposed"]
     assert sum(o.metrics.num_draft_tokens for o in outs) == st["proposed"]
     m = outs[0].metrics                          # the repetitive prompt: drafts are accepted, steps gain tokens
@@ -57,12 +57,12 @@ def test_greedy_tokens_identical_on_a_random_model(random_models, method):
     llm = LLM(str(target), device="cpu", speculative_config=spec)
     outs = llm.generate(prompts, sp, use_tqdm=False)
     assert [o.token_ids for o in outs] == [o.token_ids for o in ref]
-    assert llm.engine.spec.stats()["proposed"] > llm.engine.spec.stats()["accepted"]   # rejections happened
+    assert llm.engine.speculator.stats()["proposed"] > llm.engine.speculator.stats()["accepted"]   # rejections happened
     if method == "draft_model":   # the target as its own draft: every draft is accepted
         same = LLM(str(target), device="cpu", speculative_config=dict(spec, model=str(target)))
         outs = same.generate(prompts, sp, use_tqdm=False)
         assert [o.token_ids for o in outs] == [o.token_ids for o in ref]
-        st = same.engine.spec.stats()
+        st = same.engine.speculator.stats()
         assert st["accepted"] == st["proposed"] > 0
 
 
@@ -77,7 +77,7 @@ def test_greedy_tokens_identical_on_a_synthetic_model():
     ref = LLM("synthetic:llama-125m", **kw).generate(prompts, sp, use_tqdm=False)
     llm = LLM("synthetic:llama-125m", **kw, speculative_config={"method": "ngram", "num_speculative_tokens": 4})
     assert [o.token_ids for o in llm.generate(prompts, sp, use_tqdm=False)] == [o.token_ids for o in ref]
-    assert llm.engine.spec.stats()["proposed"] > 0
+    assert llm.engine.speculator.stats()["proposed"] > 0
 
 
 def test_rejected_slots_are_released_and_preemption_keeps_tokens():
@@ -102,7 +102,7 @@ def test_rejected_slots_are_released_and_preemption_keeps_tokens():
         assert bm.num_free_blocks == bm.num_blocks - held
     assert [done[i].token_ids for i in ids] == [o.token_ids for o in ref]
     assert sum(done[i].metrics.num_preemptions for i in ids) > 0
-    assert engine.spec.stats()["proposed"] > engine.spec.stats()["accepted"] > 0
+    assert engine.speculator.stats()["proposed"] > engine.speculator.stats()["accepted"] > 0
     assert bm.num_free_blocks == bm.num_blocks
 
 
@@ -226,4 +226,4 @@ def test_speculation_on_int8_weights_and_int8_kv_keeps_their_greedy_tokens():
     expected = [o.token_ids for o in LLM(**kw).generate(PROMPTS, GREEDY, use_tqdm=False)]
     llm = LLM(**kw, speculative_config={"method": "ngram", "num_speculative_tokens": 4})
     assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY, use_tqdm=False)] == expected
-    assert llm.engine.spec.stats()["accepted"] > 0
+    assert llm.engine.speculator.stats()["accepted"] > 0

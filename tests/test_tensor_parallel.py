@@ -223,7 +223,7 @@ def test_speculative_decoding_under_tp_keeps_greedy_tokens():
               speculative_config={"method": "ngram", "num_speculative_tokens": 4})
     try:
         assert tokens(two, prompts, params) == expected
-        assert two.engine.spec.stats()["accepted"] > 0
+        assert two.engine.speculator.stats()["accepted"] > 0
     finally:
         two.close()
 

@@ -60,8 +60,9 @@ def run_offline(llm, requests: list[BenchRequest], max_concurrency: int, use_tqd
     res = {"backend": "minimal_engine", "model": llm.model_name, "max_concurrency": max_concurrency,
            "num_prompts": len(requests)}
     res.update(summarize(finished, duration))
-    if engine.spec is not None:                  # speculative decoding (spec_decode.py): this run's drafts
-        res.update(spec_figures(finished), spec_method=engine.spec.method, num_speculative_tokens=engine.spec.k)
+    spec = engine.speculator
+    if spec is not None:                         # speculative decoding (features/spec_decode/): this run's drafts
+        res.update(spec_figures(finished), spec_method=spec.method, num_speculative_tokens=spec.k)
     return res
 
 

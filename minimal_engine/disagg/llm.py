@@ -13,7 +13,7 @@ How a request flows (this file + kv_connector.py + two small hooks in the core):
 
     client --add_request--> [parent] --("add", ids, params)--> [child: prefill LLMEngine, max_tokens=1]
         prefill engine computes the prompt and samples the first token; before it frees the request's blocks,
-        its finish_hook (llm_engine.py) copies them out (extract_kv_blocks) and the connector sends them
+        its finish listener (engine/llm_engine.py) copies them out (extract_kv_blocks) and the connector sends them
     [parent: decode LLMEngine] <--KV blocks + first token-- connector
         the decode engine allocates its own blocks (Scheduler.admit_prefilled), writes the KV into them
         (inject_kv_blocks), records the first token and then decodes as usual; the client sees one stream.
@@ -25,6 +25,7 @@ parent dies, and an error in it reaches the parent as a RuntimeError with its tr
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import multiprocessing as mp
 import queue
@@ -39,7 +40,7 @@ import torch
 
 from minimal_engine.disagg.kv_connector import PipeKVConnector, extract_kv_blocks, inject_kv_blocks, receive_loop, transfer_summary
 from minimal_engine.llm import LLM
-from minimal_engine.processes import main_guard_hint
+from minimal_engine.processes import main_guard_hint, stop_processes
 from minimal_engine.sampling_params import SamplingParams
 from minimal_engine.engine.sequence import RequestMetrics
 
@@ -65,7 +66,7 @@ def _prefill_main(model, llm_kwargs: dict, threads: int, control, kv_end) -> Non
         torch.set_num_threads(threads)
         engine = LLM(model, **llm_kwargs).engine
 
-        def hand_off(seq) -> None:          # finish_hook: the request's blocks are still held here
+        def hand_off(seq) -> None:          # a finish listener: the request's blocks are still held here
             start = time.perf_counter()
             kv = extract_kv_blocks(engine.runner, seq.block_table)
             gen = seq.generator.get_state() if seq.params.seed is not None else None
@@ -74,7 +75,7 @@ def _prefill_main(model, llm_kwargs: dict, threads: int, control, kv_end) -> Non
                 "first_scheduled_time": seq.metrics.first_scheduled_time, "prefill_done": seq.metrics.token_times[-1],
                 "generator_state": gen})
 
-        engine.finish_hook = hand_off
+        engine.add_finish_listener(hand_off)
         control.send(("ready", engine.block_manager.num_blocks))
         while True:
             busy = engine.has_unfinished_requests()
@@ -108,19 +109,8 @@ def _prefill_main(model, llm_kwargs: dict, threads: int, control, kv_end) -> Non
             pass
 
 
-def _shutdown(proc, conns) -> None:
-    """Stop the prefill process (politely, then terminate, then kill) and close the pipes. Idempotent."""
-    try:
-        conns[0].send(("close",))
-    except (OSError, ValueError):
-        pass
-    for stop in (lambda: None, proc.terminate, proc.kill):
-        stop()
-        proc.join(5)
-        if not proc.is_alive():
-            break
-    for c in conns:
-        c.close()
+def _ask_to_close(control) -> None:
+    control.send(("close",))
 
 
 class DisaggregatedLLM:
@@ -151,7 +141,8 @@ class DisaggregatedLLM:
         child_control.close()
         kv_send.close()                     # only the child writes: EOF here when it dies
         self.connector = PipeKVConnector(kv_recv)
-        self._finalizer = weakref.finalize(self, _shutdown, self._proc, (self._control, kv_recv))
+        self._finalizer = weakref.finalize(self, stop_processes, [self._proc], (self._control, kv_recv),
+                                           functools.partial(_ask_to_close, self._control))
         self.prefill_num_blocks = self._wait_control("ready", start_timeout)
         self._inflight: dict[str, tuple] = {}      # request id -> (prompt, params, arrival): sent, not yet admitted
         self._arrived: deque = deque()              # (request id, kv, meta) received, waiting for decode blocks
@@ -272,7 +263,7 @@ class DisaggregatedLLM:
                                         num_prompt_tokens=seq.num_prompt_tokens, kv_transfer_bytes=kv.nbytes,
                                         kv_transfer_s=meta["recv_done"] - meta["extract_start"] + now - start,
                                         prefill_done_time=meta["prefill_done"])
-            outs.append(self.engine._append_token(seq, meta["first_token"], now))   # as if sampled here
+            outs.append(self.engine.accept_tokens(seq, [meta["first_token"]], now))   # as if sampled here
         return outs
 
     # ---- the offline API (as LLM.generate) ----------------------------------------------------------------

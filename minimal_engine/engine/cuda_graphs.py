@@ -86,7 +86,8 @@ class DecodeGraphs:
         fb = ForwardBatch(positions=self.positions[:b], slot_mapping=self.slots[:b], num_decodes=b,
                           decode_rows=None, decode_padding=None, prefills=[],
                           logits_indices=self.logits_indices[:b], block_size=self.block_size,
-                          decode_block_tables=self.block_tables[:b], decode_context_lens=self.context_lens[:b])
+                          decode_block_tables=self.block_tables[:b], decode_context_lens=self.context_lens[:b],
+                          decode_mode="paged")
         return self.input_ids[:b], fb
 
     def run(self, rows: list[tuple]) -> torch.Tensor:

@@ -3,6 +3,9 @@
     add_request()  ->  step(): scheduler.schedule() -> model_runner.run() -> update sequences  ->  outputs
                        (repeat while has_unfinished_requests())
 
+Speculative decoding (features/spec_decode/) plugs in as `speculator`, given at construction: it proposes draft
+tokens before the scheduler runs and verifies them inside the runner; every step result is a list of tokens.
+
 Every input is checked in add_request (validate_request), before the request touches the queues, so a
 bad request raises a clear error and never disturbs the others. A request whose own sampling fails in a
 step (the sampler returns the exception for its row) finishes alone with finish_reason "error" and
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -65,20 +68,27 @@ class RequestOutput:
 
 class LLMEngine:
     def __init__(self, model, model_config: ModelConfig, tokenizer: Tokenizer, config: EngineConfig,
-                 num_blocks: int, dtype: torch.dtype, device: torch.device, seed: int = 0):
+                 num_blocks: int, dtype: torch.dtype, device: torch.device, seed: int = 0, speculator=None):
+        """speculator: None, or an object with validate(params), propose(running) and verify(logits, samplers)
+        (features/spec_decode/decoder.py: SpecDecoder)."""
         self.model_config, self.tokenizer, self.config = model_config, tokenizer, config
         self.device = device
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
-        self.runner = ModelRunner(model, config, num_blocks, dtype, device)
+        self.runner = ModelRunner(model, config, num_blocks, dtype, device, verifier=speculator)
         self.seqs: dict[str, Sequence] = {}
         self.eos_ids = set(model_config.eos_token_ids)
         if tokenizer.eos_token_id is not None and not model_config.synthetic:
             self.eos_ids.add(tokenizer.eos_token_id)
         self.generator = torch.Generator(device=device).manual_seed(seed)  # for unseeded sampled requests
         self._ids = itertools.count()
-        self.spec = None       # spec_decode.SpecDecoder when LLM(speculative_config=...) (chapter 8)
-        self.finish_hook = None       # disagg.py: called with a finishing sequence before its blocks are freed
+        self.speculator = speculator          # LLM(speculative_config=...) (chapter 8)
+        self.finish_listeners: list = []      # add_finish_listener: called before a finished request's blocks go
+
+    def add_finish_listener(self, listener) -> None:
+        """listener(seq) is called when a request finishes normally, while its KV blocks are still held
+        (disaggregation: the prefill engine copies the blocks out, disagg/llm.py)."""
+        self.finish_listeners.append(listener)
 
     @property
     def max_model_len(self) -> int:
@@ -113,8 +123,8 @@ class LLMEngine:
         stops = [t for t in params.stop_token_ids if not 0 <= t < vocab]
         if stops:
             raise ValueError(f"stop_token_ids must be in [0, {vocab - 1}] (the vocabulary), got {stops[:5]}")
-        if self.spec is not None:
-            self.spec.validate(params)
+        if self.speculator is not None:
+            self.speculator.validate(params)
         if params.prompt_logprobs is not None and self.config.enable_prefix_caching:
             raise ValueError("prompt_logprobs needs every prompt token computed: not with enable_prefix_caching")
         if len(token_ids) >= self.max_model_len:
@@ -158,11 +168,9 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """Run one scheduled batch; return an output for every request that got a token or finished."""
-        if self.spec is not None:                # draft tokens join the running requests (spec_decode.py)
-            self.spec.propose(self.scheduler.running)
-        sched = self.scheduler.schedule()
-        if self.spec is not None:
-            self.spec.fit(sched)
+        if self.speculator is not None:          # draft tokens join the running requests (spec_decode/)
+            self.speculator.propose(self.scheduler.running)
+        sched = self.scheduler.schedule()        # (drafts it does not schedule, it takes back)
         if sched.is_empty:
             return []
         now = time.perf_counter()
@@ -174,14 +182,28 @@ class LLMEngine:
         outputs = []
         for s in sched.scheduled:
             s.seq.num_computed_tokens += s.num_tokens
-        for seq, token in sampled.items():
-            if isinstance(token, Exception):    # this request's sampling failed: it alone fails
-                outputs.append(self._fail(seq, f"sampling failed: {type(token).__name__}: {token}", now))
-            elif isinstance(token, list):        # verified drafts + one more token (spec_decode.py)
-                outputs.append(self.spec.accept(seq, token, now))
+        for seq, tokens in sampled.items():
+            if isinstance(tokens, Exception):   # this request's sampling failed: it alone fails
+                outputs.append(self._fail(seq, f"sampling failed: {type(tokens).__name__}: {tokens}", now))
             else:
-                outputs.append(self._append_token(seq, token, now))
+                outputs.append(self.accept_tokens(seq, tokens, now))
         return outputs
+
+    def accept_tokens(self, seq: Sequence, tokens: list[int], now: float) -> RequestOutput:
+        """Append what a step produced for seq: one sampled token, or (speculative decoding) the accepted drafts
+        and one more token. Verified drafts leave the token list first and come back as ordinary tokens."""
+        if seq.spec_token_ids:
+            seq.keep_drafts(0)
+            seq.num_computed_tokens = len(seq) + len(tokens) - 1     # the accepted drafts' K/V are in the cache
+            self.block_manager.trim(seq, seq.num_computed_tokens)
+        outs = []
+        for t in tokens:
+            outs.append(self._append_token(seq, t, now))
+            if outs[-1].finished:
+                break
+        if len(outs) == 1:
+            return outs[0]
+        return replace(outs[-1], new_text="".join(o.new_text for o in outs), new_token_ids=tuple(tokens[:len(outs)]))
 
     def _fail(self, seq: Sequence, message: str, now: float) -> RequestOutput:
         seq.error = message
@@ -216,8 +238,8 @@ class LLMEngine:
             decode_logprobs((seq.logprobs or [])[-1:] + first, self.tokenizer)
         new_text = take_new_text(seq, reason is not None)
         if reason is not None:
-            if self.finish_hook is not None:
-                self.finish_hook(seq)
+            for listener in self.finish_listeners:
+                listener(seq)
             self.scheduler.finish(seq, reason)
             m.finished_time = now
             del self.seqs[seq.request_id]

@@ -12,6 +12,8 @@ runs the same static-buffer path without capturing, for tests). On the CPU the d
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from minimal_engine.model.attention import ForwardBatch, PrefillChunk
@@ -46,8 +48,21 @@ def prompt_logprobs(logits: torch.Tensor, num_samplers: int, rows: list) -> torc
     return logits[:num_samplers]
 
 
+@dataclass
+class PreparedStep:
+    """A step laid out as tensors: what ModelRunner.prepare hands to the model (and to run)."""
+
+    input_ids: torch.Tensor          # [T] decode tokens first, then prefill chunks
+    batch: ForwardBatch
+    order: list                      # the ScheduledSeqs in row order
+    prompt_rows: list                # (seq, first, row offset, last): prompt_logprobs rows, after the samplers'
+
+
 class ModelRunner:
-    def __init__(self, model, config: EngineConfig, num_blocks: int, dtype: torch.dtype, device: torch.device):
+    def __init__(self, model, config: EngineConfig, num_blocks: int, dtype: torch.dtype, device: torch.device,
+                 verifier=None):
+        """verifier: speculative decoding's verify(logits, samplers) -> {seq: tokens} (features/spec_decode/);
+        None: the plain sampler. A verifier turns CUDA graphs off (its steps carry draft rows)."""
         cfg = model.config
         self.model, self.config, self.device, self.dtype = model, config, device, dtype
         self.block_size = config.block_size
@@ -64,8 +79,8 @@ class ModelRunner:
         if self.kv_quantized:
             calibrate_kv_scales(model, self.kv_caches, config.block_size)
         self.paged_decode = use_paged_decode(device, self.kv_quantized)   # through block tables, in place
-        self.spec = None                               # spec_decode.SpecDecoder (speculative_config)
-        self.set_cuda_graphs(getattr(config, "cuda_graphs", None))
+        self.verifier = verifier
+        self.set_cuda_graphs(False if verifier is not None else config.cuda_graphs)
 
     def set_cuda_graphs(self, enabled: bool | None) -> None:
         """None: CUDA graphs on CUDA, off elsewhere. True on the CPU: the static-buffer path, not captured."""
@@ -106,13 +121,13 @@ class ModelRunner:
         seq, pos, bs = s.seq, s.start, self.block_size
         return seq.token_ids[pos], pos, seq.block_table[pos // bs] * bs + pos % bs, seq.block_table, pos + 1
 
-    def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, ForwardBatch]:
+    def prepare(self, out: SchedulerOutput) -> PreparedStep:
         """Lay out the step: decode tokens first, then prefill chunks; build positions and slots."""
         bs = self.block_size
         decodes = [s for s in out.scheduled if s.num_tokens == 1]
         prefills = [s for s in out.scheduled if s.num_tokens > 1]
         input_ids, positions, slots, logits_rows = [], [], [], []
-        self.prompt_rows = []                   # (seq, first position): prompt_logprobs rows, after the samplers'
+        prompt_rows = []                        # (seq, first position, ...): prompt_logprobs rows, after the samplers'
         for s in decodes + prefills:
             seq, row0 = s.seq, len(input_ids)
             input_ids.extend(seq.token_ids[s.start:s.start + s.num_tokens])
@@ -124,7 +139,7 @@ class ModelRunner:
             if seq.prompt_logprobs is not None:  # positions whose next token is a prompt token not yet scored
                 first = max(s.start, len(seq.prompt_logprobs) - 1)
                 last = min(s.start + s.num_tokens, seq.num_prompt_tokens - 1)
-                self.prompt_rows += [(seq, first, row0 - s.start, last)] if first < last else []
+                prompt_rows += [(seq, first, row0 - s.start, last)] if first < last else []
         dev = self.device
 
         def tensor(x):
@@ -138,19 +153,21 @@ class ModelRunner:
             return (heads + tensor(tables)[:, None, :]).flatten()
 
         decode_rows = decode_padding = tables = lens = None
-        decode_len = 0
+        decode_len, mode = 0, "none"
         if decodes and self.paged_decode:             # block tables, read in place (attention_paged.py)
             width = max(len(s.seq.block_table) for s in decodes)
             tables = torch.tensor([s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in decodes],
                                   dtype=torch.int32, device=dev)
             lens = torch.tensor([s.start + 1 for s in decodes], dtype=torch.int32, device=dev)
+            mode = "paged"
         elif decodes:
             width = max(len(s.seq.block_table) for s in decodes)
             decode_rows = block_rows([s.seq.block_table + [0] * (width - len(s.seq.block_table))
                                       for s in decodes])                    # [D * KVH * width]
             if len(decodes) == 1 and self.lone_decode_sdpa(decodes[0].start + 1):
-                decode_len = decodes[0].start + 1     # one SDPA call over exactly this context, no mask
+                decode_len, mode = decodes[0].start + 1, "lone"   # one SDPA call over exactly this context
             else:
+                mode = "gathered"
                 context = tensor([s.start + 1 for s in decodes])
                 decode_padding = (torch.arange(width * bs, device=dev) >= context[:, None]).view(len(decodes), 1, 1, -1)
         chunks, row = [], len(decodes)
@@ -158,32 +175,35 @@ class ModelRunner:
             cached = block_rows([s.seq.block_table]) if s.start > 0 else None   # the table covers this step
             chunks.append(PrefillChunk(row, row + s.num_tokens, s.start + s.num_tokens, cached))
             row += s.num_tokens
-        logits_rows += [r + p for _, first, r, last in self.prompt_rows for p in range(first, last)]
+        logits_rows += [r + p for _, first, r, last in prompt_rows for p in range(first, last)]
         batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
                              decode_rows=decode_rows, decode_padding=decode_padding, prefills=chunks,
                              logits_indices=tensor(logits_rows), block_size=bs,
-                             decode_block_tables=tables, decode_context_lens=lens, decode_len=decode_len)
-        return tensor(input_ids), batch, decodes + prefills
+                             decode_block_tables=tables, decode_context_lens=lens, decode_len=decode_len,
+                             decode_mode=mode)
+        return PreparedStep(tensor(input_ids), batch, decodes + prefills, prompt_rows)
 
     @torch.inference_mode()
     def run(self, out: SchedulerOutput) -> dict:
-        """One forward pass; returns {sequence: sampled token} for the requests that sample this step."""
+        """One forward pass; returns {sequence: [tokens]} for the requests that sample this step: one sampled
+        token each (a verifier may give several), or the exception that this request's sampling raised."""
         steps = out.scheduled
         scoring = any(s.seq.prompt_logprobs is not None and s.start < s.seq.num_prompt_tokens - 1 for s in steps)
         if (self.graphs is not None and all(s.num_tokens == 1 for s in steps) and self.graphs.fits(len(steps))
                 and not scoring):
             logits = self.graphs.run([self.decode_row(s) for s in steps])   # one row per request
             logits = logits[[i for i, s in enumerate(steps) if s.samples]]
-            order, self.prompt_rows = steps, []
+            order, prompt_rows = steps, []
         else:
-            input_ids, batch, order = self.prepare(out)
-            logits = self.model(input_ids, batch, self.kv_caches)
+            step = self.prepare(out)
+            order, prompt_rows = step.order, step.prompt_rows
+            logits = self.model(step.input_ids, step.batch, self.kv_caches)
         samplers = [s.seq for s in order if s.samples]
         rows = len(samplers) + sum(len(s.spec_token_ids) for s in samplers)   # + draft rows (spec_decode.py)
-        logits = prompt_logprobs(logits, rows, self.prompt_rows)
+        logits = prompt_logprobs(logits, rows, prompt_rows)
         if not samplers:
             return {}
-        if self.spec is not None:          # {seq: token, or [accepted drafts..., one more]}
-            return self.spec.verify(logits, samplers)
+        if self.verifier is not None:      # {seq: [accepted drafts..., one more]}
+            return self.verifier.verify(logits, samplers)
         tokens = sample(logits, [s.params for s in samplers], [s.generator for s in samplers], samplers)
-        return dict(zip(samplers, tokens))
+        return {seq: t if isinstance(t, Exception) else [t] for seq, t in zip(samplers, tokens)}

@@ -12,7 +12,10 @@ Prefix caching (block_manager.py, prefix_cache.py): a waiting request first asks
 are already cached, takes those blocks, and is scheduled as if they were an already computed chunk.
 
 batching="static" (for comparison, chapter 5): requests are taken in groups of max_num_seqs; no request
-joins until every member of the running group has finished, so finished members' slots stay idle.
+joins until every member of the running group has finished, so finished members' slots stay idle (StaticGroups).
+
+Speculative decoding (features/spec_decode/): a proposer appends draft tokens to running requests before
+schedule(); they are scheduled like a prefill chunk, and the drafts a step does not reach are taken back here.
 """
 from __future__ import annotations
 
@@ -50,13 +53,40 @@ class SchedulerOutput:
         return not self.scheduled
 
 
+class StaticGroups:
+    """batching="static": admission in groups. A group is the first max_num_seqs waiting requests once nothing
+    runs; only its members are admitted (a preempted member rejoins it; one that leaves the queue leaves it)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.left = 0                 # members of the current group not yet admitted
+
+    def open_if_idle(self, running: list, waiting: deque) -> None:
+        if not running and not self.left:
+            self.left = min(len(waiting), self.size)
+
+    def may_admit(self) -> bool:
+        return self.left > 0
+
+    def admitted(self) -> None:
+        self.left -= 1
+
+    def rejoined(self) -> None:
+        self.left += 1
+
+    def left_queue(self, index: int) -> None:
+        """The request at `index` of the waiting queue finished (aborted) before it was admitted."""
+        if index < self.left:
+            self.left -= 1
+
+
 class Scheduler:
     def __init__(self, config: EngineConfig, block_manager: BlockManager):
         self.config = config
         self.block_manager = block_manager
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []     # oldest first: the last one is preempted first
-        self.group_left = 0                   # static batching: members of the group not yet admitted
+        self.groups = StaticGroups(config.max_num_seqs) if config.batching == "static" else None
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -85,18 +115,19 @@ class Scheduler:
             i += 1
 
         # 2) waiting requests, oldest first, while budget, sequence slots and blocks last
-        static = self.config.batching == "static"
-        if static and not self.running and not self.group_left:   # the group has finished: take the next
-            self.group_left = min(len(self.waiting), self.config.max_num_seqs)
+        groups = self.groups
+        if groups is not None:
+            groups.open_if_idle(self.running, self.waiting)
         while (self.waiting and budget > 0 and not out.preempted
-               and len(self.running) < self.config.max_num_seqs and (self.group_left or not static)):
+               and len(self.running) < self.config.max_num_seqs and (groups is None or groups.may_admit())):
             seq = self.waiting[0]
             cached = bm.num_cached_tokens(seq)           # prefix caching: a chunk that is already computed
             n = min(len(seq) - cached, budget)
             if not bm.can_allocate(seq, cached + n):
                 break
             self.waiting.popleft()
-            self.group_left -= static
+            if groups is not None:
+                groups.admitted()
             seq.num_computed_tokens = bm.take_cached(seq)
             if seq.num_cached_tokens is None:           # as vLLM: counted when the request is first scheduled
                 seq.num_cached_tokens = seq.num_computed_tokens
@@ -105,7 +136,17 @@ class Scheduler:
             self.running.append(seq)
             out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
             budget -= n
+        self._take_back_drafts(out)
         return out
+
+    def _take_back_drafts(self, out: SchedulerOutput) -> None:
+        """Speculative decoding: drafts this step does not compute (token budget, preemption) leave the request."""
+        scheduled = {id(s.seq): s for s in out.scheduled}
+        for seq in [*self.running, *self.waiting]:
+            if seq.spec_token_ids:
+                s = scheduled.get(id(seq))
+                first_draft = len(seq) - len(seq.spec_token_ids)
+                seq.keep_drafts(0 if s is None else s.start + s.num_tokens - first_draft)
 
     def admit_prefilled(self, seq: Sequence, num_computed: int) -> bool:
         """Disaggregation (disagg.py): seq (just added, waiting) arrives with the K/V of its first `num_computed`
@@ -125,7 +166,8 @@ class Scheduler:
         seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING
         seq.metrics.num_preemptions += 1
-        self.group_left += self.config.batching == "static"   # it rejoins its own group
+        if self.groups is not None:
+            self.groups.rejoined()                  # it rejoins its own group
         self.waiting.appendleft(seq)
         out.preempted.append(seq)
 
@@ -137,5 +179,6 @@ class Scheduler:
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
-            self.group_left -= self.waiting.index(seq) < self.group_left   # static: a member leaves its group
+            if self.groups is not None:
+                self.groups.left_queue(self.waiting.index(seq))
             self.waiting.remove(seq)

@@ -93,7 +93,7 @@ class Sequence:
         self.prompt_logprobs = [None] if params.prompt_logprobs is not None else None   # first token: None
         self.stop_reason = None                # the stop string or stop token id that ended the request
         self.sent_chars = 0                    # characters of text already returned (stop-string hold-back)
-        self.spec_token_ids: list[int] = []    # draft tokens at the end of token_ids, to verify (spec_decode.py)
+        self.spec_token_ids: list[int] = []    # draft tokens at the end of token_ids, to verify (spec_decode/)
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -109,6 +109,18 @@ class Sequence:
     @property
     def num_uncomputed_tokens(self) -> int:
         return len(self.token_ids) - self.num_computed_tokens
+
+    def add_drafts(self, ids: list[int]) -> None:
+        """Speculative decoding: append draft tokens; the scheduler schedules them like a prefill chunk."""
+        self.token_ids.extend(ids)
+        self.spec_token_ids = list(ids)
+
+    def keep_drafts(self, keep: int) -> None:
+        """Take back every draft token except the first `keep` (those not scheduled, or all after verifying)."""
+        n = len(self.spec_token_ids)
+        if keep < n:
+            del self.token_ids[len(self.token_ids) - n + keep:]
+            self.spec_token_ids = self.spec_token_ids[:keep]
 
     @property
     def is_finished(self) -> bool:

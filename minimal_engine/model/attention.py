@@ -7,8 +7,9 @@ gathering token by token. `ForwardBatch` says where things are, so the model nee
   * tokens of the step are laid out decode tokens first (one per request), then prefill chunks;
   * `slot_mapping[t]` is the pool slot where token t's K and V go;
   * decode requests attend over their whole cached context at once: either gathered here (padded to the
-    longest, masked; the CPU default) or read in place through their block tables (attention_paged.py; the
-    CUDA default and what CUDA graphs use), chosen by which fields of ForwardBatch the runner fills;
+    longest, masked; the CPU default; a lone decode request without padding) or read in place through their
+    block tables (attention_paged.py; the CUDA default and what CUDA graphs use): ForwardBatch.decode_mode says
+    which, and the runner fills the fields that mode reads;
   * each prefill chunk attends causally over its own context (earlier chunks come from the pool).
 """
 from __future__ import annotations
@@ -19,6 +20,14 @@ import torch
 import torch.nn.functional as F
 
 from minimal_engine.model.attention_paged import paged_decode_attention
+
+# How the decode rows of a step attend (ForwardBatch.decode_mode) and the fields each mode reads:
+DECODE_MODES = {
+    "none": (),                                             # no decode rows in this step
+    "paged": ("decode_block_tables", "decode_context_lens"),  # in place, through block tables
+    "lone": ("decode_rows", "decode_len"),                  # one request: SDPA over exactly its context
+    "gathered": ("decode_rows", "decode_padding"),          # padded to the longest context, masked
+}
 
 
 @dataclass
@@ -48,6 +57,13 @@ class ForwardBatch:
     decode_block_tables: torch.Tensor | None = None  # [D, W] int32: set = decode attention reads blocks in place
     decode_context_lens: torch.Tensor | None = None  # [D] int32 context length (0 = a padding row)
     decode_len: int = 0                 # context length of a lone decode request (gathered, no padding mask)
+    decode_mode: str = "none"           # a key of DECODE_MODES: how the decode rows attend
+
+    def __post_init__(self):
+        if self.decode_mode not in DECODE_MODES:
+            raise ValueError(f"decode_mode must be one of {sorted(DECODE_MODES)}, got {self.decode_mode!r}")
+        if (self.decode_mode == "none") != (self.num_decodes == 0):
+            raise ValueError(f"decode_mode {self.decode_mode!r} with {self.num_decodes} decode rows")
 
 
 def gather_blocks(cache: torch.Tensor, rows: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -74,16 +90,17 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     parts = []                                                          # outputs, in the order of the rows
     d = batch.num_decodes
-    if d and batch.decode_block_tables is not None:   # in place, through the block tables (attention_paged.py)
+    mode = batch.decode_mode
+    if mode == "paged":                               # in place, through the block tables (attention_paged.py)
         parts.append(paged_decode_attention(q[:d], k_cache, v_cache, batch.decode_block_tables,
                                             batch.decode_context_lens, scale, bs))
-    elif d == 1 and batch.decode_padding is None:
+    elif mode == "lone":
         # A lone decode request (batch-1 decode): SDPA over exactly its context, so no mask. The G query heads
         # of each KV head act as G query rows: [1, KVH, G, Dh] against [1, KVH, L, Dh], one call.
         kd = gather_blocks(k_cache, batch.decode_rows, bs).view(1, kvh, -1, dh)[:, :, :batch.decode_len]
         vd = gather_blocks(v_cache, batch.decode_rows, bs).view(1, kvh, -1, dh)[:, :, :batch.decode_len]
         parts.append(F.scaled_dot_product_attention(q[:1].view(1, kvh, g, dh), kd, vd, scale=scale).view(1, h, dh))
-    elif d:
+    elif mode == "gathered":
         # One query row per request: plain batched matmuls with batch = (request, KV head) and the G query
         # heads of a KV head as the rows. (On the CPU, SDPA with a mask and one query row was ~10x slower
         # at batch 32.) The gather lays the context out as [D*KVH, L, Dh], and q[:d] viewed as [D*KVH, G, Dh]

@@ -6,7 +6,7 @@
     llm.close()                                # workers stop (also on garbage collection and interpreter exit)
 
 How the pieces fit:
-  * Sharding rules (models/sharding.py): each rank keeps whole heads of qkv/o_proj and a slice of gate_up/
+  * Sharding rules (sharding.py): each rank keeps whole heads of qkv/o_proj and a slice of gate_up/
     down_proj; after o_proj and after down_proj an all-reduce sums the ranks' partial results. Embedding and
     lm_head are replicated (why: sharding.py's docstring).
   * The scheduler, block manager and sampler run ONCE, in this process (rank 0). Each step, rank 0 sends the
@@ -23,107 +23,34 @@ told (close), when the parent's pipe closes or the parent pid changes (parent di
 step, which they report through the pipe; the parent then raises a RuntimeError naming the rank and its error
 instead of waiting forever (gloo also fails fast when a peer's socket closes; every wait has TIMEOUT_S).
 A script that uses this must guard its top level with `if __name__ == "__main__":` ('spawn' re-imports it).
-CUDA graphs are turned off under TP (the step goes through a pipe). CPU threads: with T torch threads when the
+CUDA graphs are off under TP (the step goes through a pipe): LLM builds its EngineConfig with cuda_graphs=False. CPU threads: with T torch threads when the
 LLM is built, each rank computes with max(1, T // N) (rank 0 only during its steps: the caller's setting stays).
 """
 from __future__ import annotations
 
 import datetime
+import functools
 import multiprocessing as mp
 import pickle
 import time
 import weakref
-from dataclasses import replace
-
 import torch
 from torch import nn
 
+from minimal_engine.features.tensor_parallel.comm import Comm, head_agnostic, make_process_group
 from minimal_engine.features.tensor_parallel.sharding import check_tp_size, head_ranges, shard_model
-from minimal_engine.processes import main_guard_hint
+from minimal_engine.features.tensor_parallel.worker import worker_main
+from minimal_engine.processes import main_guard_hint, stop_processes
 
 TIMEOUT_S = 120.0            # startup and every collective: a dead or stuck peer surfaces as an error by then
 
 
-def make_process_group(store, rank: int, world: int, device: torch.device, timeout_s: float):
-    """A process group object (not torch.distributed's global default): gloo on the CPU, NCCL on CUDA."""
-    import torch.distributed as dist
-    if device.type == "cuda":
-        opts = dist.ProcessGroupNCCL.Options()
-        opts._timeout = datetime.timedelta(seconds=timeout_s)
-        return dist.ProcessGroupNCCL(store, rank, world, opts)
-    return dist.ProcessGroupGloo(store, rank, world, datetime.timedelta(seconds=timeout_s))
-
-
-class Comm:
-    """All-reduce (sum) over the TP group, counted: calls, payload bytes and seconds spent waiting in it.
-    The time includes waiting for the slowest rank to arrive, not only moving bytes."""
-
-    def __init__(self, pg):
-        self.pg = pg
-        self.reset()
-
-    def reset(self) -> None:
-        self.all_reduces, self.bytes, self.seconds, self.send_seconds, self.steps = 0, 0, 0.0, 0.0, 0
-
-    def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
-        t0 = time.perf_counter()
-        self.pg.allreduce([t]).wait()                                   # in place: t = sum over ranks
-        if t.is_cuda:
-            torch.cuda.synchronize(t.device)                            # so that the time is the transfer's
-        self.seconds += time.perf_counter() - t0
-        self.all_reduces += 1
-        self.bytes += t.numel() * t.element_size()
-        return t
-
-    def stats(self) -> dict:
-        per = max(1, self.steps)
-        return dict(steps=self.steps, all_reduces=self.all_reduces, bytes=self.bytes, seconds=self.seconds,
-                    send_seconds=self.send_seconds, all_reduces_per_step=self.all_reduces / per,
-                    bytes_per_step=self.bytes / per, ms_per_step=1000 * (self.seconds + self.send_seconds) / per)
-
-
-def head_agnostic(batch, kv_heads: int):
-    """Rank 0's ForwardBatch -> the same on the CPU with block numbers instead of (head, block) rows and no
-    logits rows (only rank 0 samples)."""
-    def blocks(rows, lead):                                         # rows ordered (request, head, block)
-        return None if rows is None else rows.view(lead, kv_heads, -1)[:, 0].cpu()   # head 0 row = block number
-    cpu = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in vars(batch).items()}
-    cpu["decode_rows"] = blocks(batch.decode_rows, max(batch.num_decodes, 1))                  # [D, W]
-    cpu["prefills"] = [replace(c, rows=blocks(c.rows, 1)) for c in batch.prefills]           # [1, blocks]
-    cpu["logits_indices"] = batch.logits_indices[:0].cpu()
-    return type(batch)(**cpu)
-
-
-def rows_for_heads(batch, kv_heads: int, pool_blocks: int, device: torch.device):
-    """The inverse of head_agnostic for a rank with kv_heads heads: block numbers -> this pool's rows."""
-    heads = torch.arange(kv_heads)[None, :, None] * pool_blocks                  # [1, KVH, 1]
-
-    def rows(blocks):
-        return None if blocks is None else (heads + blocks[:, None, :]).flatten().to(device)
-    fields = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(batch).items()}
-    fields["decode_rows"] = rows(batch.decode_rows)
-    fields["prefills"] = [replace(c, rows=rows(c.rows)) for c in batch.prefills]
-    return type(batch)(**fields)
-
-
-def _stop_workers(procs, conns) -> None:
-    """Ask every worker to stop, wait a bounded time, then terminate and kill what is left."""
+def _ask_to_stop(conns) -> None:
     for c in conns:
         try:
             c.send_bytes(pickle.dumps(("stop", None)))
         except (OSError, ValueError):
             pass
-    deadline = time.monotonic() + 10
-    for p in procs:
-        p.join(max(0.1, deadline - time.monotonic()))
-        if p.is_alive():
-            p.terminate()
-            p.join(5)
-        if p.is_alive():
-            p.kill()
-            p.join(5)
-    for c in conns:
-        c.close()
 
 
 class TensorParallelModel(nn.Module):
@@ -142,12 +69,10 @@ class TensorParallelModel(nn.Module):
         import torch.distributed as dist
         self.tp_size, self.error = tp_size, None
         self.per_rank = per_rank = max(1, torch.get_num_threads() // tp_size)
-        config.cuda_graphs = False
         store = dist.TCPStore("127.0.0.1", 0, tp_size, True, timeout=datetime.timedelta(seconds=TIMEOUT_S),
                               wait_for_workers=False)
         ctx = mp.get_context("spawn")
         self.procs, self.conns = [], []
-        from minimal_engine.features.tensor_parallel.worker import worker_main
         for rank in range(1, tp_size):
             parent_end, child_end = ctx.Pipe()
             p = ctx.Process(target=worker_main, daemon=True, name=f"tp-worker-{rank}",
@@ -157,7 +82,8 @@ class TensorParallelModel(nn.Module):
             child_end.close()                       # the worker holds the only other end: EOF when it dies
             self.procs.append(p)
             self.conns.append(parent_end)
-        self._finalizer = weakref.finalize(self, _stop_workers, self.procs, self.conns)
+        self._finalizer = weakref.finalize(self, stop_processes, self.procs, self.conns,
+                                           functools.partial(_ask_to_stop, self.conns))
         self._wait_for("loaded")
         self.comm = Comm(make_process_group(store, 0, tp_size, device, TIMEOUT_S))
         self._store = store

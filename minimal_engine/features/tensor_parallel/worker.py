@@ -1,6 +1,6 @@
-"""A tensor-parallel worker process (ranks 1..N-1; rank 0 is the engine's own process, distributed.py).
+"""A tensor-parallel worker process (ranks 1..N-1; rank 0 is the engine's own process, model.py).
 
-    build the full model -> "loaded" -> join the process group -> keep this rank's shard (models/sharding.py)
+    build the full model -> "loaded" -> join the process group -> keep this rank's shard (sharding.py)
     -> allocate a KV pool for its own KV heads -> "ready" -> loop: receive a step, run the forward pass
 
 The worker has no scheduler and no sampler: the step's token ids and ForwardBatch come from rank 0 through
@@ -39,7 +39,7 @@ def worker_main(rank: int, world: int, port: int, spec: tuple, dtype, device_typ
     import torch
     import torch.distributed as dist
 
-    from minimal_engine.features.tensor_parallel.model import Comm, make_process_group, rows_for_heads
+    from minimal_engine.features.tensor_parallel.comm import Comm, make_process_group, rows_for_heads
     from minimal_engine.engine.model_runner import ModelRunner
     from minimal_engine.features.tensor_parallel.sharding import shard_model
     import signal

@@ -1,0 +1,71 @@
+"""What the ranks share: the process group, the counted all-reduce, and the step's ForwardBatch sent between ranks
+(block numbers on the wire; each rank maps them onto the pool rows of its own KV heads)."""
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import replace
+
+import torch
+
+
+def make_process_group(store, rank: int, world: int, device: torch.device, timeout_s: float):
+    """A process group object (not torch.distributed's global default): gloo on the CPU, NCCL on CUDA."""
+    import torch.distributed as dist
+    if device.type == "cuda":
+        opts = dist.ProcessGroupNCCL.Options()
+        opts._timeout = datetime.timedelta(seconds=timeout_s)
+        return dist.ProcessGroupNCCL(store, rank, world, opts)
+    return dist.ProcessGroupGloo(store, rank, world, datetime.timedelta(seconds=timeout_s))
+
+
+class Comm:
+    """All-reduce (sum) over the TP group, counted: calls, payload bytes and seconds spent waiting in it.
+    The time includes waiting for the slowest rank to arrive, not only moving bytes."""
+
+    def __init__(self, pg):
+        self.pg = pg
+        self.reset()
+
+    def reset(self) -> None:
+        self.all_reduces, self.bytes, self.seconds, self.send_seconds, self.steps = 0, 0, 0.0, 0.0, 0
+
+    def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
+        t0 = time.perf_counter()
+        self.pg.allreduce([t]).wait()                                   # in place: t = sum over ranks
+        if t.is_cuda:
+            torch.cuda.synchronize(t.device)                            # so that the time is the transfer's
+        self.seconds += time.perf_counter() - t0
+        self.all_reduces += 1
+        self.bytes += t.numel() * t.element_size()
+        return t
+
+    def stats(self) -> dict:
+        per = max(1, self.steps)
+        return dict(steps=self.steps, all_reduces=self.all_reduces, bytes=self.bytes, seconds=self.seconds,
+                    send_seconds=self.send_seconds, all_reduces_per_step=self.all_reduces / per,
+                    bytes_per_step=self.bytes / per, ms_per_step=1000 * (self.seconds + self.send_seconds) / per)
+
+
+def head_agnostic(batch, kv_heads: int):
+    """Rank 0's ForwardBatch -> the same on the CPU with block numbers instead of (head, block) rows and no
+    logits rows (only rank 0 samples)."""
+    def blocks(rows, lead):                                         # rows ordered (request, head, block)
+        return None if rows is None else rows.view(lead, kv_heads, -1)[:, 0].cpu()   # head 0 row = block number
+    cpu = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in vars(batch).items()}
+    cpu["decode_rows"] = blocks(batch.decode_rows, max(batch.num_decodes, 1))                  # [D, W]
+    cpu["prefills"] = [replace(c, rows=blocks(c.rows, 1)) for c in batch.prefills]           # [1, blocks]
+    cpu["logits_indices"] = batch.logits_indices[:0].cpu()
+    return type(batch)(**cpu)
+
+
+def rows_for_heads(batch, kv_heads: int, pool_blocks: int, device: torch.device):
+    """The inverse of head_agnostic for a rank with kv_heads heads: block numbers -> this pool's rows."""
+    heads = torch.arange(kv_heads)[None, :, None] * pool_blocks                  # [1, KVH, 1]
+
+    def rows(blocks):
+        return None if blocks is None else (heads + blocks[:, None, :]).flatten().to(device)
+    fields = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(batch).items()}
+    fields["decode_rows"] = rows(batch.decode_rows)
+    fields["prefills"] = [replace(c, rows=rows(c.rows)) for c in batch.prefills]
+    return type(batch)(**fields)
