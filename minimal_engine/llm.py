@@ -23,6 +23,7 @@ import torch
 
 from minimal_engine.config import DEFAULT_MODEL, EngineConfig, ModelConfig
 from minimal_engine.engine.llm_engine import LLMEngine, RequestOutput
+from minimal_engine.engine.requests import CheckedPrompt
 from minimal_engine.engine.kv_cache import kv_bytes_per_value
 from minimal_engine.model.loader import load_model, resolve_dtype, resolve_model_path
 from minimal_engine.features.quantization import quantize_model
@@ -140,7 +141,9 @@ class LLM:
                 budget = CPU_KV_BUDGET
         return max(1, min(wanted, budget // per_block))
 
-    def _prepare(self, prompts, sampling_params) -> tuple[list, list[SamplingParams]]:
+    def check_prompts(self, prompts, sampling_params=None) -> list[CheckedPrompt]:
+        """One prompt or a list, with one SamplingParams or one per prompt -> every prompt tokenized and checked
+        (LLMEngine.check) before any of them starts; a bad one raises, naming its index."""
         if isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts
                                         and all(isinstance(t, int) for t in prompts)):
             prompts = [prompts]
@@ -152,23 +155,24 @@ class LLM:
         params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams: give one, or one per prompt")
-        for i, (p, sp) in enumerate(zip(prompts, params)):   # check everything before anything starts
+        checked = []
+        for i, (p, sp) in enumerate(zip(prompts, params)):
             try:
-                self.engine.validate_request(self.engine.tokenize(p)[1], sp)
+                checked.append(self.engine.check(p, sp))
             except (ValueError, TypeError) as e:
                 raise type(e)(f"prompt {i}: {e}") from None
-        return prompts, params
+        return checked
 
     def generate(self, prompts, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
         """Run prompts (strings and/or lists of token ids) to completion as one continuous batch.
         A request that fails alone comes back with finish_reason "error" and `error` set.
         SamplingParams(n=k > 1): k requests of the prompt (seeds seed, seed+1, ... as vLLM), returned as one
         output per prompt whose `.outputs` lists the k completions (the top-level fields are the first's)."""
-        prompts, params = self._prepare(prompts, sampling_params)
-        kids = [[sp] if sp.n == 1 else [replace(sp, n=1, seed=None if sp.seed is None else sp.seed + i)
-                                        for i in range(sp.n)] for sp in params]
-        outs = self._run(self._add([p for p, k in zip(prompts, kids) for _ in k], [c for k in kids for c in k]),
-                         use_tqdm)
+        checked = self.check_prompts(prompts, sampling_params)
+        kids = [[c] if c.params.n == 1 else
+                [replace(c, params=replace(c.params, n=1, seed=None if c.params.seed is None else c.params.seed + i))
+                 for i in range(c.params.n)] for c in checked]
+        outs = self._run(self._add([kid for k in kids for kid in k]), use_tqdm)
         grouped, i = [], 0
         for k in kids:
             grouped.append(outs[i] if len(k) == 1 else replace(outs[i], completions=outs[i:i + len(k)]))
@@ -178,10 +182,10 @@ class LLM:
     def stream(self, prompt, sampling_params: SamplingParams | None = None):
         """Yield RequestOutputs of one prompt as tokens arrive (`out.new_text` is the new piece of text).
         Several streams (and generate calls, from any thread) may be interleaved: each gets its own outputs."""
-        prompts, params = self._prepare([prompt], sampling_params)
-        if params[0].n != 1:
+        checked = self.check_prompts([prompt], sampling_params)
+        if checked[0].params.n != 1:
             raise ValueError("stream() gives one completion: use generate() for SamplingParams(n > 1)")
-        rid = self._add(prompts, params)[0]
+        rid = self._add(checked)[0]
         try:
             while True:
                 with self._lock:
@@ -203,13 +207,13 @@ class LLM:
         return self.generate([self.tokenizer.apply_chat_template(c) for c in convs], sampling_params, use_tqdm)
 
     # ---- one engine, many consumers: every output goes to the inbox of the request it belongs to ------
-    def _add(self, prompts, params) -> list[str]:
+    def _add(self, checked: list[CheckedPrompt]) -> list[str]:
         """Queue every prompt, or none: if one fails, those already queued are taken back."""
         ids: list[str] = []
         with self._lock:
             try:
-                for p, sp in zip(prompts, params):
-                    ids.append(self.engine.add_request(p, sp))
+                for c in checked:
+                    ids.append(self.engine.add_request(c))
                     self._inbox[ids[-1]] = deque()
             except BaseException:
                 for rid in ids:

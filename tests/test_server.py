@@ -154,7 +154,7 @@ def test_cli_passes_the_chapters_features_to_the_engine():
     """`python -m minimal_engine.serve --quantization int8 --kv-cache-dtype int8 --speculative-config JSON`
     builds that engine; a greedy completion through it equals the same engine's offline greedy tokens; a request
     speculation cannot serve (logprobs) gets a 400 and the server stays up; bad flags are refused by the parser."""
-    from minimal_engine.serve.app import build_parser, make_llm
+    from minimal_engine.serve.cli import build_parser, make_llm
     args = build_parser().parse_args(["--dtype", "float32", "--quantization", "int8", "--kv-cache-dtype", "int8",
                                       "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}'])
     llm = make_llm(args)

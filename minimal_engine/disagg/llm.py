@@ -42,6 +42,7 @@ from minimal_engine.disagg.kv_connector import PipeKVConnector, extract_kv_block
 from minimal_engine.llm import LLM
 from minimal_engine.processes import main_guard_hint, stop_processes
 from minimal_engine.sampling_params import SamplingParams
+from minimal_engine.engine.requests import CheckedPrompt
 from minimal_engine.engine.sequence import RequestMetrics
 
 ENGINE_ARGS = {"block_size", "num_kv_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "seed",
@@ -144,7 +145,7 @@ class DisaggregatedLLM:
         self._finalizer = weakref.finalize(self, stop_processes, [self._proc], (self._control, kv_recv),
                                            functools.partial(_ask_to_close, self._control))
         self.prefill_num_blocks = self._wait_control("ready", start_timeout)
-        self._inflight: dict[str, tuple] = {}      # request id -> (prompt, params, arrival): sent, not yet admitted
+        self._inflight: dict[str, tuple] = {}      # request id -> (CheckedPrompt, arrival): sent, not yet admitted
         self._arrived: deque = deque()              # (request id, kv, meta) received, waiting for decode blocks
         self._inbox: queue.Queue = queue.Queue()
         threading.Thread(target=receive_loop, args=(self.connector, self._inbox), daemon=True,
@@ -190,18 +191,17 @@ class DisaggregatedLLM:
     # ---- the step interface (as LLMEngine) ---------------------------------------------------------------
     def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
                     arrival_time: float | None = None) -> str:
-        params = params or SamplingParams()
+        checked = prompt if isinstance(prompt, CheckedPrompt) else self.engine.check(prompt, params)
+        ids, params = checked.token_ids, checked.params
         if params.n != 1 or params.logprobs is not None or params.prompt_logprobs is not None:
             raise ValueError("DisaggregatedLLM supports n=1 without logprobs/prompt_logprobs; use LLM for those")
-        _, ids = self.engine.tokenize(prompt)
-        self.engine.validate_request(ids, params)
         rid = f"d{next(self._ids)}" if request_id is None else request_id
         if rid in self._inflight or rid in self.engine.seqs:
             raise ValueError(f"request id {rid!r} is already in use")
         if not self._proc.is_alive():
             raise RuntimeError(f"the prefill engine process is not running (exit code {self._proc.exitcode})")
         arrival = time.perf_counter() if arrival_time is None else arrival_time
-        self._inflight[rid] = (prompt, params, arrival)
+        self._inflight[rid] = (checked, arrival)
         self._control.send(("add", rid, ids, params, arrival))
         return rid
 
@@ -249,8 +249,8 @@ class DisaggregatedLLM:
             if len(sched.running) >= self.engine.config.max_num_seqs or bm.blocks_needed(n) > bm.num_free_blocks:
                 break                                        # wait until decodes finish and free blocks
             self._arrived.popleft()
-            prompt, params, arrival = self._inflight.pop(rid)
-            self.engine.add_request(prompt, params, rid, arrival)
+            checked, arrival = self._inflight.pop(rid)
+            self.engine.add_request(checked, request_id=rid, arrival_time=arrival)
             seq = self.engine.seqs[rid]
             if not sched.admit_prefilled(seq, n):
                 raise RuntimeError(f"request {rid}: no room for its KV although blocks were free")
@@ -269,12 +269,12 @@ class DisaggregatedLLM:
     # ---- the offline API (as LLM.generate) ----------------------------------------------------------------
     def generate(self, prompts, sampling_params=None, use_tqdm: bool = False, timeout: float | None = None) -> list:
         """Run prompts to completion through both engines; outputs in prompt order. `timeout` (s) bounds the run."""
-        prompts, params = self.llm._prepare(prompts, sampling_params)
+        checked = self.llm.check_prompts(prompts, sampling_params)
         ids, results = [], {}
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            for p, sp in zip(prompts, params):
-                ids.append(self.add_request(p, sp))
+            for c in checked:
+                ids.append(self.add_request(c))
             while len(results) < len(ids):
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"generate did not finish within {timeout} s")

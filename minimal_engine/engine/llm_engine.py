@@ -6,7 +6,7 @@
 Speculative decoding (features/spec_decode/) plugs in as `speculator`, given at construction: it proposes draft
 tokens before the scheduler runs and verifies them inside the runner; every step result is a list of tokens.
 
-Every input is checked in add_request (validate_request), before the request touches the queues, so a
+Every input is checked once, in check() (requests.py), before the request touches the queues, so a
 bad request raises a clear error and never disturbs the others. A request whose own sampling fails in a
 step (the sampler returns the exception for its row) finishes alone with finish_reason "error" and
 `error` set; the other requests of the step carry on.
@@ -24,19 +24,11 @@ from minimal_engine.config import EngineConfig, ModelConfig
 from minimal_engine.engine.model_runner import ModelRunner
 from minimal_engine.sampling_params import SamplingParams
 from minimal_engine.engine.scheduler import Scheduler
+from minimal_engine.engine.requests import CheckedPrompt, check_request, tokenize_prompt
 from minimal_engine.engine.sequence import RequestMetrics, Sequence
 from minimal_engine.engine.logprobs import decode_logprobs
 from minimal_engine.engine.stop_strings import check_stop, take_new_text
 from minimal_engine.model.tokenizer import IncrementalDetokenizer, Tokenizer
-
-
-def check_unicode(text: str, what: str) -> None:
-    """A lone surrogate (e.g. JSON "\\ud800") cannot be encoded: say so instead of the tokenizer's message."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(f"{what} contains a lone surrogate (U+{ord(text[e.start]):04X}) at character {e.start}: "
-                         "the text must be valid Unicode") from None
 
 
 @dataclass
@@ -100,50 +92,26 @@ class LLMEngine:
         comm = getattr(self.runner.model, "comm", None)
         return comm.stats() if comm is not None else None
 
-    # ---- input checks -------------------------------------------------------------------------------
-    def tokenize(self, prompt) -> tuple[str | None, list[int]]:
-        if isinstance(prompt, str):
-            if not prompt:
-                raise ValueError("prompt is empty: give at least one character or one token id")
-            check_unicode(prompt, "prompt")
-            return prompt, self.tokenizer.encode(prompt)
-        if isinstance(prompt, (list, tuple)):
-            return None, list(prompt)
-        raise TypeError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+    # ---- input checks (requests.py) ----------------------------------------------------------------
+    def check(self, prompt, params: SamplingParams | None = None) -> CheckedPrompt:
+        """Tokenize and check a prompt against this engine's fixed limits; add_request takes the result without
+        checking again. Reads nothing that steps change, so servers call it off the engine's thread."""
+        params = SamplingParams() if params is None else params
+        text, token_ids = tokenize_prompt(prompt, self.tokenizer)
+        self.validate_request(token_ids, params)
+        return CheckedPrompt(text, token_ids, params)
 
     def validate_request(self, token_ids: list[int], params: SamplingParams) -> None:
-        vocab = self.model_config.vocab_size
-        if not isinstance(params, SamplingParams):
-            raise TypeError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
-        if not token_ids:
-            raise ValueError("prompt is empty: it has no tokens")
-        bad = [t for t in token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"token ids must be integers in [0, {vocab - 1}] (the vocabulary), got {bad[:5]}")
-        stops = [t for t in params.stop_token_ids if not 0 <= t < vocab]
-        if stops:
-            raise ValueError(f"stop_token_ids must be in [0, {vocab - 1}] (the vocabulary), got {stops[:5]}")
+        check_request(token_ids, params, self.model_config.vocab_size, self.config, self.block_manager.num_blocks)
         if self.speculator is not None:
             self.speculator.validate(params)
-        if params.prompt_logprobs is not None and self.config.enable_prefix_caching:
-            raise ValueError("prompt_logprobs needs every prompt token computed: not with enable_prefix_caching")
-        if len(token_ids) >= self.max_model_len:
-            raise ValueError(f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, "
-                             f"so a prompt may have at most {self.max_model_len - 1} tokens")
-        # the last sampled token is returned, never fed back, so it never takes a KV slot: hence the - 1
-        need = min(len(token_ids) + params.max_tokens, self.max_model_len) - 1
-        pool = self.block_manager.num_blocks * self.config.block_size
-        if self.block_manager.blocks_needed(need) > self.block_manager.num_blocks:
-            raise ValueError(f"the KV pool holds {pool} tokens ({self.block_manager.num_blocks} blocks of "
-                             f"{self.config.block_size}) but this request needs up to {need} (prompt + max_tokens "
-                             "- 1); raise num_kv_blocks or lower max_tokens")
 
     # ---- the loop -----------------------------------------------------------------------------------
     def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
                     arrival_time: float | None = None) -> str:
-        params = params or SamplingParams()
-        text, token_ids = self.tokenize(prompt)
-        self.validate_request(token_ids, params)
+        """prompt: a string, token ids, or a CheckedPrompt from check() (then `params` is the one it holds)."""
+        req = prompt if isinstance(prompt, CheckedPrompt) else self.check(prompt, params)
+        text, token_ids, params = req.text, req.token_ids, req.params
         request_id = str(next(self._ids)) if request_id is None else request_id
         if request_id in self.seqs:
             raise ValueError(f"request id {request_id!r} is already in use")

@@ -1,4 +1,4 @@
-"""`python -m minimal_engine.serve`: start the OpenAI-compatible server (see app.py for the options)."""
-from minimal_engine.serve.app import main
+"""`python -m minimal_engine.serve`: start the OpenAI-compatible server (options: cli.py)."""
+from minimal_engine.serve.cli import main
 
 raise SystemExit(main())

@@ -40,11 +40,11 @@ class EngineLoop:
         self._commands.put(None)
         self._thread.join(timeout)
 
-    def submit(self, prompt_ids: list[int], params) -> tuple[str, asyncio.Queue]:
-        """Queue a request (already validated); its outputs arrive on the returned asyncio.Queue."""
+    def submit(self, checked) -> tuple[str, asyncio.Queue]:
+        """Queue a request checked by LLMEngine.check; its outputs arrive on the returned asyncio.Queue."""
         rid = f"req-{next(self._ids)}"
         q: asyncio.Queue = asyncio.Queue()
-        self._commands.put(("add", rid, prompt_ids, params, asyncio.get_running_loop(), q))
+        self._commands.put(("add", rid, checked, asyncio.get_running_loop(), q))
         return rid, q
 
     def abort(self, request_id: str) -> None:
@@ -63,10 +63,10 @@ class EngineLoop:
 
     def _handle(self, cmd) -> None:
         if cmd[0] == "add":
-            _, rid, ids, params, loop, q = cmd
+            _, rid, checked, loop, q = cmd
             self._streams[rid] = (loop, q)
             try:
-                self.engine.add_request(ids, params, request_id=rid)
+                self.engine.add_request(checked, request_id=rid)
             except (ValueError, TypeError) as e:
                 self._push(rid, ("error", (str(e), 400)))
                 del self._streams[rid]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from minimal_engine.engine.llm_engine import check_unicode
+from minimal_engine.engine.requests import check_unicode
 from minimal_engine.sampling_params import MAX_LOGPROBS, SEED_RANGE, SamplingParams
 
 MAX_STOP_TOKEN_IDS = 1024    # longer lists are refused (a 9 MB list would slow every step of the server)

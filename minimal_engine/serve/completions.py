@@ -1,0 +1,209 @@
+"""The completion routes (/v1/completions, /v1/chat/completions): check a request off the event loop, queue one
+engine request per choice, and answer with one JSON body or a stream of server-sent events.
+
+    prepare()  in a worker thread: JSON, every field (protocol.py), the chat template, LLMEngine.check (the prompt
+               tokenized and checked against the engine's limits once: the engine loop queues it as it is)
+    handle()   admission control (429 past max_num_seqs + max_queue), EngineLoop.submit, then the answer; a client
+               that leaves, streaming or not, has its requests aborted and their KV blocks freed.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
+
+from minimal_engine.serve.limits import ServeLimits, check_json, error_response, read_body, wait_for_disconnect
+from minimal_engine.serve.protocol import (RequestError, chat_logprobs, chat_prompt, chunk, completion_logprobs,
+                                           full_response, parse_request, server_error, usage, usage_chunk)
+
+
+class ClosingStream(StreamingResponse):
+    """A streaming response that calls on_close when it ends: finished, failed or client gone."""
+
+    def __init__(self, gen, on_close):
+        super().__init__(gen, media_type="text/event-stream")
+        self.on_close = on_close
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()
+
+
+def engine_error(item) -> RequestError:
+    """("error", (message, status)) from the engine loop -> 400 (the request was refused) or 5xx (our failure)."""
+    message, status = item
+    return RequestError(message) if status == 400 else server_error(message, status)
+
+
+def no_constants(name):
+    """json.loads' parse_constant: NaN and Infinity are not JSON numbers."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _param_of(message: str, chat: bool) -> str:
+    """Which field an engine validation message is about."""
+    if message.startswith("stop_token_ids"):
+        return "stop_token_ids"
+    if "KV pool" in message:
+        return "max_tokens"
+    return "messages" if chat else "prompt"
+
+
+def sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+class Completions:
+    """The state the completion routes share: the LLM, its engine loop, the served names, the admission count."""
+
+    def __init__(self, llm, loop, metrics, limits: ServeLimits, max_queue: int, served_model_name: str | None):
+        self.llm, self.loop, self.metrics, self.limits = llm, loop, metrics, limits
+        self.model_name = served_model_name or llm.model_name
+        self.names = {self.model_name, llm.model_name}
+        self.limit = llm.config.max_num_seqs + max_queue
+        self.max_len = llm.config.max_model_len
+        self.max_chars = limits.max_prompt_chars or self.max_len * llm.tokenizer.max_token_chars
+        self.unfinished = 0               # requests accepted and not yet finished (event-loop side only)
+        self.pool = ThreadPoolExecutor(2, thread_name_prefix="prepare")   # JSON + tokenizing, off the event loop
+
+    def full(self, extra: int = 1):
+        if self.unfinished + extra - 1 >= self.limit:
+            raise RequestError(f"the server is full ({self.unfinished} requests unfinished, limit "
+                               f"{self.limit} = max_num_seqs + max_queue); retry later", None, "queue_full",
+                               429, "rate_limit_error")
+
+    def prepare(self, raw: bytes, chat: bool):
+        """In a worker thread: parse, check every field, tokenize, check against the engine's limits."""
+        try:
+            body = json.loads(raw, parse_constant=no_constants)
+        except RecursionError:
+            raise RequestError("the request body is nested too deeply", code="invalid_json") from None
+        except ValueError as e:                 # also UnicodeDecodeError and over-long integers
+            raise RequestError(f"the request body is not valid JSON: {str(e)[:200]}", code="invalid_json") from None
+        prompt, params, stream, include_usage = parse_request(body, chat, self.max_len, self.max_chars)
+        if body.get("model") is not None and body["model"] not in self.names:
+            raise RequestError(f"model {body['model'][:100]!r} is not served here; this server serves "
+                               f"{self.model_name!r} (see /v1/models)", "model", "model_not_found")
+        engine = self.llm.engine
+        try:
+            prompts = [chat_prompt(self.llm.tokenizer, prompt)] if chat else prompt
+            checked = []
+            for i, p in enumerate(prompts):
+                try:
+                    checked.append(engine.check(p, params))   # reads only fixed limits: safe off the loop thread
+                except (ValueError, TypeError) as e:
+                    raise type(e)(f"prompt {i}: {e}" if len(prompts) > 1 else str(e)) from None
+        except (ValueError, TypeError) as e:
+            if isinstance(e, RequestError):
+                raise
+            raise RequestError(str(e), _param_of(str(e).split(": ", 1)[-1], chat)) from None
+        one = replace(params, n=1)             # n completions: n requests, seeds seed, seed+1, ... (as LLM.generate)
+        jobs = [replace(c, params=one if params.n == 1 else
+                        replace(one, seed=None if params.seed is None else params.seed + j))
+                for c in checked for j in range(params.n)]
+        return jobs, sum(len(c.token_ids) for c in checked), params, stream, include_usage
+
+    async def handle(self, request: Request, chat: bool):
+        try:
+            check_json(request)
+            self.full()                              # refuse cheaply, before reading or tokenizing anything
+            raw = await read_body(request, self.limits)
+            jobs, num_prompt_tokens, params, stream, include_usage = await asyncio.get_running_loop().run_in_executor(
+                self.pool, self.prepare, raw, chat)
+            self.full(len(jobs))
+        except RequestError as e:
+            return error_response(e)
+        except ClientDisconnect:                # left while sending the body: nobody reads an answer
+            return Response(status_code=499)
+        self.unfinished += len(jobs)
+        subs = [self.loop.submit(job) for job in jobs]       # one engine request per choice
+        rid = subs[0][0]
+        prefix = "chatcmpl-" if chat else "cmpl-"
+        finished: set[int] = set()
+        merged: asyncio.Queue = asyncio.Queue()   # (choice index, item) from every choice's queue
+
+        async def forward(i: int, q: asyncio.Queue):
+            while True:
+                kind, out = await q.get()
+                if kind == "output" and out.finished:
+                    finished.add(i)
+                    self.metrics.observe_finished(out)
+                await merged.put((i, (kind, out)))
+                if kind == "error" or out.finished:
+                    return
+
+        tasks = [asyncio.ensure_future(forward(i, q)) for i, (_, q) in enumerate(subs)]
+
+        def close():                            # runs once, whatever way the response ends
+            for t in tasks:
+                t.cancel()
+            for i, (r, _) in enumerate(subs):
+                if i not in finished:
+                    self.loop.abort(r)
+            self.unfinished -= len(jobs)
+
+        def logprobs_of(entries, offset=0):
+            if params.logprobs is None:
+                return None
+            return chat_logprobs(entries, params.logprobs) if chat else completion_logprobs(entries, offset)
+
+        if not stream:
+            async def result():
+                outs = {}
+                while len(outs) < len(jobs):
+                    i, (kind, out) = await merged.get()
+                    if kind == "error":
+                        return error_response(engine_error(out))
+                    if out.finished:
+                        outs[i] = out
+                u = usage(num_prompt_tokens, sum(len(o.token_ids) for o in outs.values()),
+                          sum(outs[i].num_cached_tokens for i in range(0, len(jobs), params.n)))  # once per prompt
+                choices = [(o.text, o.finish_reason, logprobs_of(o.logprobs or []), o.stop_reason, o.prompt_logprobs)
+                           for o in (outs[i] for i in range(len(jobs)))]
+                return JSONResponse(full_response(prefix + rid, self.model_name, chat, choices, u))
+
+            work = asyncio.ensure_future(result())
+            gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
+            try:                                # a client that leaves before the answer: abort its request
+                await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+                return work.result() if work.done() else Response(status_code=499)
+            finally:
+                work.cancel()
+                gone.cancel()
+                close()
+
+        async def events():
+            first = set()                       # chat: the role goes with each choice's first token
+            sent = [0] * len(jobs)              # characters sent per choice (completions' text_offset)
+            tokens = [0] * len(jobs)            # tokens whose logprobs were sent, per choice
+            done, generated, cached = 0, 0, 0
+            while done < len(jobs):
+                i, (kind, out) = await merged.get()
+                if kind == "error":
+                    yield sse(engine_error(out).body())
+                    break
+                entries = (out.logprobs or [])[tokens[i]:]
+                tokens[i] += len(entries)
+                yield sse(chunk(prefix + rid, self.model_name, chat, out.new_text,
+                                 out.finish_reason if out.finished else None, role=i not in first, index=i,
+                                 logprobs=logprobs_of(entries, sent[i]),
+                                 stop_reason=out.stop_reason if out.finished else None))
+                first.add(i)
+                sent[i] += len(out.new_text)
+                if out.finished:
+                    done += 1
+                    generated += len(out.token_ids)
+                    cached += out.num_cached_tokens if i % params.n == 0 else 0   # once per prompt
+            else:
+                if include_usage:
+                    yield sse(usage_chunk(prefix + rid, self.model_name, chat, usage(num_prompt_tokens, generated, cached)))
+            yield "data: [DONE]\n\n"
+
+        return ClosingStream(events(), close)
