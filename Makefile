@@ -20,24 +20,24 @@ $(STAMP): requirements.txt pyproject.toml
 
 # 受講者はノートブックの作業用コピー (work/、git の対象外) で作業する。まだコピーのないノートブックだけを
 # コピーし (既存のコピーは上書きしない)、リポジトリ全体をルートにしてコースガイドのコピーを開く。
-# 元のノートブックを実行・保存しないので、git pull が「ローカルの変更」で止まらない (course/workspace.py)。
+# 元のノートブックを実行・保存しないので、git pull が「ローカルの変更」で止まらない (course/tooling/workspace.py)。
 # root (Docker や一部のクラウド環境) では JupyterLab が --allow-root を求める
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
 lab: $(STAMP)
-	$(BIN)/python -m course.workspace sync
+	$(BIN)/python -m course.tooling.workspace sync
 	$(BIN)/python -m jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=. \
 		--LabApp.default_url=/lab/tree/work/lessons/00_course_guide.ipynb
 
 # 元のノートブックの変更を work/ に保存して戻し、git pull --ff-only、新しい章を work/ にコピーする。
 # requirements.txt が変わっていれば、続く $(MAKE) setup が入れ直す。
 update: $(STAMP)
-	$(BIN)/python -m course.workspace update
+	$(BIN)/python -m course.tooling.workspace update
 	$(MAKE) setup
 
 # 1冊の作業用コピーを元の版で置き換える (古いコピーは work/backups/ へ)。例: make reset-copy NB=labs/01_prefill_decode_lab.ipynb
 reset-copy: $(STAMP)
-	$(BIN)/python -m course.workspace reset $(NB)
+	$(BIN)/python -m course.tooling.workspace reset $(NB)
 
 # テスト専用の依存 (Triton のインタープリター用。受講者の make lab では入れない)
 $(TEST_STAMP): $(STAMP) requirements-test.txt

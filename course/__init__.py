@@ -1,12 +1,28 @@
-"""Course UI: Japanese plots and quizzes for JupyterLab.
+"""The course around the engine (``minimal_engine``): it only presents what the engine and its calculators
+compute. Read the tree as the course's architecture:
 
-This package sits beside the engine (``minimal_engine``) and only presents
-what the engine and its calculators compute:
+- ``runtime``: models and devices, the thread policy, the one bounded LLM cache every lab uses.
+- ``plots``: ``setup_japanese_font()`` and small plotting helpers; ``TERMS.md``: the course's vocabulary.
+- ``labs``: each chapter's lab as plain experiment functions returning data (``course.labs.lab01`` ...).
+- ``panels``: the labs' widgets only (``course.panels.build(n)``); panels import labs, never the reverse.
+- ``labkit``: what several labs share (repeats, arrivals, backends, history and CSV, cost, load, charts).
+- ``demos``: helpers the lessons call (generation without a cache, block pools, KV simulation, formats).
+- ``quiz``: question banks in YAML, grading as plain functions, the ipywidgets renderer.
+- ``tooling``: the learner's working copies, saving notebooks with placeholders, the layout lints.
 
-- ``course.plots``: ``setup_japanese_font()`` and small plotting helpers.
-- ``course.quiz``: question banks in YAML (``quizzes/*.yaml``), answer
-  checking as plain functions, and an ipywidgets renderer.
-
-Submodules are imported on demand so that ``import course.quiz`` does not
-load matplotlib, and ``import course.plots`` does not load ipywidgets.
+Submodules are imported on demand, so that ``import course.quiz.bank`` does not load matplotlib and
+``import course.plots`` does not load ipywidgets.
 """
+from __future__ import annotations
+
+import re
+
+
+def __getattr__(name: str):
+    """Transitional: ``from course import lab8`` (benchmarks/ still uses it) is ``course.labs.lab08``.
+    New code imports ``course.labs.labNN``; this alias goes when benchmarks/ does."""
+    m = re.fullmatch(r"lab(\d{1,2})", name)
+    if m and 1 <= int(m[1]) <= 10:
+        import importlib
+        return importlib.import_module(f"course.labs.lab{int(m[1]):02d}")
+    raise AttributeError(f"module 'course' has no attribute {name!r}")

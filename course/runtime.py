@@ -4,8 +4,14 @@
     available_devices()                      # ["cpu"] plus "cuda" / "mps" where present
 
 Every lab's menus offer ``MODEL_CHOICES`` and ``available_devices()``; ``check_model`` / ``check_device``
-refuse anything else with a message in Japanese and English. ``get_llm`` keeps the last
-``LLM_CACHE_SIZE`` models loaded, so switching a lab's model menu back and forth does not reload weights.
+refuse anything else with a message in Japanese and English.
+
+The one LLM cache (every lab's engines, not only ``get_llm``'s): ``cached_llm(key, make)`` returns the
+engine stored under ``key`` or stores ``make()``; it keeps the ``LLM_CACHE_SIZE`` most recently used ones
+and closes (``close()``) the one it drops, so switching a lab's menus back and forth does not reload weights
+and a session never piles up engines (an 8 GB laptop holds a few). ``LLM_CACHE_SIZE`` is the largest number
+of engines one lab run uses at once (chapter 5: the base model, two batching engines, transformers' model),
+so a run never loses an engine it holds. ``clear_llm_cache(tag)`` closes one lab's engines (or all).
 ``COURSE_MODEL=/path/to/model`` replaces the default model (for instructors); ``COURSE_QUICK=1`` (set by
 ``make test``) asks the labs for smaller experiments.
 
@@ -17,6 +23,7 @@ numbers (runs 20x slower, the sweep's order lost); half the cores each keeps two
 """
 from __future__ import annotations
 
+import atexit
 import os
 import random
 from collections import OrderedDict
@@ -41,7 +48,7 @@ MODEL_CHOICES = OrderedDict([
     ("Qwen3-0.6B の形（ランダム重み・重い）", "synthetic:qwen3-0.6b"),
     ("Llama-3.2-1B の形（ランダム重み・重い）", "synthetic:llama-3.2-1b"),
 ])
-LLM_CACHE_SIZE = 2                 # models kept loaded (each synthetic shape takes memory)
+LLM_CACHE_SIZE = 4                 # engines kept loaded, all labs together (each one takes memory)
 KV_POOL_LIMIT = 256 * 2**20        # at most 256 MiB of KV pool per model (beyond it: preemption, shown)
 
 
@@ -117,7 +124,27 @@ def check_device(device) -> str:
     return device
 
 
-_LLM_CACHE: OrderedDict = OrderedDict()
+_LLM_CACHE: OrderedDict = OrderedDict()   # (tag, ...) -> engine, least recently used first
+
+
+def _close(engine) -> None:
+    close = getattr(engine, "close", None)
+    if callable(close):
+        close()
+
+
+def cached_llm(key: tuple, make):
+    """The engine stored under ``key`` (a tuple whose first item names its lab, e.g. ``("lab8", "ngram", 4, 1,
+    "cpu")``), else ``make()`` stored there. Keeps the ``LLM_CACHE_SIZE`` most recently used engines; the
+    ones it drops are closed."""
+    if key in _LLM_CACHE:
+        _LLM_CACHE.move_to_end(key)
+        return _LLM_CACHE[key]
+    while _LLM_CACHE and len(_LLM_CACHE) >= LLM_CACHE_SIZE:
+        _close(_LLM_CACHE.popitem(last=False)[1])
+    engine = make()
+    _LLM_CACHE[key] = engine
+    return engine
 
 
 def engine_model_arg(model: str):
@@ -143,14 +170,12 @@ def max_model_len(model="default") -> int:
 
 
 def get_llm(model: str = "default", device: str = "cpu") -> LLM:
-    """Load a model once and keep it (the last LLM_CACHE_SIZE models); warm it up with a tiny request."""
+    """Load a model once and keep it (in the one cache, ``cached_llm``); warm it up with a tiny request."""
     model, device = check_model(model), check_device(device)
-    key = (model, device)
-    if key in _LLM_CACHE:
-        _LLM_CACHE.move_to_end(key)
-        return _LLM_CACHE[key]
-    while len(_LLM_CACHE) >= LLM_CACHE_SIZE:
-        _LLM_CACHE.popitem(last=False)
+    return cached_llm(("llm", model, device), lambda: _load(model, device))
+
+
+def _load(model: str, device: str) -> LLM:
     arg = engine_model_arg(model)
     if arg is None and not (DEFAULT_MODEL / "config.json").is_file():
         raise ValueError("既定モデル（minimal_engine/default_model）が見つかりません。合成モデル"
@@ -163,13 +188,17 @@ def get_llm(model: str = "default", device: str = "cpu") -> LLM:
               kv_cache_memory=min(need, KV_POOL_LIMIT))
     warm = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)   # first steps are slow: not measured
     llm.generate(random_prompts(llm, min(32, max_len - 4), 2), warm, use_tqdm=False)
-    _LLM_CACHE[key] = llm
     return llm
 
 
-def clear_llm_cache() -> None:
-    """Forget every loaded model (frees their memory)."""
-    _LLM_CACHE.clear()
+def clear_llm_cache(tag: str | None = None) -> None:
+    """Close and forget the engines of one lab (``tag``, the first item of their keys) or, without a tag,
+    every engine (frees their memory; also done at exit)."""
+    for key in [k for k in _LLM_CACHE if tag is None or k[0] == tag]:
+        _close(_LLM_CACHE.pop(key))
+
+
+atexit.register(clear_llm_cache)
 
 
 def random_prompts(llm: LLM, prompt_len: int, concurrency: int, seed: int = 0) -> list[list[int]]:
@@ -191,5 +220,5 @@ def random_prompts(llm: LLM, prompt_len: int, concurrency: int, seed: int = 0) -
 
 
 __all__ = ["apply_thread_policy", "course_threads", "default_threads", "KV_POOL_LIMIT", "LLM_CACHE_SIZE", "MAX_CONTEXT", "MAX_NUM_SEQS", "MODEL_CHOICES", "available_devices",
-           "check_device", "check_int", "check_model", "clear_llm_cache", "engine_model_arg", "get_llm",
+           "cached_llm", "check_device", "check_int", "check_model", "clear_llm_cache", "engine_model_arg", "get_llm",
            "is_quick", "max_model_len", "model_config", "random_prompts"]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from course import workspace
+from course.tooling import workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

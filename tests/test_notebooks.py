@@ -1,11 +1,11 @@
-"""Every tracked notebook reads well before it runs: no widget views, no raw widget reprs (course/notebooks.py)."""
+"""Every tracked notebook reads well before it runs: no widget views, no raw widget reprs (course/tooling/notebooks.py)."""
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from course.notebooks import (PANEL_PLACEHOLDER, WIDGET_MIME, placeholder_html, show_widget, strip_widget_views,
+from course.tooling.notebooks import (PANEL_PLACEHOLDER, WIDGET_MIME, placeholder_html, show_widget, strip_widget_views,
                               widget_bundle)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,7 +16,7 @@ RAW_REPRS = ("HBox(children", "VBox(children", "IntSlider(value", "Button(descri
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_saved_notebook_has_no_widget_views_or_raw_reprs(path):
     nb = nbformat.read(path, as_version=4)
-    assert "widgets" not in nb.metadata, "saved widget state: run `python -m course.notebooks --strip-only`"
+    assert "widgets" not in nb.metadata, "saved widget state: run `python -m course.tooling.notebooks --strip-only`"
     for i, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []):
             data = out.get("data", {})

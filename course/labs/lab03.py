@@ -1,0 +1,244 @@
+"""Lab 3 (第3章ラボ): KV キャッシュあり・なしで同じ生成をして、1ステップの時間と KV の量を比べる。
+
+Three layers, as in lab 1 (tests call the first two; the notebook stays thin):
+
+1. Experiments, plain functions that return data::
+
+       res = run_kv_lab("default", prompt_len=64, output_len=128, repeats=3)
+       res["positions"], res["cached_ms"], res["no_cache_ms"]    # step time (median of repeats) per position
+       res["cached_total_s"], res["no_cache_total_s"], res["tokens_equal"], res["kv_bytes"], res["warnings"]
+
+   The same random prompt is generated greedily twice per repeat: by the engine (KV cache; step times are
+   its per-token metrics: TTFT for the first token, then each inter-token latency) and by
+   ``course.demos.no_cache.generate_no_cache`` on the engine's own model object (no cache: every step recomputes
+   the whole sequence). ``positions[i]`` is the context length of decode step i (prompt + tokens so far).
+2. Plots and tables: ``plot_steps(res)`` (step time against position, both paths; KV bytes held), the
+   readout and the run history (``readout_html``, ``history_html``, ``history_csv``).
+3. The panel: ``course.panels.build(3)`` (``course.panels.lab03.Lab3App``).
+
+The lab kit supplies the thread policy and the load check (``course.labkit``), medians and min-max of repeats
+(``labkit.aggregate``), and its spaced HTML tables. ``COURSE_QUICK=1`` shrinks the default run.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+from course import labkit
+from course.labkit.charts import figure
+from course.labkit.history import to_csv
+from course.labkit.load import check_load
+from course.labkit.measure import check_repeats
+from course.labkit.tables import history_table, table_html, warnings_html
+from course.demos.no_cache import generate_no_cache
+from course.runtime import (MODEL_CHOICES, apply_thread_policy, available_devices, check_device, check_int,
+                            check_model, get_llm, is_quick, max_model_len, random_prompts)
+from minimal_engine import SamplingParams
+
+PROMPT_LEN_RANGE = (1, 512)
+OUTPUT_LEN_RANGE = (2, 384)
+
+
+def defaults() -> dict:
+    """The panel's first settings: seconds on a laptop CPU (smaller with COURSE_QUICK)."""
+    return dict(prompt_len=32, output_len=32) if is_quick() else dict(prompt_len=64, output_len=160)
+
+
+def default_repeats() -> int:
+    return 1 if is_quick() else 3
+
+
+def check_settings(model="default", prompt_len=64, output_len=160, device="cpu") -> dict:
+    """Validate the controls; ValueError (日本語/English) when a value is out of range or too long for the model."""
+    s = dict(model=check_model(model),
+             prompt_len=check_int(prompt_len, "prompt_len", "プロンプト長", *PROMPT_LEN_RANGE),
+             output_len=check_int(output_len, "output_len", "出力長", *OUTPUT_LEN_RANGE),
+             device=check_device(device))
+    limit = max_model_len(s["model"])
+    if s["prompt_len"] + s["output_len"] > limit:
+        raise ValueError(f"プロンプト長＋出力長（{s['prompt_len'] + s['output_len']}）がこのモデルの上限 {limit} "
+                         f"トークンを超えています。 / prompt_len + output_len exceeds the model's {limit} tokens")
+    return s
+
+
+def _kv_per_token(llm) -> int:
+    return llm.model_config.kv_bytes_per_token(llm.engine.runner.kv_caches[0][0].element_size())
+
+
+def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", repeats=None, threads=None,
+               seed=0, progress=None, load_check=True) -> dict:
+    """Generate the same prompt with and without the KV cache, ``repeats`` times each (alternating).
+
+    Returns the settings and: ``positions`` (context length of each decode step), ``cached_ms`` /
+    ``no_cache_ms`` with ``_min`` / ``_max`` lists (median and min-max over repeats, per step),
+    ``first_cached_ms`` / ``first_no_cache_ms`` (the first token: both process the prompt once),
+    ``cached_total_s`` / ``no_cache_total_s`` (whole generation, median, with _min/_max),
+    ``tokens_equal`` (every repeat gave the same greedy tokens on both paths), ``first_difference`` (index
+    of the first differing token, or None), ``kv_bytes_per_token``, ``kv_bytes`` (bytes of K and V the cache
+    holds after each decode step), ``pool_bytes`` (the engine's whole preallocated pool), ``tokens_processed``
+    (positions computed: cached vs no cache), ``dtype``, ``threads``, ``load`` and ``warnings``.
+    """
+    d = defaults()
+    s = check_settings(model, d["prompt_len"] if prompt_len is None else prompt_len,
+                       d["output_len"] if output_len is None else output_len, device)
+    repeats = check_repeats(default_repeats() if repeats is None else repeats)
+    threads = apply_thread_policy(threads)
+    load = check_load(threads) if load_check else None
+    llm = get_llm(s["model"], s["device"])
+    p, n = s["prompt_len"], s["output_len"]
+    prompt = random_prompts(llm, p, 1, seed)[0]
+    params = SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+    cached, nocache, equal, first_diff, processed = [], [], True, None, 0
+    for r in range(repeats):
+        t = time.perf_counter()
+        out = llm.generate([prompt], params, use_tqdm=False)[0]
+        cached.append({"steps": [out.metrics.ttft * 1e3] + [x * 1e3 for x in out.metrics.itl],
+                       "total": time.perf_counter() - t, "tokens": out.token_ids})
+        cb = None if progress is None else (lambda i, _n, r=r: progress(r * n + i, repeats * n))
+        t = time.perf_counter()
+        nc = generate_no_cache(llm.engine.runner.model, prompt, n, on_step=cb)
+        nocache.append({"steps": [x * 1e3 for x in nc["step_s"]], "total": time.perf_counter() - t,
+                        "tokens": nc["token_ids"]})
+        processed = nc["tokens_processed"]
+        if out.token_ids != nc["token_ids"]:
+            equal = False
+            if first_diff is None:
+                first_diff = next(i for i, (a, b) in enumerate(zip(out.token_ids, nc["token_ids"])) if a != b)
+    res = {**s, "repeats": repeats, "threads": threads, "seed": seed, "dtype": str(llm.dtype).replace("torch.", ""),
+           "positions": [p + i for i in range(1, n)], "tokens_equal": equal, "first_difference": first_diff,
+           "tokens": cached[-1]["tokens"], "kv_bytes_per_token": _kv_per_token(llm),
+           "pool_bytes": llm.engine.runner.kv_cache_bytes,
+           "tokens_processed": {"cached": p + n - 1, "no_cache": processed}, "load": load}
+    for name, runs in (("cached", cached), ("no_cache", nocache)):
+        per_step = list(zip(*[r["steps"] for r in runs]))
+        res[f"first_{name}_ms"] = statistics.median(per_step[0])
+        res[f"{name}_ms"] = [statistics.median(v) for v in per_step[1:]]
+        res[f"{name}_ms_min"] = [min(v) for v in per_step[1:]]
+        res[f"{name}_ms_max"] = [max(v) for v in per_step[1:]]
+        agg = labkit.aggregate([{"t": r["total"]} for r in runs], ("t",))     # median, t_min, t_max
+        res.update({f"{name}_total_s": agg["t"], f"{name}_total_s_min": agg["t_min"],
+                    f"{name}_total_s_max": agg["t_max"]})
+    res["kv_bytes"] = [res["kv_bytes_per_token"] * x for x in res["positions"]]   # cached after the step
+    warnings = [load["warning"]] if load and load["warning"] else []
+    if not equal:
+        warnings.append(f"キャッシュあり・なしで {first_diff + 1} トークン目から出力が違いました（{res['dtype']} の丸め誤差で"
+                        "僅差の候補が入れ替わることがあります。float32 の既定モデルでは一致します）。")
+    res["warnings"] = warnings
+    return res
+
+
+# ---------------------------------------------------------------- readouts
+def _ms(res: dict, key: str, i: int) -> str:
+    v = f"{res[key][i]:.2f}"
+    if res["repeats"] > 1:
+        v += f"（{res[key + '_min'][i]:.2f}〜{res[key + '_max'][i]:.2f}）"
+    return v
+
+
+def _total(res: dict, name: str) -> str:
+    v = f"{res[name + '_total_s']:.2f} s"
+    if res["repeats"] > 1:
+        v += f"（{res[name + '_total_s_min']:.2f}〜{res[name + '_total_s_max']:.2f}）"
+    return v
+
+
+def readout_rows(res: dict) -> list[tuple[str, str, str]]:
+    first, last = 0, len(res["positions"]) - 1
+    kv = res["kv_bytes"][-1]
+    tp = res["tokens_processed"]
+    return [
+        ("出力トークン", "一致" if res["tokens_equal"] else f"{res['first_difference'] + 1} トークン目から違う",
+         "キャッシュあり・なしの貪欲生成（temperature 0）が同じトークン列か"),
+        (f"1ステップ（位置 {res['positions'][first]}）キャッシュあり", _ms(res, "cached_ms", first) + " ms",
+         "最初の Decode ステップ"),
+        (f"1ステップ（位置 {res['positions'][first]}）キャッシュなし", _ms(res, "no_cache_ms", first) + " ms",
+         f"{res['positions'][first]} トークンを全部計算し直す"),
+        (f"1ステップ（位置 {res['positions'][last]}）キャッシュあり", _ms(res, "cached_ms", last) + " ms",
+         "最後の Decode ステップ"),
+        (f"1ステップ（位置 {res['positions'][last]}）キャッシュなし", _ms(res, "no_cache_ms", last) + " ms",
+         f"{res['positions'][last]} トークンを全部計算し直す"),
+        ("合計時間 キャッシュあり", _total(res, "cached"), "エンジンでの生成全体（Prefill を含む）"),
+        ("合計時間 キャッシュなし", _total(res, "no_cache"), "毎ステップ全系列を計算し直した生成全体"),
+        ("計算した位置の数", f"{tp['cached']:,} / {tp['no_cache']:,}", "キャッシュあり / なし（トークン×ステップの合計）"),
+        ("KV キャッシュの量（最後）", f"{kv / 2**20:.2f} MiB", f"1トークン {res['kv_bytes_per_token']:,} B × "
+         f"{res['positions'][last]} トークン（{res['dtype']}）"),
+        ("確保済みの KV プール", f"{res['pool_bytes'] / 2**20:.0f} MiB", "エンジンが起動時に確保した全ブロックの合計"),
+    ]
+
+
+def readout_html(res: dict) -> str:
+    note = f"<div style='color:#555'>繰り返し {res['repeats']} 回の中央値（最小〜最大）</div>" if res["repeats"] > 1 else ""
+    return note + table_html(readout_rows(res), ("指標", "値", "意味")) + warnings_html(res["warnings"])
+
+
+def format_readout(res: dict) -> str:
+    head = f"プロンプト {res['prompt_len']} + 出力 {res['output_len']} トークン  [{res['model']}, {res['device']}, {res['dtype']}]"
+    return "\n".join([head] + [f"  {name}: {value}" for name, value, _ in readout_rows(res)]
+                     + [f"  {w}" for w in res["warnings"]])
+
+
+HISTORY_FIELDS = ("run", "model", "device", "dtype", "threads", "prompt_len", "output_len", "repeats",
+                  "first_step_cached_ms", "last_step_cached_ms", "first_step_no_cache_ms", "last_step_no_cache_ms",
+                  "cached_total_s", "no_cache_total_s", "tokens_equal", "kv_mib_last", "warnings")
+
+
+def add_run(history: list[dict], res: dict) -> dict:
+    """Append one run's row (the fields in HISTORY_FIELDS) to ``history``; returns it."""
+    row = {"run": max((r["run"] for r in history), default=0) + 1,
+           **{k: res[k] for k in ("model", "device", "dtype", "threads", "prompt_len", "output_len", "repeats",
+                                  "cached_total_s", "no_cache_total_s", "tokens_equal")},
+           "first_step_cached_ms": res["cached_ms"][0], "last_step_cached_ms": res["cached_ms"][-1],
+           "first_step_no_cache_ms": res["no_cache_ms"][0], "last_step_no_cache_ms": res["no_cache_ms"][-1],
+           "kv_mib_last": res["kv_bytes"][-1] / 2**20, "warnings": " ".join(res["warnings"])}
+    history.append(row)
+    return row
+
+
+def history_html(history: list[dict], last: int = 15) -> str:
+    head = ("#", "プロンプト", "出力", "繰り返し", "スレッド", "最初 あり [ms]", "最後 あり [ms]", "最初 なし [ms]",
+            "最後 なし [ms]", "合計 あり [s]", "合計 なし [s]", "トークン一致", "KV [MiB]")
+    rows = [(r["run"], r["prompt_len"], r["output_len"], r["repeats"], r["threads"], f"{r['first_step_cached_ms']:.2f}",
+             f"{r['last_step_cached_ms']:.2f}", f"{r['first_step_no_cache_ms']:.2f}", f"{r['last_step_no_cache_ms']:.2f}",
+             f"{r['cached_total_s']:.2f}", f"{r['no_cache_total_s']:.2f}", "はい" if r["tokens_equal"] else "いいえ",
+             f"{r['kv_mib_last']:.2f}") for r in history[-last:]]
+    return history_table(rows, head, set(range(1, len(head))))
+
+
+def history_csv(history: list[dict], learner: str = "") -> str:
+    """The history as CSV text (HISTORY_FIELDS, plus the learner's name): the lab kit's writer."""
+    return to_csv(history, learner, fields=("learner",) + HISTORY_FIELDS)
+
+
+# ---------------------------------------------------------------- plots
+def plot_steps(res: dict):
+    """Left: time of each decode step against its position, with and without the cache (median, min-max
+    band). Right: bytes of K and V the cache holds after each step. Returns a matplotlib Figure."""
+    fig, (ax1, ax2) = figure(11, 3.9, 1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    x = res["positions"]
+    for name, label, color in (("no_cache", "キャッシュなし（毎回すべて計算し直す）", "tab:red"),
+                               ("cached", "キャッシュあり（エンジン）", "tab:blue")):
+        ax1.plot(x, res[f"{name}_ms"], color=color, label=label, linewidth=1.2)
+        if res["repeats"] > 1:
+            ax1.fill_between(x, res[f"{name}_ms_min"], res[f"{name}_ms_max"], color=color, alpha=0.15, linewidth=0)
+    ax1.set_xlabel("位置（そのステップの文脈のトークン数）")
+    ax1.set_ylabel("1ステップの時間 [ms]")
+    ax1.set_ylim(0, None)
+    ax1.set_title(f"合計: キャッシュあり {res['cached_total_s']:.2f} s ・ なし {res['no_cache_total_s']:.2f} s"
+                  f"（トークン{'一致' if res['tokens_equal'] else '不一致'}）", fontsize=10)
+    ax1.legend(fontsize=8, loc="upper left")
+    ax1.grid(alpha=0.3)
+    ax2.plot(x, [b / 2**20 for b in res["kv_bytes"]], color="tab:green")
+    ax2.set_xlabel("位置（トークン数）")
+    ax2.set_ylabel("KV キャッシュの量 [MiB]")
+    ax2.set_ylim(0, None)
+    ax2.set_title(f"1トークン {res['kv_bytes_per_token']:,} B ずつ増える（{res['dtype']}）", fontsize=10)
+    ax2.grid(alpha=0.3)
+    fig.suptitle(f"{res['model']}・プロンプト {res['prompt_len']} + 出力 {res['output_len']} トークン・"
+                 f"{res['threads']} スレッド" + (f"・繰り返し {res['repeats']} 回の中央値" if res["repeats"] > 1 else ""),
+                 fontsize=11)
+    return fig
+
+
+__all__ = ["HISTORY_FIELDS", "MODEL_CHOICES", "OUTPUT_LEN_RANGE", "PROMPT_LEN_RANGE", "add_run", "available_devices",
+           "check_settings", "default_repeats", "defaults", "format_readout", "history_csv",
+           "history_html", "plot_steps", "readout_html", "readout_rows", "run_kv_lab"]

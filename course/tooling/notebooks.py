@@ -1,0 +1,133 @@
+"""What a notebook shows before it runs, and how the course's notebooks are executed and saved.
+
+A widget lives in a running kernel. A notebook read on GitHub, or opened in JupyterLab before its cells
+run, has no kernel behind its widgets, and by default shows their text repr
+(``HBox(children=(IntSlider(value=3, ...``) where the lesson says "move the slider below". So:
+
+- every panel of the course (a lab, a quiz, the guide's slider) is displayed through
+  :func:`widget_bundle`, whose ``text/plain`` is a Japanese placeholder, never the raw repr;
+- the course's notebooks are executed and saved with ``python -m course.tooling.notebooks PATH ...``, which runs
+  them (nbclient, in the notebook's folder, as nbval does) and then replaces each widget output with that
+  placeholder (``text/plain`` + ``text/html``) and drops the saved widget state. Static outputs (tables,
+  plots, printed numbers) stay, so the notebook is worth reading on GitHub.
+
+``tests/test_notebooks.py`` checks that no tracked notebook holds a widget view or a raw widget repr.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import sys
+import time
+from pathlib import Path
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+PANEL_PLACEHOLDER = "（このセルを実行すると、ここに操作パネルが表示されます）"
+QUIZ_PLACEHOLDER = "（このセルを実行すると、ここにクイズが表示されます）"
+WIDGET_PLACEHOLDER = "（このセルを実行すると、ここにウィジェットが表示されます）"
+
+
+def placeholder_html(text: str) -> str:
+    return (f"<div style='padding:0.6em 1em;border:1px dashed #999;color:#555;background:#fafafa'>"
+            f"{html.escape(text)}</div>")
+
+
+def widget_bundle(widget, text: str = PANEL_PLACEHOLDER, **kwargs) -> dict:
+    """The mime bundle of ``widget`` with a Japanese placeholder as its ``text/plain`` (not the raw repr).
+
+    Use it in ``_repr_mimebundle_`` of any object that shows a panel::
+
+        def _repr_mimebundle_(self, **kwargs):
+            return widget_bundle(self.ui, PANEL_PLACEHOLDER)
+    """
+    bundle = widget._repr_mimebundle_(**kwargs)
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    data = dict(data)
+    data["text/plain"] = text
+    return data
+
+
+def show_widget(widget, text: str = WIDGET_PLACEHOLDER):
+    """Wrap a plain ipywidget so that its cell shows ``text`` (not the widget's repr) where no kernel runs."""
+    return _Shown(widget, text)
+
+
+class _Shown:
+    def __init__(self, widget, text):
+        self.widget, self.text = widget, text
+
+    def _repr_mimebundle_(self, **kwargs):
+        return widget_bundle(self.widget, self.text, **kwargs)
+
+
+def _placeholder_text(output: dict) -> str:
+    text = output.get("data", {}).get("text/plain", "")
+    text = "".join(text) if isinstance(text, list) else text
+    return text if text.startswith("（このセルを実行すると") else WIDGET_PLACEHOLDER
+
+
+def strip_widget_views(nb) -> int:
+    """Replace every widget output of ``nb`` (an nbformat notebook) by its placeholder; drop saved widget
+    state. Returns how many outputs were replaced."""
+    replaced = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_MIME in data:
+                text = _placeholder_text(out)
+                out["data"] = {"text/html": placeholder_html(text), "text/plain": text}
+                replaced += 1
+    nb.metadata.pop("widgets", None)
+    return replaced
+
+
+def execute(path: str | Path, timeout: int = 1800, quick: bool = False) -> float:
+    """Execute the notebook at ``path`` in its own folder, strip widget views, save it. Returns seconds."""
+    import os
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    old = os.environ.get("COURSE_QUICK")
+    if quick:
+        os.environ["COURSE_QUICK"] = "1"
+    else:
+        os.environ.pop("COURSE_QUICK", None)      # saved notebooks show the full experiments
+    t0 = time.perf_counter()
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        if old is None:
+            os.environ.pop("COURSE_QUICK", None)
+        else:
+            os.environ["COURSE_QUICK"] = old
+    strip_widget_views(nb)
+    nbformat.write(nb, path)
+    return time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Execute course notebooks and save them with widget placeholders.")
+    p.add_argument("paths", nargs="+", help="notebooks to execute and save")
+    p.add_argument("--quick", action="store_true", help="run with COURSE_QUICK=1 (small sweeps)")
+    p.add_argument("--strip-only", action="store_true", help="only replace widget views, do not execute")
+    args = p.parse_args(argv)
+    for path in args.paths:
+        if args.strip_only:
+            import nbformat
+            nb = nbformat.read(path, as_version=4)
+            n = strip_widget_views(nb)
+            nbformat.write(nb, path)
+            print(f"{path}: {n} widget outputs replaced")
+        else:
+            print(f"{path}: executed in {execute(path, quick=args.quick):.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

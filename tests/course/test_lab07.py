@@ -1,0 +1,66 @@
+"""Chapter 7: lab 7's measured TP=1 vs TP=N run (tokens identical, communication counted, history and panel),
+its formulas (all-reduce bytes per token, ring all-reduce time) and the predicted TP/DP table."""
+import pytest
+
+from course.labs import lab07
+from course.panels import build as build_panel
+
+
+@pytest.fixture(scope="module")
+def res():
+    out = lab07.run_tp_lab(prompt_len=24, batch_size=2, tp=2, repeats=1, num_steps=3, load_check=False)
+    yield out
+    lab07.close_all()
+
+
+def test_tp_run_measures_both_and_keeps_the_tokens(res):
+    assert res["same_tokens"] and not res["warnings"]
+    one, two = res["runs"][1], res["runs"][2]
+    assert one["decode_comm_ms"] == 0 and one["prefill_comm_ms"] == 0     # TP=1 has no communication
+    assert 0 < two["decode_comm_share"] < 1 and 0 < two["prefill_comm_share"] < 1
+    assert res["allreduces_per_step"] == 12                                # 6 layers x 2
+    assert res["decode_allreduce_bytes"] == 2 * 6 * 2 * 320 * 4             # 2 per layer x tokens x hidden x fp32
+    assert res["prefill_allreduce_bytes"] == 2 * 6 * 24 * 320 * 4
+
+
+def test_history_and_plot(res):
+    history = []
+    lab07.add_run(history, res)
+    assert [r["tp_size"] for r in history] == [1, 2] and all(r["prompt_len"] == 24 for r in history)
+    assert "24" in lab07.history_html(history) and "TP=2" in lab07.readout_html(res)
+    assert lab07.history_csv(history).count("\n") == 3
+    assert lab07.plot_run(res) is not None
+
+
+def test_formulas_by_hand():
+    b = lab07.allreduce_bytes_per_token("llama-3.3-70b")
+    assert b["bytes_per_layer"] == 2 * 8192 * 2 and b["bytes_per_token"] == 80 * 2 * 8192 * 2
+    assert lab07.ring_allreduce_us(1e6, 1, 450) == 0
+    assert lab07.ring_allreduce_us(1e6, 2, 100) == pytest.approx(10.0)          # 2 x 1/2 x 1 MB / 100 GB/s
+    assert lab07.ring_allreduce_us(1e6, 8, 100, latency_us=5) == pytest.approx(5 + 17.5)
+
+
+def test_tp_dp_table_is_predicted_and_complete():
+    rows = lab07.tp_dp_table("llama-3.3-70b", "H100", gpu_counts=(1, 2, 8))
+    assert [(r["num_gpus"], r["tp"]) for r in rows] == [(1, 1), (2, 1), (2, 2), (8, 1), (8, 2), (8, 4), (8, 8)]
+    assert all(r["dp"] * r["tp"] == r["num_gpus"] for r in rows)
+    assert not rows[0]["fits"]                       # 141 GB of bf16 weights do not fit one 80 GB H100
+    assert rows[-1]["fits"] and rows[-1]["tpot_ms"] < rows[-2]["tpot_ms"]
+    assert "予測" in lab07.tp_dp_html(rows)
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError):
+        lab07.run_tp_lab(tp=1, load_check=False)
+    with pytest.raises(ValueError):
+        lab07.run_tp_lab(prompt_len=0, load_check=False)
+    with pytest.raises(ValueError):
+        lab07.run_tp_lab(batch_size=99, load_check=False)
+
+
+def test_panel_has_the_browser_contract(res):
+    pytest.importorskip("ipywidgets")
+    app = build_panel(7, prompt_len=16, batch_size=1, tp=2, repeats=1)
+    assert app.sliders["prompt_len"].description == "プロンプト長" and app.run_button.description == "実行"
+    assert app.on_run() is not None
+    assert [r["prompt_len"] for r in app.history] == [16, 16]
