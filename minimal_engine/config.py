@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minimal_engine.calculators.kv import kv_bytes_per_token_gqa
+
 # 講座が同梱する小さな日本語モデル（model を指定しないときに使う）
 DEFAULT_MODEL = Path(__file__).parent / "default_model"
 
@@ -151,8 +153,8 @@ class ModelConfig:
         return mc
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """K and V for every layer: 2 x layers x kv_heads x head_dim x bytes."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
+        """K and V for every layer: 2 x layers x kv_heads x head_dim x bytes (``calculators.kv``'s formula)."""
+        return kv_bytes_per_token_gqa(self.num_layers, self.num_kv_heads, self.head_dim, dtype_bytes)
 
 
 @dataclass

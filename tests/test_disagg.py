@@ -19,8 +19,8 @@ import torch
 from minimal_engine import LLM, SamplingParams
 from minimal_engine import calculators as calc
 from minimal_engine.disagg.llm import DisaggMetrics, DisaggregatedLLM
-from minimal_engine.disagg.kv_connector import (PipeKVConnector, extract_kv_blocks, inject_kv_blocks, kv_transfer_bytes,
-                                         transfer_seconds, transfer_summary)
+from minimal_engine.disagg.kv_connector import PipeKVConnector, extract_kv_blocks, inject_kv_blocks, transfer_summary
+from minimal_engine.calculators.transfer import kv_transfer_bytes, transfer_seconds
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 ENGINE = dict(max_num_seqs=4, num_kv_blocks=48, max_num_batched_tokens=64)   # chunked prefills, a small pool

@@ -4,9 +4,9 @@ import math
 import pytest
 
 from minimal_engine import calculators as calc
-from minimal_engine.calculators.simulator import (SimConstants, get_hardware, get_sim_model, inferencex_cost_inputs,
-                                      simulate, simulate_sweep, step_time_s, weight_read_bytes)
-from minimal_engine.calculators.sim_tables import SIM_GPUS, SIM_MODELS, model_from_hf_config
+from minimal_engine.calculators.simulator import (SimConstants, get_hardware, get_sim_model, simulate, simulate_sweep,
+                                                  step_time_s, weight_read_bytes)
+from minimal_engine.calculators.sim_tables import SIM_GPUS, SIM_MODELS, inferencex_cost_inputs, model_from_hf_config
 
 KW = dict(model="llama-3.1-8b", gpu="H100", num_gpus=1, tp=1, weight_dtype="bf16", kv_dtype="bf16",
           input_len=1024, output_len=256)

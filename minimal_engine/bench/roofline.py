@@ -5,6 +5,8 @@ A step of the engine cannot be faster than either of two bounds:
     memory bound  = bytes the step must read / bandwidth   (decode: every weight read for few tokens)
 `measure_machine()` measures the peaks here in a few seconds (matmul in fp32 and bf16, a large copy, a
 reduction and a matrix-vector product); `step_cost()` counts FLOPs and bytes of one step of a model shape.
+The formulas themselves (KV bytes, attention FLOPs, weight counts, ridge point, roof) are the plain-Python
+ones of ``minimal_engine.calculators`` (kv, flops, roofline); this module adds the measurement (torch).
 
 What step_cost counts (and leaves out, on purpose, to stay readable):
   * FLOPs: 2 x (linear weights of the layers) per token, attention scores and weighted sums
@@ -20,6 +22,8 @@ import time
 
 import torch
 
+from minimal_engine.calculators.flops import attention_flops_per_token, attention_weight_count, mlp_weight_count
+from minimal_engine.calculators.roofline import gpu_bandwidth, gpu_peak_flops, ridge_intensity, roof_flops
 from minimal_engine.config import ModelConfig
 
 
@@ -75,8 +79,8 @@ def measure_machine(device="cpu", quick: bool = False) -> dict:
 
 def weight_counts(cfg: ModelConfig) -> dict:
     """Parameter counts: linear weights of the layers, norms, embedding table and lm_head."""
-    attn = cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim + cfg.num_heads * cfg.head_dim * cfg.hidden_size
-    mlp = 3 * cfg.hidden_size * cfg.intermediate_size
+    attn = attention_weight_count(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    mlp = mlp_weight_count(cfg.hidden_size, cfg.intermediate_size)
     return {"layers": cfg.num_layers * (attn + mlp), "norms": (2 * cfg.num_layers + 1) * cfg.hidden_size,
             "embedding": cfg.vocab_size * cfg.hidden_size, "lm_head": cfg.vocab_size * cfg.hidden_size}
 
@@ -96,9 +100,9 @@ def step_cost(cfg: ModelConfig, dtype_bytes: int, decode_contexts=(), prefill_le
     d, p = list(decode_contexts), list(prefill_lens)
     tokens = len(d) + sum(p)
     rows = len(d) + len(p)                                   # rows that sample a token
-    qk = cfg.num_heads * cfg.head_dim
     attn_pairs = sum(d) + sum(n * (n + 1) // 2 for n in p)   # (query, key) pairs, causal
-    flops = 2 * w["layers"] * tokens + 4 * qk * cfg.num_layers * attn_pairs + 2 * w["lm_head"] * rows
+    attn = attention_flops_per_token(cfg.num_layers, cfg.num_heads, cfg.head_dim, attn_pairs)
+    flops = 2 * w["layers"] * tokens + attn + 2 * w["lm_head"] * rows
     weight_bytes = (w["layers"] + w["norms"] + w["lm_head"]) * dtype_bytes + tokens * cfg.hidden_size * dtype_bytes
     kv_read = (sum(d) + sum(p)) * kv_tok                     # read each request's context once
     kv_write = tokens * kv_tok                               # write the new tokens' K and V
@@ -117,18 +121,17 @@ def step_cost(cfg: ModelConfig, dtype_bytes: int, decode_contexts=(), prefill_le
 def gpu_machine(gpu: str) -> dict:
     """A GPU from the datasheet table (``minimal_engine.calculators.datasheets.GPU_SPECS``) as a machine for step_cost:
     dense BF16 FLOP/s and HBM bandwidth. Only ``flops_bf16`` is set: predict BF16 steps (dtype_bytes=2)."""
-    from minimal_engine.calculators.roofline import gpu_bandwidth, gpu_peak_flops
     return {"name": gpu, "flops_bf16": gpu_peak_flops(gpu), "bandwidth": gpu_bandwidth(gpu), "datasheet": True}
 
 
 def ridge_point(machine: dict, flops_key: str = "flops_bf16") -> float:
-    """FLOPs per byte where the machine's roofline bends: peak FLOP/s / bandwidth."""
-    return machine[flops_key] / machine["bandwidth"]
+    """FLOPs per byte where the machine's roofline bends: peak FLOP/s / bandwidth (``calculators.roofline``)."""
+    return ridge_intensity(machine[flops_key], machine["bandwidth"])
 
 
 def attainable_flops(intensity: float, machine: dict, flops_key: str = "flops_bf16") -> float:
-    """The roof at an intensity: min(peak FLOP/s, intensity x bandwidth)."""
-    return min(machine[flops_key], intensity * machine["bandwidth"])
+    """The roof at an intensity: min(peak FLOP/s, intensity x bandwidth) (``calculators.roofline.roof_flops``)."""
+    return roof_flops(intensity, machine[flops_key], machine["bandwidth"])
 
 
 def format_machine(m: dict) -> str:

@@ -13,8 +13,6 @@ Quizzes and lessons call these (``answer_from``), so every number they show has 
 """
 from __future__ import annotations
 
-from minimal_engine.calculators.datasheets import GpuSpec, ModelShape  # noqa: F401
-
 
 def _pos_int(x, name: str, zero: bool = False) -> int:
     if isinstance(x, bool) or not isinstance(x, (int, float)) or int(x) != x or (x < 0 if zero else x < 1):

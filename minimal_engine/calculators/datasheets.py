@@ -1,7 +1,7 @@
 """The published numbers the calculators use: model shapes, GPU datasheets, InferenceX's prices.
 
-Each entry names its source. ``minimal_engine.calculators`` holds the
-formulas and re-exports everything here, so lessons and quizzes import only
+Each entry names its source. The sibling modules (kv, cost, roofline, ...) hold the formulas;
+``minimal_engine.calculators`` re-exports everything here, so lessons and quizzes import only
 ``calculators``. Plain Python (no torch).
 """
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+__all__ = ["DTYPE_BYTES", "GPU_COSTS", "GPU_SPECS", "INFERENCEX_MI355X_ROW", "MODEL_SHAPES", "GpuCost", "GpuSpec",
+           "ModelShape", "get_model_shape", "get_gpu_spec", "get_gpu_cost", "bytes_per_value"]
 
 def _check_positive(value: float, what: str, allow_zero: bool = False) -> None:
     """Raise ValueError unless ``value`` is a real number > 0 (or >= 0 with allow_zero)."""

@@ -1,8 +1,10 @@
-"""Roofline arithmetic on published shapes and GPU datasheets (plain Python, no torch): chapter 2.
+"""Roofline arithmetic on published shapes and GPU datasheets (plain Python, no torch): chapters 2 and 8.
 
 Re-exported by ``minimal_engine.calculators`` (quizzes call them by name through ``answer_from``).
 The per-step counts of the engine's own model (from its config, with KV read and written) are in
-``minimal_engine.bench.roofline.step_cost``; the functions here use the ``ModelShape`` / ``GpuSpec`` tables.
+``minimal_engine.bench.roofline.step_cost``, which measures this machine with torch and uses the formulas
+here (``ridge_intensity``, ``roof_flops``) and in ``flops`` / ``kv``; the functions here use the
+``ModelShape`` / ``GpuSpec`` tables.
 
     ridge_point("A100")                               # 312e12 / 2.039e12 = 153 FLOP/B
     weight_intensity(1)                               # decode at batch 1, BF16: 1 FLOP per weight byte
@@ -12,11 +14,27 @@ The per-step counts of the engine's own model (from its config, with KV read and
 from __future__ import annotations
 
 from minimal_engine.calculators.datasheets import (GpuSpec, ModelShape, _check_positive, bytes_per_value, get_gpu_spec,
-                                  get_model_shape)
+                                                   get_model_shape)
+from minimal_engine.calculators.flops import attention_flops_per_token
+from minimal_engine.calculators.kv import kv_bytes_per_token
 
-__all__ = ["gpu_peak_flops", "gpu_bandwidth", "ridge_point", "arithmetic_intensity", "matmul_intensity",
-           "weight_intensity", "active_params", "active_weight_bytes", "decode_step_bytes", "decode_step_flops", "decode_tpot_bound_ms",
-           "tpot_ms_from_bytes", "share_of_bound", "spec_tokens_per_step", "spec_speedup", "spec_roofline_speedup"]
+__all__ = ["ridge_intensity", "roof_flops", "gpu_peak_flops", "gpu_bandwidth", "ridge_point",
+           "arithmetic_intensity", "matmul_intensity", "weight_intensity", "active_params",
+           "active_weight_bytes", "decode_step_bytes", "decode_step_flops", "decode_tpot_bound_ms",
+           "tpot_ms_from_bytes", "share_of_bound", "spec_tokens_per_step", "spec_speedup",
+           "spec_roofline_speedup"]
+
+
+def ridge_intensity(peak_flops: float, bandwidth: float) -> float:
+    """FLOPs per byte where a roofline bends: peak FLOP/s / bandwidth (B/s). Below it a kernel is
+    memory-bandwidth-bound, above it compute-bound. ``ridge_point`` (a datasheet GPU) and
+    ``bench.roofline.ridge_point`` (a measured machine) both call it."""
+    return peak_flops / bandwidth
+
+
+def roof_flops(intensity: float, peak_flops: float, bandwidth: float) -> float:
+    """The roof at an arithmetic intensity: min(peak FLOP/s, intensity x bandwidth)."""
+    return min(peak_flops, intensity * bandwidth)
 
 
 def gpu_peak_flops(gpu: str | GpuSpec) -> float:
@@ -33,9 +51,9 @@ def gpu_bandwidth(gpu: str | GpuSpec) -> float:
 
 
 def ridge_point(gpu: str | GpuSpec) -> float:
-    """FLOPs per byte where the roofline bends: peak FLOP/s / bandwidth. Below it a kernel is
-    memory-bandwidth-bound, above it compute-bound. A100: 312e12 / 2.039e12 = 153 FLOP/B."""
-    return gpu_peak_flops(gpu) / gpu_bandwidth(gpu)
+    """FLOPs per byte where a GPU's roofline bends (``ridge_intensity`` of its datasheet peaks).
+    A100: 312e12 / 2.039e12 = 153 FLOP/B."""
+    return ridge_intensity(gpu_peak_flops(gpu), gpu_bandwidth(gpu))
 
 
 def arithmetic_intensity(flops: float, nbytes: float) -> float:
@@ -79,7 +97,6 @@ def decode_step_bytes(model: str | ModelShape, batch: int = 1, context: int = 0,
     more experts than one token does; this counts the active parameters once (a lower bound)."""
     _check_positive(batch, "batch")
     _check_positive(context, "context", allow_zero=True)
-    from minimal_engine.calculators import kv_bytes_per_token     # (calculators re-exports this module)
     w = active_weight_bytes(model, dtype)
     kv = kv_bytes_per_token(model, dtype if kv_dtype is None else kv_dtype) * context * batch
     return {"weight_bytes": w, "kv_bytes": kv, "bytes": w + kv}
@@ -87,9 +104,9 @@ def decode_step_bytes(model: str | ModelShape, batch: int = 1, context: int = 0,
 
 def decode_step_flops(model: str | ModelShape, batch: int = 1, context: int = 0) -> float:
     """FLOPs of one decode step: per request 2 x active params plus attention over ``context`` tokens
-    (4 x layers x heads x head_dim x context, as ``calculators.attention_flops_per_token``)."""
+    (``flops.attention_flops_per_token``: 4 x layers x heads x head_dim x context)."""
     s = get_model_shape(model)
-    return batch * (2 * active_params(s) + 4 * s.layers * s.heads * s.head_dim * context)
+    return batch * (2 * active_params(s) + attention_flops_per_token(s.layers, s.heads, s.head_dim, context))
 
 
 def tpot_ms_from_bytes(nbytes: float, bandwidth_bytes_s: float) -> float:

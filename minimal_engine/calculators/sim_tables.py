@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minimal_engine.calculators.datasheets import GPU_SPECS, MODEL_SHAPES, GpuSpec, ModelShape
+from minimal_engine.calculators.cost import gpu_hour_price
+from minimal_engine.calculators.datasheets import GPU_SPECS, MODEL_SHAPES, GpuSpec, ModelShape, get_gpu_cost
+from minimal_engine.calculators.flops import attention_weight_count, mlp_weight_count
 
 _HF = "https://huggingface.co/{}/blob/main/config.json"
 
@@ -93,7 +95,6 @@ def inferencex_cost_inputs(gpu: str, tier: str = "hyperscaler") -> dict:
     if gpu in EXTRA_COSTS and tier == "hyperscaler":
         usd, kw = EXTRA_COSTS[gpu]
         return {"usd_per_gpu_hour": usd, "kw_per_gpu": kw}
-    from minimal_engine.calculators import get_gpu_cost, gpu_hour_price
     return {"usd_per_gpu_hour": gpu_hour_price(gpu, tier), "kw_per_gpu": get_gpu_cost(gpu).all_in_kw}
 
 
@@ -134,14 +135,14 @@ def model_from_hf_config(config, name: str | None = None) -> SimModel:
         attn = q + h * (mla["kv_lora_rank"] + rope) + mla["kv_lora_rank"] * heads * (nope + v) + heads * v * h
         kv, hd = heads, v
     else:
-        attn = h * (heads + 2 * kv) * hd + heads * hd * h
+        attn = attention_weight_count(h, heads, kv, hd)
         mla = {}
-    mlp = 3 * h * inter
+    mlp = mlp_weight_count(h, inter)
     moe_layers = L - int(c.get("first_k_dense_replace") or 0) if experts else 0
     moe_inter = int(c.get("moe_intermediate_size") or inter)
     shared = int(c.get("n_shared_experts") or 0)
-    moe_all = (experts + shared) * 3 * h * moe_inter + h * experts
-    moe_active = (top_k + shared) * 3 * h * moe_inter + h * experts
+    moe_all = (experts + shared) * mlp_weight_count(h, moe_inter) + h * experts
+    moe_active = (top_k + shared) * mlp_weight_count(h, moe_inter) + h * experts
     embed = vocab * h * (1 if c.get("tie_word_embeddings", False) else 2)
     params = L * attn + (L - moe_layers) * mlp + moe_layers * moe_all + embed
     active = L * attn + (L - moe_layers) * mlp + moe_layers * moe_active + embed

@@ -3,8 +3,7 @@
     simulate(model="llama-3.3-70b", gpu="H100", num_gpus=2, tp=2, weight_dtype="fp8", kv_dtype="fp8",
              input_len=5000, output_len=500, concurrency=25)
     -> {"ttft_ms", "tpot_ms", "output_tok_s_per_gpu", "total_tok_s_per_gpu", "interactivity", "fits",
-        "max_concurrency", ...}  (+ "usd_per_m_total_tokens", "usd_per_m_output_tokens", "joules_per_token"
-        with usd_per_gpu_hour and kw_per_gpu)
+        "max_concurrency", ...}  (+ "usd_per_m_*_tokens", "joules_per_*token" with usd_per_gpu_hour, kw_per_gpu)
     simulate_sweep(..., concurrencies=[1, 2, 4, ...]) -> one such dict per concurrency (a frontier)
 
 The model, in four parts (every number it prints is a prediction, 予測, not a measurement):
@@ -15,9 +14,9 @@ The model, in four parts (every number it prints is a prediction, 予測, not a 
    engine does request by request; 0 for GPU engines, large for a Python engine on a CPU). FLOPs: 2 x active
    params per token at the weights' precision (FP8/FP4 tensor cores), attention (``attention_flops_per_token``)
    at the BF16 rate; bytes: the weights the step's tokens touch (a MoE touches more experts as the batch grows)
-   plus each decode's KV cache (``roofline_calc.decode_step_bytes``).
+   plus each decode's KV cache (``roofline.decode_step_bytes``).
 2. Tensor parallelism splits FLOPs and bytes over ``tp`` GPUs and adds two ring all-reduces per layer of
-   ``tokens x hidden x 2`` bytes: ``ALLREDUCE_LATENCY + 2 (tp - 1) / tp x bytes / link bandwidth`` each.
+   ``transfer.allreduce_bytes`` each: ``ALLREDUCE_LATENCY + 2 (tp - 1) / tp x bytes / link bandwidth``.
 3. Steady serving at a concurrency C (a closed loop: each finished request is replaced at once, as in
    InferenceX): each step holds the decodes of the requests past their prefill and the prefill tokens of
    arriving requests (chunked, at most MAX_BATCHED_TOKENS per step, vLLM's ``max_num_batched_tokens``).
@@ -25,22 +24,23 @@ The model, in four parts (every number it prints is a prediction, 予測, not a 
    prefills queue; Little's law gives requests/s = C / E2EL. Requests beyond what the KV cache holds wait in
    a queue (their wait is in TTFT; throughput stops growing).
 4. Memory: weights / tp plus the KV of (input_len + output_len) tokens per request within
-   MEMORY_UTILIZATION of HBM (``calculators.max_concurrent_users``).
+   MEMORY_UTILIZATION of HBM (``kv.max_concurrent_users``).
 
 It cannot predict software maturity (kernels, scheduler, one framework against another), speculative decoding
-/ MTP, prefix-cache hits, stream chunking of ITL, power capping, disaggregation, expert load imbalance.
-Constants: fitted by ``minimal_engine.tools.sim_calibration``; the held-out error is in docs/simulator.md.
+/ MTP, prefix-cache hits, stream chunking of ITL, power capping, disaggregation, expert load imbalance. Constants:
+fitted by ``minimal_engine.tools.sim_calibration`` (sim_tables holds the GPUs and models; held-out error: docs/simulator.md).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from minimal_engine.calculators import (attention_flops_per_token, bytes_per_value, joules_per_token,
-                                        kv_bytes_per_token, max_concurrent_users, usd_per_million_tokens, weight_bytes)
+from minimal_engine.calculators.cost import joules_per_token, usd_per_million_tokens
+from minimal_engine.calculators.datasheets import GpuSpec, _check_positive, bytes_per_value
+from minimal_engine.calculators.flops import attention_flops_per_token
+from minimal_engine.calculators.kv import kv_bytes_per_token, max_concurrent_users, weight_bytes
 from minimal_engine.calculators.roofline import active_params, decode_step_bytes
-from minimal_engine.calculators.sim_tables import (SIM_GPUS, SIM_MODELS, SimGpu, SimModel, inferencex_cost_inputs,  # noqa: F401
-                                      model_from_hf_config)
-from minimal_engine.calculators.datasheets import GpuSpec, _check_positive
+from minimal_engine.calculators.sim_tables import SIM_GPUS, SIM_MODELS, SimGpu, SimModel, model_from_hf_config
+from minimal_engine.calculators.transfer import allreduce_bytes
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def step_time_s(model: SimModel, hw: Hardware, tp: int, decodes: float, context:
     attn_rate = hw.flops["fp32" if weight_dtype == "fp32" else "bf16"]
     t_compute = (dense / hw.flops[compute_dtype(weight_dtype)] + attn / attn_rate) / tp / c.compute_eff
     t_memory = (weight_read_bytes(model, tokens, weight_dtype) / tp + kv / kv_shards) / (hw.bandwidth * c.memory_eff)
-    ar_bytes = tokens * model.hidden * 2                          # two ring all-reduces per layer (tp > 1)
+    ar_bytes = allreduce_bytes(model.hidden, tokens)              # two ring all-reduces per layer (tp > 1)
     t_comm = 2 * s.layers * (c.allreduce_latency_us * 1e-6 + 2 * (tp - 1) / tp * ar_bytes / hw.link_bytes_s) * (tp > 1)
     seqs = decodes + (prefills if prefills is not None else 1 if prefill_tokens else 0)
     overhead = s.layers * (c.layer_overhead_us + (c.moe_overhead_us if model.experts else 0)
@@ -177,7 +177,7 @@ def step_time_s(model: SimModel, hw: Hardware, tp: int, decodes: float, context:
 def max_concurrency_for(model: SimModel, hw: Hardware, num_gpus: int, tp: int, weight_dtype: str, kv_dtype: str,
                         tokens_per_request: int) -> int:
     """Requests whose whole KV cache (``tokens_per_request`` tokens) fits beside the weights, over all
-    ``num_gpus // tp`` replicas: ``calculators.max_concurrent_users`` on one TP group's usable HBM
+    ``num_gpus // tp`` replicas: ``kv.max_concurrent_users`` on one TP group's usable HBM
     (KV split over min(tp, kv_heads) ranks; MLA's latent is replicated). 0 when the weights do not fit."""
     s = model.shape
     shards = 1 if s.is_mla else min(tp, s.kv_heads)

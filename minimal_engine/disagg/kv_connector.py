@@ -10,7 +10,8 @@ them in *its* pool, in blocks it allocated itself. Three steps, each a small fun
 
 The payload is whole blocks (as vLLM and NIXL move them), all layers, K and V:
     kv: [layers, 2, kv_heads, num_blocks, block_size, head_dim]
-so a request of n prompt tokens moves ceil(n / block_size) x block_size x (KV bytes per token) bytes.
+so a request of n prompt tokens moves ceil(n / block_size) x block_size x (KV bytes per token) bytes
+(``minimal_engine.calculators.transfer.kv_transfer_bytes``; the link arithmetic is there too, plain Python).
 
 `KVConnector` is the interface; `PipeKVConnector` is the one transport built here: a multiprocessing pipe
 between two processes on one machine (the tensor's raw bytes, no pickling of the data). Real systems plug other
@@ -22,51 +23,9 @@ layer by layer so the transfer overlaps the forward pass); here one call moves a
 """
 from __future__ import annotations
 
-import math
 import time
 
 import torch
-
-# Link bandwidths for "how long would this transfer take" (GB/s = 1e9 B/s, one direction, nominal).
-LINKS_GB_S = {
-    "NVLink (H100/H200)": 450.0,    # published_points.md §G: H100/H200 scale-up 450 GB/s per GPU, uni-directional
-    "NVLink (B200)": 900.0,         # published_points.md §G: NVLink5 900 GB/s
-    "PCIe 5.0 x16": 64.0,           # PCI-SIG PCIe 5.0: 32 GT/s x 16 lanes, 128b/130b: ~63 GB/s per direction
-    "InfiniBand NDR (400 Gb/s)": 50.0,   # NDR: 400 Gb/s per port = 50 GB/s (NVIDIA ConnectX-7 product brief)
-}
-
-
-def kv_transfer_bytes(model, prompt_len: int, dtype="bf16", block_size: int = 16) -> int:
-    """Bytes of KV a prompt of `prompt_len` tokens moves from prefill to decode: whole blocks, all layers,
-    K and V (calculators.kv_bytes_per_token: counts KV heads, or MLA's latent)."""
-    from minimal_engine.calculators import kv_bytes_per_token        # here: calculators re-exports this module's calculators
-    if not isinstance(prompt_len, int) or prompt_len < 1:
-        raise ValueError(f"prompt_len must be a positive integer (tokens), got {prompt_len!r}")
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive integer (tokens per block), got {block_size!r}")
-    return math.ceil(prompt_len / block_size) * block_size * kv_bytes_per_token(model, dtype)
-
-
-def transfer_seconds(num_bytes: float, link: str | float) -> float:
-    """Time to move num_bytes over a link (a name of LINKS_GB_S, or GB/s), bandwidth only (no latency)."""
-    gb_s = LINKS_GB_S.get(link) if isinstance(link, str) else link
-    if gb_s is None:
-        raise ValueError(f"unknown link {link!r}: give GB/s or one of {list(LINKS_GB_S)}")
-    if isinstance(gb_s, bool) or not isinstance(gb_s, (int, float)) or gb_s <= 0:
-        raise ValueError(f"link bandwidth must be a positive number of GB/s, got {gb_s!r}")
-    return num_bytes / (gb_s * 1e9)
-
-
-def chunked_prefill_steps(prompt_len: int, budget: int, num_decodes: int = 0) -> int:
-    """Steps a prompt's prefill takes when every step holds at most `budget` tokens (max_num_batched_tokens) and
-    `num_decodes` running requests take one token each first (as scheduler.py): ceil(prompt / (budget - decodes))."""
-    for name, v in (("prompt_len", prompt_len), ("budget", budget), ("num_decodes", num_decodes)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "num_decodes" else 1):
-            raise ValueError(f"{name} must be a {'non-negative' if name == 'num_decodes' else 'positive'} integer, got {v!r}")
-    if budget <= num_decodes:
-        raise ValueError(f"budget ({budget}) must exceed num_decodes ({num_decodes}) to leave room for the prompt")
-    return math.ceil(prompt_len / (budget - num_decodes))
-
 
 # ---------------------------------------------------------------- the pool <-> a payload tensor
 def _blocked(cache: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -183,5 +142,4 @@ def transfer_summary(outputs) -> dict:
             "max_ms": 1e3 * max(m.kv_transfer_s for m in ms), "gb_s": total_b / total_s / 1e9 if total_s else float("nan")}
 
 
-__all__ = ["KVConnector", "LINKS_GB_S", "PipeKVConnector", "chunked_prefill_steps", "extract_kv_blocks", "inject_kv_blocks",
-           "kv_transfer_bytes", "receive_loop", "transfer_seconds", "transfer_summary"]
+__all__ = ["KVConnector", "PipeKVConnector", "extract_kv_blocks", "inject_kv_blocks", "receive_loop", "transfer_summary"]

@@ -1,0 +1,73 @@
+"""One token's work (chapters 2, 3 and 10): FLOPs per token, generation with / without a KV cache, and the
+parameter counts of a Llama-style layer.
+
+The one source of these formulas: ``roofline.decode_step_flops``, the simulator's step,
+``bench.roofline.step_cost`` / ``weight_counts`` (the engine's own model, from its ModelConfig) and
+``sim_tables.model_from_hf_config`` call them. Plain Python (no torch).
+"""
+from __future__ import annotations
+
+from minimal_engine.calculators.datasheets import ModelShape, _check_positive, get_model_shape
+
+__all__ = ["attention_flops_per_token", "flops_per_token", "generation_flops", "no_cache_work_ratio",
+           "attention_weight_count", "mlp_weight_count"]
+
+
+def attention_weight_count(hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
+    """Weights of one layer's attention projections (no biases): q, k, v (``hidden x (heads + 2 kv_heads) x
+    head_dim``) and o (``heads x head_dim x hidden``)."""
+    return hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
+
+
+def mlp_weight_count(hidden: int, intermediate: int) -> int:
+    """Weights of one SwiGLU MLP (gate, up and down projections): ``3 x hidden x intermediate``."""
+    return 3 * hidden * intermediate
+
+
+def attention_flops_per_token(layers: int, heads: int, head_dim: int, context_len: int) -> int:
+    """Attention FLOPs of one query token over ``context_len`` cached tokens, all layers.
+
+    ``4 x layers x heads x head_dim x context_len``: per (query head, cached token) a dot product q.k and a
+    weighted sum of v, each head_dim multiply-adds (2 FLOPs each). ``minimal_engine.bench.roofline.step_cost``
+    calls it with the causal (query, key) pairs of a step (query heads, not KV heads: GQA shares K/V, not the work).
+    """
+    for value, what in ((layers, "layers"), (heads, "heads"), (head_dim, "head_dim")):
+        _check_positive(value, what)
+    _check_positive(context_len, "context_len", allow_zero=True)
+    return 4 * layers * heads * head_dim * int(context_len)
+
+
+def flops_per_token(model: str | ModelShape, context_len: int) -> float:
+    """FLOPs of one decode token: ``2 x params`` (one multiply-add per weight) plus the attention term.
+
+    Llama 3.1 8B at a context of 8,192: 2 x 8.03e9 + 4 x 32 x 32 x 128 x 8,192 = 16.06e9 + 4.29e9.
+    ``params`` counts the embedding table too (a lookup, no FLOPs), so this rounds up slightly.
+    """
+    s = get_model_shape(model)
+    return 2 * s.params + attention_flops_per_token(s.layers, s.heads, s.head_dim, context_len)
+
+
+
+def generation_flops(model: str | ModelShape, prompt_len: int, output_len: int, kv_cache: bool = True) -> float:
+    """FLOPs to generate ``output_len`` tokens after a ``prompt_len`` prompt, with or without a KV cache.
+
+    With the cache each position is computed once: the prompt, then ``output_len - 1`` new tokens (the last
+    token is never fed back). Without it, step ``i`` recomputes all ``prompt_len + i`` positions. A position
+    ``p`` costs ``flops_per_token(model, p + 1)`` (it attends to itself and everything before it).
+    """
+    _check_positive(prompt_len, "prompt_len")
+    _check_positive(output_len, "output_len")
+    s = get_model_shape(model)
+    a = attention_flops_per_token(s.layers, s.heads, s.head_dim, 1)
+
+    def prefix(n: int) -> float:                 # positions 0 .. n-1: sum of 2 x params + a x (p + 1)
+        return 2 * s.params * n + a * n * (n + 1) // 2
+
+    if kv_cache:
+        return prefix(prompt_len + output_len - 1)
+    return sum(prefix(prompt_len + i) for i in range(int(output_len)))
+
+
+def no_cache_work_ratio(model: str | ModelShape, prompt_len: int, output_len: int) -> float:
+    """How many times more FLOPs generation takes without a KV cache than with it."""
+    return generation_flops(model, prompt_len, output_len, False) / generation_flops(model, prompt_len, output_len)
