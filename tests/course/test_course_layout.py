@@ -101,3 +101,14 @@ def test_notebooks_tests_and_docs_use_the_new_paths():
         text = path.read_text(encoding="utf-8")
         if path.name != "test_course_layout.py":
             assert not OLD.search(text), (path.name, OLD.search(text)[0])
+
+
+def test_build_says_which_labs_exist():
+    import pytest
+
+    from course.panels import build
+    from course.panels.slider_labs import slider_app
+    with pytest.raises(ValueError, match="1〜10"):
+        build(11)
+    with pytest.raises(TypeError, match="no setting"):
+        slider_app(4, prompt_len=8)                  # lab 4's sliders are shared_len and num_requests
