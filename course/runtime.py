@@ -8,10 +8,11 @@ refuse anything else with a message in Japanese and English.
 
 The one LLM cache (every lab's engines, not only ``get_llm``'s): ``cached_llm(key, make)`` returns the
 engine stored under ``key`` or stores ``make()``; it keeps the ``LLM_CACHE_SIZE`` most recently used ones
-and closes (``close()``) the one it drops, so switching a lab's menus back and forth does not reload weights
-and a session never piles up engines (an 8 GB laptop holds a few). ``LLM_CACHE_SIZE`` is the largest number
-of engines one lab run uses at once (chapter 5: the base model, two batching engines, transformers' model),
-so a run never loses an engine it holds. ``clear_llm_cache(tag)`` closes one lab's engines (or all).
+and closes (``close()``) the ones it drops, so switching a lab's menus back and forth does not reload weights
+and a session never piles up engines. Two bounds: ``LLM_CACHE_SIZE`` engines, the most one lab run uses at
+once (chapter 5: the base model, two batching engines, transformers' model), so a run never loses an engine it
+holds; and ``LLM_CACHE_BYTES`` of weights and KV pools (an 8 GB laptop): a large synthetic shape is kept
+alone. ``clear_llm_cache(tag)`` closes one lab's engines (or all).
 ``COURSE_MODEL=/path/to/model`` replaces the default model (for instructors); ``COURSE_QUICK=1`` (set by
 ``make test``) asks the labs for smaller experiments.
 
@@ -49,6 +50,7 @@ MODEL_CHOICES = OrderedDict([
     ("Llama-3.2-1B の形（ランダム重み・重い）", "synthetic:llama-3.2-1b"),
 ])
 LLM_CACHE_SIZE = 4                 # engines kept loaded, all labs together (each one takes memory)
+LLM_CACHE_BYTES = 3 * 2**30        # ... and at most this much weights + KV pool among them (the newest always stays)
 KV_POOL_LIMIT = 256 * 2**20        # at most 256 MiB of KV pool per model (beyond it: preemption, shown)
 
 
@@ -133,10 +135,20 @@ def _close(engine) -> None:
         close()
 
 
+def engine_bytes(engine) -> int:
+    """Weights plus KV pool of a cached engine (an LLM, a DisaggregatedLLM's decode side, a torch module)."""
+    llm = getattr(engine, "llm", engine)
+    runner = getattr(getattr(llm, "engine", None), "runner", None)
+    model = getattr(runner, "model", None) if runner is not None else llm
+    params = getattr(model, "parameters", None)
+    weights = sum(p.numel() * p.element_size() for p in params()) if callable(params) else 0
+    return weights + (getattr(runner, "kv_cache_bytes", 0) or 0)
+
+
 def cached_llm(key: tuple, make):
     """The engine stored under ``key`` (a tuple whose first item names its lab, e.g. ``("lab8", "ngram", 4, 1,
-    "cpu")``), else ``make()`` stored there. Keeps the ``LLM_CACHE_SIZE`` most recently used engines; the
-    ones it drops are closed."""
+    "cpu")``), else ``make()`` stored there. Keeps the ``LLM_CACHE_SIZE`` most recently used engines, within
+    ``LLM_CACHE_BYTES``; the ones it drops are closed."""
     if key in _LLM_CACHE:
         _LLM_CACHE.move_to_end(key)
         return _LLM_CACHE[key]
@@ -144,6 +156,8 @@ def cached_llm(key: tuple, make):
         _close(_LLM_CACHE.popitem(last=False)[1])
     engine = make()
     _LLM_CACHE[key] = engine
+    while len(_LLM_CACHE) > 1 and sum(map(engine_bytes, _LLM_CACHE.values())) > LLM_CACHE_BYTES:
+        _close(_LLM_CACHE.popitem(last=False)[1])
     return engine
 
 
@@ -219,6 +233,6 @@ def random_prompts(llm: LLM, prompt_len: int, concurrency: int, seed: int = 0) -
     return prompts
 
 
-__all__ = ["apply_thread_policy", "course_threads", "default_threads", "KV_POOL_LIMIT", "LLM_CACHE_SIZE", "MAX_CONTEXT", "MAX_NUM_SEQS", "MODEL_CHOICES", "available_devices",
-           "cached_llm", "check_device", "check_int", "check_model", "clear_llm_cache", "engine_model_arg", "get_llm",
+__all__ = ["apply_thread_policy", "course_threads", "default_threads", "KV_POOL_LIMIT", "LLM_CACHE_BYTES", "LLM_CACHE_SIZE", "MAX_CONTEXT", "MAX_NUM_SEQS", "MODEL_CHOICES", "available_devices",
+           "cached_llm", "check_device", "engine_bytes", "check_int", "check_model", "clear_llm_cache", "engine_model_arg", "get_llm",
            "is_quick", "max_model_len", "model_config", "random_prompts"]

@@ -112,3 +112,32 @@ def test_build_says_which_labs_exist():
         build(11)
     with pytest.raises(TypeError, match="no setting"):
         slider_app(4, prompt_len=8)                  # lab 4's sliders are shared_len and num_requests
+
+
+class _Weights(_Engine):
+    def __init__(self, name, closed, nbytes):
+        super().__init__(name, closed)
+        self.nbytes = nbytes
+
+    def parameters(self):                        # what runtime.engine_bytes reads of a torch module
+        class P:
+            def numel(_):
+                return self.nbytes
+
+            def element_size(_):
+                return 1
+        return [P()]
+
+
+def test_the_cache_keeps_within_its_memory_budget(monkeypatch):
+    monkeypatch.setattr(runtime, "_LLM_CACHE", type(runtime._LLM_CACHE)())
+    monkeypatch.setattr(runtime, "LLM_CACHE_BYTES", 100)
+    closed = []
+    runtime.cached_llm(("lab1", "small"), lambda: _Weights("small", closed, 30))
+    runtime.cached_llm(("lab1", "small2"), lambda: _Weights("small2", closed, 30))
+    assert closed == [] and runtime.engine_bytes(runtime._LLM_CACHE[("lab1", "small")]) == 30
+    big = runtime.cached_llm(("lab1", "big"), lambda: _Weights("big", closed, 90))
+    assert closed == ["small", "small2"] and list(runtime._LLM_CACHE.values()) == [big]   # the newest stays
+    huge = runtime.cached_llm(("lab1", "huge"), lambda: _Weights("huge", closed, 500))
+    assert closed[-1] == "big" and list(runtime._LLM_CACHE.values()) == [huge]           # alone, over the budget
+    runtime.clear_llm_cache()
