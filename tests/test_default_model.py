@@ -1,4 +1,4 @@
-"""同梱の既定モデル (minimal_engine/default_model) と学習スクリプト minimal_engine/train.py のテスト。
+"""同梱の既定モデル (minimal_engine/default_model) と学習スクリプト minimal_engine/tools/train.py のテスト。
 
 どれもオフラインで動き、2 コアの CPU で合計 1 分以内に終わる大きさにしてある。
 """

@@ -83,7 +83,7 @@ def evaluate_settings(settings: list[dict], max_chars: int | None = 3000, window
     top-1 agreement with settings[reference]. One LLM at a time (freed before the next)."""
     from minimal_engine.llm import LLM
     from minimal_engine.features.quantization import weight_bytes
-    from minimal_engine.tools.train import encode_stream
+    from minimal_engine.tools.train_data import encode_stream
     texts = heldout_texts(max_chars) if texts is None else texts
     n_chars = sum(map(len, texts))
     rows, tops = [], []
