@@ -144,8 +144,8 @@ class LLM:
     def check_prompts(self, prompts, sampling_params=None) -> list[CheckedPrompt]:
         """One prompt or a list, with one SamplingParams or one per prompt -> every prompt tokenized and checked
         (LLMEngine.check) before any of them starts; a bad one raises, naming its index."""
-        if isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts
-                                        and all(isinstance(t, int) for t in prompts)):
+        if isinstance(prompts, (str, dict)) or (isinstance(prompts, (list, tuple)) and prompts
+                                                and all(isinstance(t, int) for t in prompts)):
             prompts = [prompts]
         prompts = list(prompts)
         if not prompts:

@@ -40,6 +40,8 @@ class SamplingParams:
     logprobs: int | None = None       # sampled token's logprob + the top k (raw model output, as vLLM)
     prompt_logprobs: int | None = None
     n: int = 1                        # completions of the prompt (LLM.generate; they share its cached blocks)
+    min_p: float = 0.0                # [0, 1]: drop tokens less likely than min_p x the most likely one
+    logit_bias: dict[int, float] | None = None   # token id -> added to its logit before anything else, [-100, 100]
 
     def __post_init__(self):
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
@@ -79,6 +81,15 @@ class SamplingParams:
             raise ValueError(f"repetition_penalty must be greater than zero, got {self.repetition_penalty!r}")
         if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(f"min_tokens must be an integer in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
+        if not _is_real(self.min_p) or not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p!r}")
+        bias = self.logit_bias
+        if bias is not None:
+            if not isinstance(bias, dict) or not all(_is_int(t) and t >= 0 and _is_real(b) and -100 <= b <= 100
+                                                     for t, b in bias.items()):
+                raise ValueError("logit_bias must map token ids (integers >= 0) to numbers in [-100, 100], got "
+                                 f"{str(bias)[:80]}")
+            self.logit_bias = {int(t): float(b) for t, b in bias.items()} or None
         for name in ("logprobs", "prompt_logprobs"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or not 0 <= v <= MAX_LOGPROBS):
@@ -87,6 +98,11 @@ class SamplingParams:
     @property
     def penalized(self) -> bool:
         return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Does anything change this request's logits before the draw (also for greedy rows)?"""
+        return self.penalized or bool(self.min_tokens) or self.logit_bias is not None
 
     @property
     def greedy(self) -> bool:

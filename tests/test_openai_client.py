@@ -106,13 +106,28 @@ def test_chat_stream_and_no_english_role_words(client):
     (dict(extra_body={"min_tokens": 99}, max_tokens=4), "min_tokens"),
     (dict(logprobs=21), "logprobs"),
     (dict(stop=[1, 2]), "stop"),
-    (dict(model="no-such-model"), "model"),
+    (dict(stop=[""]), "stop"),
+    (dict(extra_body={"best_of": 3}), "best_of"),
 ])
 def test_bad_requests_raise_bad_request_with_param(client, kwargs, param):
     call = dict(model="minimal-ja", prompt=PROMPT, max_tokens=4) | kwargs
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(**call)
     assert e.value.status_code == 400 and e.value.body["param"] == param and e.value.body["message"]
+
+
+def test_an_unknown_model_is_not_found_with_the_model_param(client):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.completions.create(model="no-such-model", prompt=PROMPT, max_tokens=4)
+    assert e.value.status_code == 404 and e.value.body["param"] == "model" and e.value.body["code"] == "model_not_found"
+
+
+def test_echo_logprobs_through_the_official_client(client):
+    """The official client's completions.create(echo=True, logprobs=1, max_tokens=0), as lm-eval sends it."""
+    out = client.completions.create(model="minimal-ja", prompt=PROMPT, echo=True, logprobs=1, max_tokens=0)
+    choice = out.choices[0]
+    assert choice.text == PROMPT and choice.logprobs.token_logprobs[0] is None
+    assert all(lp <= 0 for lp in choice.logprobs.token_logprobs[1:]) and len(choice.logprobs.tokens) > 1
 
 
 def test_streamed_logprobs_and_chat_n(client):

@@ -84,7 +84,7 @@ def test_disconnecting_clients_are_aborted(server):
 
 @pytest.mark.parametrize("body, needle", [
     (b'{"prompt": "abc", ', "not valid JSON"),
-    ({"model": "gpt-4", "prompt": "abc"}, "not served"),
+    ({"prompt": "abc", "stop": [""]}, "stop"),
     ({"prompt": "abc", "temperature": -1}, "temperature"),
     ({"prompt": "abc", "max_tokens": 0}, "max_tokens"),
     ({"prompt": "abc", "top_p": 1.5}, "top_p"),

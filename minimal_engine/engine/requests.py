@@ -28,7 +28,19 @@ def check_unicode(text: str, what: str) -> None:
 
 
 def tokenize_prompt(prompt, tokenizer) -> tuple[str | None, list[int]]:
-    """A string is tokenized; a list of token ids is taken as it is (checked by check_request)."""
+    """A string is tokenized; a list of token ids is taken as it is (checked by check_request). vLLM's prompt
+    dicts are read too: {"prompt_token_ids": [...]} (TokensPrompt) and {"prompt": "..."} (TextPrompt)."""
+    if isinstance(prompt, dict):
+        keys = set(prompt)
+        if keys == {"prompt_token_ids"}:
+            prompt = prompt["prompt_token_ids"]
+            if not isinstance(prompt, (list, tuple)):
+                raise TypeError("prompt_token_ids must be a list of token ids")
+        elif keys == {"prompt"} and isinstance(prompt["prompt"], str):
+            prompt = prompt["prompt"]
+        else:
+            raise TypeError(f"a prompt dict must be {{'prompt_token_ids': [ids]}} or {{'prompt': text}}, got keys "
+                            f"{sorted(map(str, keys))[:5]}")
     if isinstance(prompt, str):
         if not prompt:
             raise ValueError("prompt is empty: give at least one character or one token id")
@@ -36,7 +48,8 @@ def tokenize_prompt(prompt, tokenizer) -> tuple[str | None, list[int]]:
         return prompt, tokenizer.encode(prompt)
     if isinstance(prompt, (list, tuple)):
         return None, list(prompt)
-    raise TypeError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+    raise TypeError(f"a prompt must be a string, a list of token ids or {{'prompt_token_ids': [ids]}}, got "
+                    f"{type(prompt).__name__}")
 
 
 def check_request(token_ids: list[int], params: SamplingParams, vocab: int, config: EngineConfig,
@@ -52,6 +65,9 @@ def check_request(token_ids: list[int], params: SamplingParams, vocab: int, conf
     stops = [t for t in params.stop_token_ids if not 0 <= t < vocab]
     if stops:
         raise ValueError(f"stop_token_ids must be in [0, {vocab - 1}] (the vocabulary), got {stops[:5]}")
+    biased = [t for t in (params.logit_bias or {}) if t >= vocab]
+    if biased:
+        raise ValueError(f"logit_bias token ids must be in [0, {vocab - 1}] (the vocabulary), got {biased[:5]}")
     if params.prompt_logprobs is not None and config.enable_prefix_caching:
         raise ValueError("prompt_logprobs needs every prompt token computed: not with enable_prefix_caching")
     max_len = config.max_model_len

@@ -1,4 +1,4 @@
-"""Sampler: turn next-token logits into tokens (greedy, temperature, top-k, top-p, per-request seeds).
+"""Sampler: turn next-token logits into tokens (greedy, temperature, min-p, top-k, top-p, per-request seeds).
 
 Greedy rows take the argmax. Other rows are divided by their temperature, masked by top-k and top-p
 (masked logits become -inf) and drawn from the softmax, each with its own torch.Generator when the
@@ -7,8 +7,8 @@ Each row is sampled on its own: when one row fails (e.g. its logits are not fini
 the exception instead of a token and the engine fails that request alone; the other rows are unaffected.
 
 With the sequences (`seqs`), as vLLM's sampler and in its order: logprobs of the raw logits are kept
-(logprobs.py); min_tokens masks EOS and stop tokens; repetition, frequency and presence penalties change
-the logits (greedy rows too); then temperature, top-k, top-p and the draw.
+(logprobs.py); logit_bias is added and min_tokens masks EOS and stop tokens; repetition, frequency and presence
+penalties change the logits (greedy rows too); then temperature, min-p, top-k, top-p and the draw.
 """
 from __future__ import annotations
 
@@ -34,8 +34,13 @@ def apply_penalties(row: torch.Tensor, seq, p: SamplingParams) -> torch.Tensor:
 
 
 def adjust(row: torch.Tensor, seq) -> torch.Tensor:
-    """Penalties and the min_tokens mask of one sequence (a copy when anything changes)."""
+    """logit_bias, the min_tokens mask and the penalties of one sequence (a copy when anything changes)."""
     p = seq.params
+    if p.logit_bias:
+        vocab = row.shape[-1]
+        ids = [t for t in p.logit_bias if t < vocab]
+        row = row.clone()
+        row[ids] += torch.tensor([p.logit_bias[t] for t in ids], dtype=row.dtype, device=row.device)
     if p.penalized:
         row = apply_penalties(row, seq, p)
     if seq.num_output_tokens < p.min_tokens and seq.min_tokens_ids:
@@ -52,6 +57,14 @@ def apply_top_k(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
+def apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """Drop the tokens whose probability is below min_p times the most likely token's (vLLM's min-p)."""
+    if min_p <= 0:
+        return logits
+    probs = logits.softmax(dim=-1)
+    return logits.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), float("-inf"))
+
+
 def apply_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of most likely tokens whose probabilities sum to at least top_p."""
     if top_p >= 1.0:
@@ -66,7 +79,7 @@ def apply_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def sample_row(row: torch.Tensor, p: SamplingParams, gen: torch.Generator | None) -> int:
     """row: [1, vocab] logits of one request that samples (not greedy)."""
-    row = apply_top_p(apply_top_k(row / p.temperature, p.top_k), p.top_p)
+    row = apply_top_p(apply_top_k(apply_min_p(row / p.temperature, p.min_p), p.top_k), p.top_p)
     probs = row.softmax(dim=-1)
     if gen is not None and gen.device != probs.device:
         probs = probs.to(gen.device)
@@ -83,7 +96,7 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
         seq = seqs[i] if seqs is not None else None
         row = logits[i].float()
         try:
-            if seq is not None and (p.penalized or p.min_tokens):
+            if seq is not None and p.adjusts_logits:
                 row = adjust(row, seq)
                 tokens[i] = int(row.argmax().item())
             if not p.greedy:

@@ -74,10 +74,18 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
     async def health():
         return {"status": "ok", "unfinished_requests": routes.unfinished, **loop.stats}
 
+    card = {"id": model_name, "object": "model", "created": 0, "owned_by": "minimal_engine", "max_model_len": max_len}
+
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
-                                            "owned_by": "minimal_engine", "max_model_len": max_len}]}
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str):
+        if model_id not in routes.names:
+            return error_response(RequestError(f"model {model_id[:100]!r} is not served here; this server serves "
+                                               f"{model_name!r}", "model", "model_not_found", 404))
+        return card
 
     @app.get("/metrics")
     async def prometheus_metrics():

@@ -18,8 +18,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from minimal_engine.serve.limits import ServeLimits, check_json, error_response, read_body, wait_for_disconnect
-from minimal_engine.serve.protocol import (RequestError, chat_logprobs, chat_prompt, chunk, completion_logprobs,
-                                           full_response, parse_request, server_error, usage, usage_chunk)
+from minimal_engine.serve.protocol import RequestError, chat_prompt, parse_request, server_error
+from minimal_engine.serve.responses import (chat_logprobs, chunk, completion_logprobs, full_response, usage,
+                                            usage_chunk)
 
 
 class ClosingStream(StreamingResponse):
@@ -87,10 +88,11 @@ class Completions:
             raise RequestError("the request body is nested too deeply", code="invalid_json") from None
         except ValueError as e:                 # also UnicodeDecodeError and over-long integers
             raise RequestError(f"the request body is not valid JSON: {str(e)[:200]}", code="invalid_json") from None
-        prompt, params, stream, include_usage = parse_request(body, chat, self.max_len, self.max_chars)
+        req = parse_request(body, chat, self.max_len, self.max_chars)
+        prompt, params = req.prompt, req.params
         if body.get("model") is not None and body["model"] not in self.names:
             raise RequestError(f"model {body['model'][:100]!r} is not served here; this server serves "
-                               f"{self.model_name!r} (see /v1/models)", "model", "model_not_found")
+                               f"{self.model_name!r} (see /v1/models)", "model", "model_not_found", 404)
         engine = self.llm.engine
         try:
             prompts = [chat_prompt(self.llm.tokenizer, prompt)] if chat else prompt
@@ -108,15 +110,19 @@ class Completions:
         jobs = [replace(c, params=one if params.n == 1 else
                         replace(one, seed=None if params.seed is None else params.seed + j))
                 for c in checked for j in range(params.n)]
-        return jobs, sum(len(c.token_ids) for c in checked), params, stream, include_usage
+        tok = self.llm.tokenizer
+        echoes = [c.text if c.text is not None else tok.decode(c.token_ids, skip_special_tokens=False)
+                  for c in jobs] if req.echo else None
+        return jobs, sum(len(c.token_ids) for c in checked), req, echoes
 
     async def handle(self, request: Request, chat: bool):
         try:
             check_json(request)
             self.full()                              # refuse cheaply, before reading or tokenizing anything
             raw = await read_body(request, self.limits)
-            jobs, num_prompt_tokens, params, stream, include_usage = await asyncio.get_running_loop().run_in_executor(
+            jobs, num_prompt_tokens, req, echoes = await asyncio.get_running_loop().run_in_executor(
                 self.pool, self.prepare, raw, chat)
+            params, stream = req.params, req.stream
             self.full(len(jobs))
         except RequestError as e:
             return error_response(e)
@@ -154,6 +160,26 @@ class Completions:
                 return None
             return chat_logprobs(entries, params.logprobs) if chat else completion_logprobs(entries, offset)
 
+        def first_piece(i: int, out, entries: list) -> tuple[str, dict | None, list]:
+            """A choice's text, logprobs and output entries, with echo's prompt in front (vLLM's echo)."""
+            text = "" if req.no_output else out.new_text if stream else out.text
+            entries = [] if req.no_output else entries
+            if echoes is None:
+                return text, logprobs_of(entries), entries
+            lp = None
+            if params.logprobs is not None:
+                first = self.llm.tokenizer.decode(jobs[i].token_ids[:1], skip_special_tokens=False)
+                lp = completion_logprobs(out.prompt_logprobs or [], 0, first)
+                rest = completion_logprobs(entries, len(echoes[i]))
+                lp = {k: lp[k] + rest[k] for k in lp}
+            return echoes[i] + text, lp, entries
+
+        def finish_of(out):
+            return "length" if req.no_output else out.finish_reason
+
+        def prompt_lps(out):
+            return out.prompt_logprobs if req.show_prompt_logprobs else None
+
         if not stream:
             async def result():
                 outs = {}
@@ -163,10 +189,14 @@ class Completions:
                         return error_response(engine_error(out))
                     if out.finished:
                         outs[i] = out
-                u = usage(num_prompt_tokens, sum(len(o.token_ids) for o in outs.values()),
+                generated = 0 if req.no_output else sum(len(o.token_ids) for o in outs.values())
+                u = usage(num_prompt_tokens, generated,
                           sum(outs[i].num_cached_tokens for i in range(0, len(jobs), params.n)))  # once per prompt
-                choices = [(o.text, o.finish_reason, logprobs_of(o.logprobs or []), o.stop_reason, o.prompt_logprobs)
-                           for o in (outs[i] for i in range(len(jobs)))]
+                choices = []
+                for i in range(len(jobs)):
+                    o = outs[i]
+                    text, lp, _ = first_piece(i, o, o.logprobs or [])
+                    choices.append((text, finish_of(o), lp, None if req.no_output else o.stop_reason, prompt_lps(o)))
                 return JSONResponse(full_response(prefix + rid, self.model_name, chat, choices, u))
 
             work = asyncio.ensure_future(result())
@@ -191,18 +221,22 @@ class Completions:
                     break
                 entries = (out.logprobs or [])[tokens[i]:]
                 tokens[i] += len(entries)
-                yield sse(chunk(prefix + rid, self.model_name, chat, out.new_text,
-                                 out.finish_reason if out.finished else None, role=i not in first, index=i,
-                                 logprobs=logprobs_of(entries, sent[i]),
-                                 stop_reason=out.stop_reason if out.finished else None))
+                if i in first:
+                    text, lp = out.new_text, logprobs_of(entries, sent[i])
+                else:                           # the first piece carries echo's prompt
+                    text, lp, _ = first_piece(i, out, entries)
+                yield sse(chunk(prefix + rid, self.model_name, chat, text,
+                                finish_of(out) if out.finished else None, role=i not in first, index=i,
+                                logprobs=lp, stop_reason=out.stop_reason if out.finished and not req.no_output
+                                else None))
                 first.add(i)
-                sent[i] += len(out.new_text)
+                sent[i] += len(text)
                 if out.finished:
                     done += 1
-                    generated += len(out.token_ids)
+                    generated += 0 if req.no_output else len(out.token_ids)
                     cached += out.num_cached_tokens if i % params.n == 0 else 0   # once per prompt
             else:
-                if include_usage:
+                if req.include_usage:
                     yield sse(usage_chunk(prefix + rid, self.model_name, chat, usage(num_prompt_tokens, generated, cached)))
             yield "data: [DONE]\n\n"
 

@@ -1,19 +1,21 @@
-"""The OpenAI request and response shapes the server speaks (/v1/completions, /v1/chat/completions).
+"""The OpenAI request shapes the server reads (/v1/completions, /v1/chat/completions, /tokenize, /detokenize).
 
-parse_request() turns a JSON body into (prompt or messages, SamplingParams, stream options), raising
-RequestError (-> HTTP 400) with a message that names the bad field and `param` set to it. The *_chunk / *_response functions build
-the JSON objects (choices with index for batched prompts and n; logprobs in OpenAI's completions and chat
-formats; vLLM's stop_reason and prompt_logprobs). Chat prompts: the tokenizer's chat template when it has one
+parse_request() turns a JSON body into a ParsedRequest (prompt or messages, SamplingParams, stream options, echo),
+raising RequestError (-> HTTP 400) with a message that names the bad field and `param` set to it; which fields are
+read, accepted without effect or refused is decided in fields.py. The answers' shapes are in responses.py.
+Messages: system, developer (OpenAI's newer name for system), user and assistant (content may be null); tool turns
+are refused (no function calling). Chat prompts: the tokenizer's chat template when it has one
 (the course's default model has a Japanese-only one: see its README); otherwise a fallback template:
 
     <role>: <content>\\n   for each message, then   "assistant: "
 """
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass, replace
 
 from minimal_engine.engine.requests import check_unicode
 from minimal_engine.sampling_params import MAX_LOGPROBS, SEED_RANGE, SamplingParams
+from minimal_engine.serve.fields import FieldError, check_fields
 
 MAX_STOP_TOKEN_IDS = 1024    # longer lists are refused (a 9 MB list would slow every step of the server)
 MAX_STOP_STRINGS = 64
@@ -64,7 +66,9 @@ def _text(text: str, param: str) -> str:
     return text
 
 
-def _content(content, i: int) -> str:
+def _content(content, i: int, role: str) -> str:
+    if content is None and role == "assistant":    # OpenAI: an assistant turn may carry only tool calls
+        return ""
     if isinstance(content, str):
         return _text(content, "messages")
     if not isinstance(content, list):
@@ -86,9 +90,17 @@ def parse_messages(messages) -> list[dict]:
         raise RequestError("'messages' must be a non-empty list of {role, content} objects", "messages")
     out = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
-            raise RequestError(f"messages[{i}] must be {{'role': system|user|assistant, 'content': string}}", "messages")
-        out.append({"role": m["role"], "content": _content(m.get("content"), i)})
+        role = m.get("role") if isinstance(m, dict) else None
+        if role in ("tool", "function"):
+            raise RequestError(f"messages[{i}] has role {role!r}: tool results need function calling, which this "
+                               "server does not implement", "messages")
+        if role not in ("system", "developer", "user", "assistant"):
+            raise RequestError(f"messages[{i}] must be {{'role': system|developer|user|assistant, 'content': "
+                               f"string}}, got role {str(role)[:40]!r}", "messages")
+        if m.get("tool_calls"):
+            raise RequestError(f"messages[{i}].tool_calls: function calling is not implemented", "messages")
+        role = "system" if role == "developer" else role        # as vLLM: developer is the system role
+        out.append({"role": role, "content": _content(m.get("content"), i, role)})
     return out
 
 
@@ -129,7 +141,7 @@ def _stop(body: dict) -> list[str]:
     stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
     if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop) or len(stop) > MAX_STOP_STRINGS:
         raise RequestError(f"'stop' must be a string or a list of at most {MAX_STOP_STRINGS} strings", "stop")
-    return [_text(x, "stop") for x in stop if x]
+    return [_text(x, "stop") for x in stop]       # an empty string is refused by SamplingParams (as vLLM)
 
 
 def _logprobs(body: dict, chat: bool) -> int | None:
@@ -156,11 +168,42 @@ def _stop_token_ids(body: dict) -> list[int]:
     return ids
 
 
-def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | None = None) -> tuple:
-    """-> (prompts: list[str | list[int]] or messages, SamplingParams, stream: bool, include_usage: bool).
-    Every field is checked here, before anything is tokenized or queued."""
+def _logit_bias(body: dict) -> dict[int, float] | None:
+    """OpenAI's logit_bias: {"token id as a string": bias in [-100, 100]}."""
+    bias = body.get("logit_bias")
+    if bias is None:
+        return None
+    try:
+        if not isinstance(bias, dict):
+            raise ValueError
+        out = {int(k): v for k, v in bias.items()}
+    except (ValueError, TypeError):
+        raise RequestError("'logit_bias' must map token ids (as strings) to numbers in [-100, 100]",
+                           "logit_bias") from None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and -100 <= v <= 100 for v in out.values()):
+        raise RequestError("'logit_bias' values must be numbers in [-100, 100]", "logit_bias")
+    return out
+
+
+@dataclass
+class ParsedRequest:
+    prompt: list                # prompts (str or token ids) for completions, or the parsed messages for chat
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    echo: bool = False          # completions: the prompt (and its logprobs) in front of the output, as vLLM
+    no_output: bool = False     # echo with max_tokens=0: the prompt only (the engine still runs one step)
+    show_prompt_logprobs: bool = True   # the client asked for prompt_logprobs (not only echo's logprobs)
+
+
+def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | None = None) -> ParsedRequest:
+    """Every field is checked here, before anything is tokenized or queued."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
+    try:
+        check_fields(body, "chat" if chat else "completions")
+    except FieldError as e:
+        raise RequestError(str(e), e.field) from None
     if body.get("model") is not None and not isinstance(body["model"], str):
         raise RequestError("'model' must be a string (see /v1/models)", "model")
     n = _number(body, "n", 1, 1, MAX_PROMPTS, integer=True)
@@ -176,14 +219,17 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
     if max_prompt_chars is not None and chars > max_prompt_chars:
         raise RequestError(f"the {param} has {chars} characters; at most {max_prompt_chars} can fit in "
                            f"max_model_len={max_model_len} tokens", param)
-    max_tokens = _number(body, name, 16, 1, max_model_len, integer=True)
+    echo = not chat and _flag(body, "echo")
+    max_tokens = _number(body, name, 16, 0 if echo else 1, max_model_len, integer=True)
+    no_output = echo and max_tokens == 0
     seed = body.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
                              or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]):
         raise RequestError(f"'seed' must be an integer in [-2**63, 2**63 - 1], got {str(seed)[:40]}", "seed")
     top_k = _number(body, "top_k", -1, -1, 1 << 31, integer=True)
     kwargs = dict(temperature=_number(body, "temperature", 1.0, 0.0, 2.0), top_p=_number(body, "top_p", 1.0, 1e-9, 1.0),
-                  top_k=-1 if top_k == 0 else top_k, max_tokens=max_tokens, seed=seed,
+                  top_k=-1 if top_k == 0 else top_k, max_tokens=max(max_tokens, 1), seed=seed,
+                  min_p=_number(body, "min_p", 0.0, 0.0, 1.0), logit_bias=_logit_bias(body),
                   stop_token_ids=_stop_token_ids(body), ignore_eos=_flag(body, "ignore_eos"),
                   skip_special_tokens=_flag(body, "skip_special_tokens", True),
                   include_stop_str_in_output=_flag(body, "include_stop_str_in_output"), stop=_stop(body),
@@ -199,77 +245,10 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
     opts = body.get("stream_options")
     if opts is not None and not isinstance(opts, dict):
         raise RequestError("'stream_options' must be an object", "stream_options")
-    return prompt, params, stream, _flag(opts or {}, "include_usage")
-
-
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
-    """OpenAI's usage; prompt_tokens_details.cached_tokens: prompt tokens the prefix cache supplied (as vLLM)."""
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached_tokens}}
-
-
-def completion_logprobs(entries: list[dict], offset: int = 0) -> dict:
-    """OpenAI's completions format: tokens, token_logprobs, top_logprobs ({token text: logprob}), text_offset."""
-    out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-    for entry in entries:
-        tid, lp = next(iter(entry.items()))     # the sampled token comes first (logprobs.token_logprobs)
-        out["tokens"].append(lp.decoded_token)
-        out["token_logprobs"].append(lp.logprob)
-        out["top_logprobs"].append({e.decoded_token: e.logprob for e in entry.values()})
-        out["text_offset"].append(offset)
-        offset += len(lp.decoded_token or "")
-    return out
-
-
-def chat_logprobs(entries: list[dict], k: int) -> dict:
-    """OpenAI's chat format: {"content": [{token, logprob, bytes, top_logprobs: [k x {token, logprob, bytes}]}]}."""
-    def one(lp):
-        t = lp.decoded_token or ""
-        return {"token": t, "logprob": lp.logprob, "bytes": list(t.encode("utf-8", "replace"))}
-    content = []
-    for entry in entries:
-        first = next(iter(entry.values()))
-        top = sorted((e for e in entry.values() if e.rank <= k), key=lambda e: e.rank)[:k]
-        content.append({**one(first), "top_logprobs": [one(e) for e in top]})
-    return {"content": content}
-
-
-def prompt_logprobs_json(entries: list | None) -> list | None:
-    """vLLM's prompt_logprobs: per prompt token None (the first) or {token id: {logprob, rank, decoded_token}}."""
-    if entries is None:
-        return None
-    return [None if e is None else {str(t): {"logprob": lp.logprob, "rank": lp.rank,
-                                             "decoded_token": lp.decoded_token} for t, lp in e.items()}
-            for e in entries]
-
-
-def _choice(chat: bool, index: int, text: str | None, finish_reason, logprobs, stop_reason, stream: bool,
-            role: bool = False, prompt_logprobs=None) -> dict:
-    extra = {} if prompt_logprobs is None else {"prompt_logprobs": prompt_logprobs_json(prompt_logprobs)}
-    if not chat:
-        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason,
-                "stop_reason": stop_reason, **extra}
-    body = {"role": "assistant", "content": text} if role or not stream else {"content": text}
-    return {"index": index, "delta" if stream else "message": body, "logprobs": logprobs,
-            "finish_reason": finish_reason, "stop_reason": stop_reason, **extra}
-
-
-def chunk(rid: str, model: str, chat: bool, text: str | None, finish_reason: str | None, role: bool = False,
-          index: int = 0, logprobs: dict | None = None, stop_reason=None) -> dict:
-    """One streamed event (one token's text, possibly ""); role=True: the first chat chunk also names the role."""
-    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": int(time.time()),
-            "model": model, "choices": [_choice(chat, index, text, finish_reason, logprobs, stop_reason, True, role)]}
-
-
-def usage_chunk(rid: str, model: str, chat: bool, u: dict) -> dict:
-    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": int(time.time()), "model": model, "choices": [], "usage": u}
-
-
-def full_response(rid: str, model: str, chat: bool, choices: list[tuple], u: dict) -> dict:
-    """choices: (text, finish_reason, logprobs, stop_reason, prompt_logprobs) per choice, in index order."""
-    return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": model, "choices": [_choice(chat, i, *c[:4], False, prompt_logprobs=c[4]) for i, c in enumerate(choices)], "usage": u}
+    shown = params.prompt_logprobs is not None
+    if echo and params.logprobs is not None and params.prompt_logprobs is None:
+        params = replace(params, prompt_logprobs=params.logprobs)   # echo's logprobs cover the prompt too
+    return ParsedRequest(prompt, params, stream, _flag(opts or {}, "include_usage"), echo, no_output, shown)
 
 
 def tokenize_request(body, tokenizer, engine, max_len: int, max_chars: int) -> dict:

@@ -1,0 +1,162 @@
+"""Every request field is implemented with vLLM's meaning or refused by name (serve/fields.py); echo and logprobs
+as lm-evaluation-harness reads them; logit_bias and min_p; the message roles OpenAI's clients send; 404s."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import httpx
+import openai
+import pytest
+
+from minimal_engine import LLM, SamplingParams
+from minimal_engine.serve.app import ServerThread, build_app
+from minimal_engine.serve.fields import IMPLEMENTED, NO_EFFECT, REFUSED, VLLM_EXTRAS
+
+
+@pytest.fixture(scope="module")
+def llm(llama_dir):
+    return LLM(llama_dir, dtype="float32", device="cpu", max_num_seqs=16)
+
+
+@pytest.fixture(scope="module")
+def server(llm):
+    with ServerThread(build_app(llm, max_queue=16, served_model_name="tiny")) as s:
+        yield s
+
+
+def post(server, path: str, body: dict) -> httpx.Response:
+    return httpx.post(server.url + path, json=body, timeout=60)
+
+
+def sdk_fields(module) -> set[str]:
+    return set(module.CompletionCreateParamsBase.__annotations__) | {"stream"}
+
+
+def test_every_field_of_the_openai_schemas_is_implemented_accepted_or_refused():
+    from openai.types import completion_create_params as completions
+    from openai.types.chat import completion_create_params as chat
+    for route, module in (("completions", completions), ("chat", chat)):
+        known = IMPLEMENTED[route] | NO_EFFECT | set(REFUSED)
+        assert not sdk_fields(module) - known, f"{route}: fields nobody decided: {sdk_fields(module) - known}"
+    tables = [IMPLEMENTED["completions"] | IMPLEMENTED["chat"] | VLLM_EXTRAS, NO_EFFECT, set(REFUSED)]
+    for i, a in enumerate(tables):
+        for b in tables[i + 1:]:
+            assert not a & b, f"a field in two tables: {a & b}"
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"best_of": 2}, "best_of"), ({"suffix": "。"}, "suffix"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"guided_json": {"type": "object"}}, "guided_json"), ({"use_beam_search": True}, "use_beam_search"),
+])
+def test_a_field_that_is_not_implemented_is_refused_by_name(server, body, field):
+    r = post(server, "/v1/completions", {"prompt": "abc", "max_tokens": 2, **body})
+    assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+
+
+def test_chat_tools_are_refused_by_name_and_defaults_pass(server):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    r = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "tools": [tool]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+    ok = post(server, "/v1/completions", {"prompt": "abc", "max_tokens": 2, "best_of": 1, "suffix": None,
+                                          "user": "someone", "response_format": {"type": "text"}})
+    assert ok.status_code == 200, ok.text
+
+
+def test_an_unknown_field_is_logged_once_and_the_request_runs(server, caplog):
+    with caplog.at_level(logging.WARNING, logger="minimal_engine.serve"):
+        r = post(server, "/v1/completions", {"prompt": "abc", "max_tokens": 2, "frobnicate": 1, "zzz": True})
+    assert r.status_code == 200
+    hits = [rec.getMessage() for rec in caplog.records if "ignored fields" in rec.getMessage()]
+    assert hits == ["ignored fields: frobnicate, zzz"]
+
+
+def offline_prompt_logprobs(llm, ids: list[int]) -> list[float]:
+    out = llm.generate([ids], SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=1), use_tqdm=False)[0]
+    return [next(iter(e.values())).logprob for e in out.prompt_logprobs[1:]]
+
+
+def test_echo_with_max_tokens_0_returns_the_prompt_and_its_logprobs_as_the_engine_computes_them(server, llm):
+    """lm-evaluation-harness's loglikelihood request: echo, logprobs=1, max_tokens=0, token-id and text prompts."""
+    ids = llm.tokenizer.encode("吾輩は猫である。名前はまだ無い。")
+    r = post(server, "/v1/completions", {"model": "tiny", "prompt": [ids, "吾輩は猫である。"], "echo": True,
+                                         "logprobs": 1, "max_tokens": 0, "temperature": 0})
+    assert r.status_code == 200, r.text
+    first, second = r.json()["choices"]
+    assert first["text"] == llm.tokenizer.decode(ids, skip_special_tokens=False)
+    assert second["text"] == "吾輩は猫である。" and first["finish_reason"] == "length"
+    lp = first["logprobs"]
+    assert len(lp["tokens"]) == len(ids) and lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert lp["text_offset"] == sorted(lp["text_offset"]) and lp["text_offset"][0] == 0
+    for got, want in zip(lp["token_logprobs"][1:], offline_prompt_logprobs(llm, ids)):
+        assert math.isclose(got, want, rel_tol=1e-4, abs_tol=1e-4)
+    assert "prompt_logprobs" not in first           # not asked for: echo's logprobs only
+    assert r.json()["usage"]["completion_tokens"] == 0
+
+
+def test_echo_puts_the_prompt_in_front_of_the_output_streamed_or_not(server, llm):
+    body = {"prompt": "吾輩は", "echo": True, "logprobs": 1, "max_tokens": 3, "temperature": 0}
+    whole = post(server, "/v1/completions", body).json()["choices"][0]
+    plain = post(server, "/v1/completions", {**body, "echo": False}).json()["choices"][0]
+    assert whole["text"] == "吾輩は" + plain["text"]
+    n = len(llm.tokenizer.encode("吾輩は"))
+    assert whole["logprobs"]["token_logprobs"][n:] == plain["logprobs"]["token_logprobs"]
+    assert whole["logprobs"]["text_offset"][n] == len("吾輩は")
+    with httpx.stream("POST", server.url + "/v1/completions", json={**body, "stream": True}, timeout=60) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert "".join(e["choices"][0]["text"] for e in events) == whole["text"]
+
+
+def test_max_tokens_0_without_echo_is_refused(server):
+    r = post(server, "/v1/completions", {"prompt": "abc", "max_tokens": 0})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+
+
+def test_logit_bias_and_min_p_have_vllm_meanings(server, llm):
+    base = {"prompt": "吾輩は", "max_tokens": 4, "temperature": 0}
+    forced = post(server, "/v1/completions", {**base, "logit_bias": {"7": 100}}).json()["choices"][0]
+    assert llm.tokenizer.encode(forced["text"]) == [7] * 4 or forced["text"] == llm.tokenizer.decode([7] * 4)
+    offline = llm.generate(["吾輩は"], SamplingParams(temperature=0, max_tokens=4, logit_bias={7: 100}),
+                           use_tqdm=False)[0]
+    assert offline.token_ids == [7, 7, 7, 7]
+    greedy = llm.generate(["吾輩は"], SamplingParams(temperature=0, max_tokens=6), use_tqdm=False)[0]
+    only_top = llm.generate(["吾輩は"], SamplingParams(temperature=1.0, min_p=1.0, max_tokens=6, seed=3),
+                            use_tqdm=False)[0]
+    assert only_top.token_ids == greedy.token_ids    # min_p=1 keeps only the most likely token
+    for bad in ({"logit_bias": {"x": 1}}, {"logit_bias": {"7": 101}}, {"min_p": 2}):
+        r = post(server, "/v1/completions", {**base, **bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] in bad, r.text
+
+
+def test_developer_role_null_assistant_content_and_tool_turns(server):
+    def chat(messages):
+        return post(server, "/v1/chat/completions", {"messages": messages, "max_tokens": 4, "temperature": 0})
+    system = chat([{"role": "system", "content": "短く"}, {"role": "user", "content": "猫"}])
+    developer = chat([{"role": "developer", "content": "短く"}, {"role": "user", "content": "猫"}])
+    assert developer.status_code == 200
+    assert developer.json()["choices"][0]["message"] == system.json()["choices"][0]["message"]
+    assert chat([{"role": "user", "content": "猫"}, {"role": "assistant", "content": None},
+                 {"role": "user", "content": "犬"}]).status_code == 200
+    tool = chat([{"role": "user", "content": "猫"}, {"role": "tool", "content": "1", "tool_call_id": "x"}])
+    assert tool.status_code == 400 and "function calling" in tool.json()["error"]["message"]
+
+
+def test_unknown_models_are_404_and_models_retrieve_works(server):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    assert client.models.retrieve("tiny").id == "tiny"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4")
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="gpt-4", prompt="abc", max_tokens=2)
+
+
+def test_vllm_prompt_dicts_work_offline(llm):
+    ids = llm.tokenizer.encode("吾輩は")
+    sp = SamplingParams(temperature=0, max_tokens=4)
+    plain, tokens, text = llm.generate([ids, {"prompt_token_ids": ids}, {"prompt": "吾輩は"}], sp, use_tqdm=False)
+    assert plain.token_ids == tokens.token_ids == text.token_ids
+    assert llm.generate({"prompt_token_ids": ids}, sp, use_tqdm=False)[0].token_ids == plain.token_ids
+    with pytest.raises(TypeError, match="prompt_token_ids"):
+        llm.generate([{"tokens": ids}], sp, use_tqdm=False)
