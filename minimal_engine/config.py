@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minimal_engine.calculators.flops import attention_weight_count, mlp_weight_count
 from minimal_engine.calculators.kv import kv_bytes_per_token_gqa
 
 # 講座が同梱する小さな日本語モデル（model を指定しないときに使う）
@@ -155,6 +156,15 @@ class ModelConfig:
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """K and V for every layer: 2 x layers x kv_heads x head_dim x bytes (``calculators.kv``'s formula)."""
         return kv_bytes_per_token_gqa(self.num_layers, self.num_kv_heads, self.head_dim, dtype_bytes)
+
+
+def weight_counts(cfg: ModelConfig) -> dict:
+    """Parameter counts: linear weights of the layers, norms, embedding table and lm_head (``calculators.flops``'s
+    formulas; ``bench.roofline.step_cost`` and ``model.synthetic`` use them)."""
+    attn = attention_weight_count(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    mlp = mlp_weight_count(cfg.hidden_size, cfg.intermediate_size)
+    return {"layers": cfg.num_layers * (attn + mlp), "norms": (2 * cfg.num_layers + 1) * cfg.hidden_size,
+            "embedding": cfg.vocab_size * cfg.hidden_size, "lm_head": cfg.vocab_size * cfg.hidden_size}
 
 
 @dataclass

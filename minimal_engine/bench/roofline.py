@@ -22,9 +22,9 @@ import time
 
 import torch
 
-from minimal_engine.calculators.flops import attention_flops_per_token, attention_weight_count, mlp_weight_count
+from minimal_engine.calculators.flops import attention_flops_per_token
 from minimal_engine.calculators.roofline import gpu_bandwidth, gpu_peak_flops, ridge_intensity, roof_flops
-from minimal_engine.config import ModelConfig
+from minimal_engine.config import ModelConfig, weight_counts  # noqa: F401  (weight_counts: importable from here)
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -75,14 +75,6 @@ def measure_machine(device="cpu", quick: bool = False) -> dict:
            "bw_matvec": measure_matvec_bandwidth(2048 if quick else 4096, device=device)}
     res["bandwidth"] = max(res["bw_copy"], res["bw_sum"], res["bw_matvec"])
     return res
-
-
-def weight_counts(cfg: ModelConfig) -> dict:
-    """Parameter counts: linear weights of the layers, norms, embedding table and lm_head."""
-    attn = attention_weight_count(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
-    mlp = mlp_weight_count(cfg.hidden_size, cfg.intermediate_size)
-    return {"layers": cfg.num_layers * (attn + mlp), "norms": (2 * cfg.num_layers + 1) * cfg.hidden_size,
-            "embedding": cfg.vocab_size * cfg.hidden_size, "lm_head": cfg.vocab_size * cfg.hidden_size}
 
 
 def step_cost(cfg: ModelConfig, dtype_bytes: int, decode_contexts=(), prefill_lens=(), machine: dict | None = None,
