@@ -167,6 +167,24 @@ def weight_counts(cfg: ModelConfig) -> dict:
             "embedding": cfg.vocab_size * cfg.hidden_size, "lm_head": cfg.vocab_size * cfg.hidden_size}
 
 
+# The option vocabulary: what LLM(quantization=..., kv_cache_dtype=...) accepts (features/quantization.py and
+# engine/kv_cache.py implement them).
+QUANTIZATION_METHODS = (None, "int8")
+KV_CACHE_DTYPES = ("auto", "fp8", "int8")
+
+
+def check_quantization(value) -> None:
+    if value not in QUANTIZATION_METHODS:
+        raise ValueError(f"quantization must be None (no quantization) or 'int8' (weight-only INT8, per output "
+                         f"channel), got {value!r}")
+
+
+def check_kv_cache_dtype(value) -> None:
+    if value not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be 'auto' (the model dtype), 'fp8' (float8 e4m3 with a scale per "
+                         f"KV head) or 'int8' (int8 with a scale per KV head), got {value!r}")
+
+
 @dataclass
 class EngineConfig:
     """How the engine runs: KV pool size, batch limits, context length."""
@@ -198,7 +216,5 @@ class EngineConfig:
             raise ValueError(f"enable_prefix_caching must be True or False, got {self.enable_prefix_caching!r}")
         if self.batching not in ("continuous", "static"):
             raise ValueError(f"batching must be 'continuous' or 'static', got {self.batching!r}")
-        from minimal_engine.engine.kv_cache import check_kv_cache_dtype
-        from minimal_engine.features.quantization import check_quantization
         check_quantization(self.quantization)
         check_kv_cache_dtype(self.kv_cache_dtype)

@@ -27,6 +27,7 @@ from minimal_engine.engine.requests import CheckedPrompt
 from minimal_engine.engine.kv_cache import kv_bytes_per_value
 from minimal_engine.model.loader import load_model, resolve_dtype, resolve_model_path
 from minimal_engine.features.quantization import quantize_model
+from minimal_engine.features.structured_output import GrammarBackend
 from minimal_engine.sampling_params import SamplingParams
 from minimal_engine.model.tokenizer import Tokenizer
 
@@ -120,8 +121,9 @@ class LLM:
             from minimal_engine.features.spec_decode.proposers import TargetInfo
             target = TargetInfo(model_config, tokenizer, config, num_blocks, self.dtype, self.device)
             speculator = SpecDecoder(speculative_config, target)
+        grammars = GrammarBackend(tokenizer, model_config.vocab_size)   # structured outputs (lazy: only if used)
         self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype, self.device, seed,
-                                speculator=speculator)
+                                speculator=speculator, grammars=grammars)
         self._lock = threading.RLock()            # generate/stream may be called from several threads
         self._inbox: dict[str, deque] = {}        # request id -> its outputs not yet taken by its caller
 

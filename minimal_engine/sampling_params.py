@@ -21,6 +21,32 @@ def _is_real(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+@dataclass(frozen=True)
+class StructuredOutputsParams:
+    """vLLM's structured outputs: exactly one constraint on the generated text (features/structured_output.py)."""
+
+    json: dict | str | None = None    # a JSON schema (dict or its JSON text)
+    regex: str | None = None          # a regular expression the whole output matches
+    choice: list[str] | None = None   # the output is one of these strings
+    grammar: str | None = None        # a Lark or GBNF grammar
+    json_object: bool = False         # any JSON object (OpenAI's response_format {"type": "json_object"})
+
+    def __post_init__(self):
+        given = [n for n in ("json", "regex", "choice", "grammar") if getattr(self, n) is not None]
+        given += ["json_object"] if self.json_object else []
+        if len(given) != 1:
+            raise ValueError(f"structured_outputs must set exactly one of json, regex, choice, grammar, json_object; "
+                             f"got {given or 'none'}")
+        if self.choice is not None and (not isinstance(self.choice, list) or not self.choice
+                                        or not all(isinstance(c, str) for c in self.choice)):
+            raise ValueError("structured_outputs: choice must be a non-empty list of strings")
+        for name in ("regex", "grammar"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ValueError(f"structured_outputs: {name} must be a string")
+        if self.json is not None and not isinstance(self.json, (dict, str)):
+            raise ValueError("structured_outputs: json must be a JSON schema (an object or its JSON text)")
+
+
 @dataclass
 class SamplingParams:
     temperature: float = 1.0          # 0 (or below SAMPLING_EPS) = greedy (argmax)
@@ -42,6 +68,7 @@ class SamplingParams:
     n: int = 1                        # completions of the prompt (LLM.generate; they share its cached blocks)
     min_p: float = 0.0                # [0, 1]: drop tokens less likely than min_p x the most likely one
     logit_bias: dict[int, float] | None = None   # token id -> added to its logit before anything else, [-100, 100]
+    structured_outputs: StructuredOutputsParams | None = None   # constrain the output (JSON schema, regex, ...)
 
     def __post_init__(self):
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
@@ -81,6 +108,8 @@ class SamplingParams:
             raise ValueError(f"repetition_penalty must be greater than zero, got {self.repetition_penalty!r}")
         if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(f"min_tokens must be an integer in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
+            raise ValueError("structured_outputs must be a StructuredOutputsParams")
         if not _is_real(self.min_p) or not 0 <= self.min_p <= 1:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p!r}")
         bias = self.logit_bias
@@ -102,7 +131,8 @@ class SamplingParams:
     @property
     def adjusts_logits(self) -> bool:
         """Does anything change this request's logits before the draw (also for greedy rows)?"""
-        return self.penalized or bool(self.min_tokens) or self.logit_bias is not None
+        return (self.penalized or bool(self.min_tokens) or self.logit_bias is not None
+                or self.structured_outputs is not None)
 
     @property
     def greedy(self) -> bool:

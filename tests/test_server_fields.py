@@ -47,9 +47,10 @@ def test_every_field_of_the_openai_schemas_is_implemented_accepted_or_refused():
 
 
 @pytest.mark.parametrize("body, field", [
-    ({"best_of": 2}, "best_of"), ({"suffix": "。"}, "suffix"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"guided_json": {"type": "object"}}, "guided_json"), ({"use_beam_search": True}, "use_beam_search"),
+    ({"best_of": 2}, "best_of"), ({"suffix": "。"}, "suffix"), ({"use_beam_search": True}, "use_beam_search"),
+    ({"response_format": {"type": "xml"}}, "response_format"),
+    ({"guided_regex": "[0-9]", "guided_choice": ["a"]}, "guided_regex"),
+    ({"structured_outputs": {"regex": "[0-9", "choice": None}}, "structured_outputs"),
 ])
 def test_a_field_that_is_not_implemented_is_refused_by_name(server, body, field):
     r = post(server, "/v1/completions", {"prompt": "abc", "max_tokens": 2, **body})

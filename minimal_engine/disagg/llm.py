@@ -193,8 +193,10 @@ class DisaggregatedLLM:
                     arrival_time: float | None = None) -> str:
         checked = prompt if isinstance(prompt, CheckedPrompt) else self.engine.check(prompt, params)
         ids, params = checked.token_ids, checked.params
-        if params.n != 1 or params.logprobs is not None or params.prompt_logprobs is not None:
-            raise ValueError("DisaggregatedLLM supports n=1 without logprobs/prompt_logprobs; use LLM for those")
+        if (params.n != 1 or params.logprobs is not None or params.prompt_logprobs is not None
+                or params.structured_outputs is not None):
+            raise ValueError("DisaggregatedLLM supports n=1 without logprobs, prompt_logprobs or structured_outputs; "
+                             "use LLM for those")
         rid = f"d{next(self._ids)}" if request_id is None else request_id
         if rid in self._inflight or rid in self.engine.seqs:
             raise ValueError(f"request id {rid!r} is already in use")

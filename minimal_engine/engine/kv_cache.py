@@ -20,19 +20,13 @@ from __future__ import annotations
 
 import torch
 
+from minimal_engine.config import KV_CACHE_DTYPES, check_kv_cache_dtype  # noqa: F401 (the vocabulary: config.py)
 from minimal_engine.model.attention import ForwardBatch, PrefillChunk
 
-KV_CACHE_DTYPES = ("auto", "fp8", "int8")
 QMAX = {"fp8": 448.0, "int8": 127.0}
 KV_HEADROOM = 1.5          # scale covers 1.5 x the calibration's largest |value|
 CALIBRATION_TOKENS = 256
 CALIBRATION_SEED = 1234
-
-
-def check_kv_cache_dtype(value) -> None:
-    if value not in KV_CACHE_DTYPES:
-        raise ValueError(f"kv_cache_dtype must be 'auto' (the model dtype), 'fp8' (float8 e4m3 with a scale per "
-                         f"KV head) or 'int8' (int8 with a scale per KV head), got {value!r}")
 
 
 def kv_bytes_per_value(kv_cache_dtype: str, model_dtype: torch.dtype) -> int:

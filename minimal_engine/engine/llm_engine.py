@@ -60,9 +60,11 @@ class RequestOutput:
 
 class LLMEngine:
     def __init__(self, model, model_config: ModelConfig, tokenizer: Tokenizer, config: EngineConfig,
-                 num_blocks: int, dtype: torch.dtype, device: torch.device, seed: int = 0, speculator=None):
+                 num_blocks: int, dtype: torch.dtype, device: torch.device, seed: int = 0, speculator=None,
+                 grammars=None):
         """speculator: None, or an object with validate(params), propose(running) and verify(logits, samplers)
-        (features/spec_decode/decoder.py: SpecDecoder)."""
+        (features/spec_decode/decoder.py: SpecDecoder). grammars: None, or an object whose matcher(constraint)
+        compiles SamplingParams.structured_outputs (features/structured_output.py: GrammarBackend)."""
         self.model_config, self.tokenizer, self.config = model_config, tokenizer, config
         self.device = device
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
@@ -75,6 +77,7 @@ class LLMEngine:
         self.generator = torch.Generator(device=device).manual_seed(seed)  # for unseeded sampled requests
         self._ids = itertools.count()
         self.speculator = speculator          # LLM(speculative_config=...) (chapter 8)
+        self.grammars = grammars              # structured outputs
         self.finish_listeners: list = []      # add_finish_listener: called before a finished request's blocks go
 
     def add_finish_listener(self, listener) -> None:
@@ -99,7 +102,12 @@ class LLMEngine:
         params = SamplingParams() if params is None else params
         text, token_ids = tokenize_prompt(prompt, self.tokenizer)
         self.validate_request(token_ids, params)
-        return CheckedPrompt(text, token_ids, params)
+        grammar = None
+        if params.structured_outputs is not None:
+            if self.grammars is None:
+                raise ValueError("structured_outputs needs a grammar backend (LLM gives the engine one)")
+            grammar = self.grammars.matcher(params.structured_outputs)
+        return CheckedPrompt(text, token_ids, params, grammar)
 
     def validate_request(self, token_ids: list[int], params: SamplingParams) -> None:
         check_request(token_ids, params, self.model_config.vocab_size, self.config, self.block_manager.num_blocks)
@@ -117,6 +125,7 @@ class LLMEngine:
             raise ValueError(f"request id {request_id!r} is already in use")
         seq = Sequence(request_id, text, token_ids, params, arrival_time)
         seq.detokenizer = IncrementalDetokenizer(self.tokenizer, token_ids, params.skip_special_tokens)
+        seq.grammar = req.grammar.copy() if req.grammar is not None else None
         if params.min_tokens:
             seq.min_tokens_ids = params.stop_set | (frozenset() if params.ignore_eos else frozenset(self.eos_ids))
         seq.generator = (torch.Generator(device=self.device).manual_seed(params.seed)
@@ -153,8 +162,14 @@ class LLMEngine:
         for seq, tokens in sampled.items():
             if isinstance(tokens, Exception):   # this request's sampling failed: it alone fails
                 outputs.append(self._fail(seq, f"sampling failed: {type(tokens).__name__}: {tokens}", now))
-            else:
-                outputs.append(self.accept_tokens(seq, tokens, now))
+                continue
+            try:
+                for t in tokens if seq.grammar is not None else ():
+                    seq.grammar.accept(t)       # structured outputs: the matcher takes the sampled token
+            except ValueError as e:
+                outputs.append(self._fail(seq, str(e), now))
+                continue
+            outputs.append(self.accept_tokens(seq, tokens, now))
         return outputs
 
     def accept_tokens(self, seq: Sequence, tokens: list[int], now: float) -> RequestOutput:

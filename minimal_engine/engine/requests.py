@@ -16,6 +16,7 @@ class CheckedPrompt:
     text: str | None             # the prompt's text (None when it was given as token ids)
     token_ids: list[int]
     params: SamplingParams
+    grammar: object = None       # structured outputs: the compiled constraint (each request gets a copy)
 
 
 def check_unicode(text: str, what: str) -> None:

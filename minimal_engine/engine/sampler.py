@@ -7,7 +7,7 @@ Each row is sampled on its own: when one row fails (e.g. its logits are not fini
 the exception instead of a token and the engine fails that request alone; the other rows are unaffected.
 
 With the sequences (`seqs`), as vLLM's sampler and in its order: logprobs of the raw logits are kept
-(logprobs.py); logit_bias is added and min_tokens masks EOS and stop tokens; repetition, frequency and presence
+(logprobs.py); a structured-output grammar masks the tokens it forbids; logit_bias is added and min_tokens masks EOS and stop tokens; repetition, frequency and presence
 penalties change the logits (greedy rows too); then temperature, min-p, top-k, top-p and the draw.
 """
 from __future__ import annotations
@@ -34,8 +34,11 @@ def apply_penalties(row: torch.Tensor, seq, p: SamplingParams) -> torch.Tensor:
 
 
 def adjust(row: torch.Tensor, seq) -> torch.Tensor:
-    """logit_bias, the min_tokens mask and the penalties of one sequence (a copy when anything changes)."""
+    """The grammar's mask, logit_bias, the min_tokens mask and the penalties of one sequence (a copy when anything
+    changes). The grammar (structured outputs) comes first, as vLLM applies its bitmask to the raw logits."""
     p = seq.params
+    if seq.grammar is not None:
+        row = seq.grammar.mask(row)
     if p.logit_bias:
         vocab = row.shape[-1]
         ids = [t for t in p.logit_bias if t < vocab]

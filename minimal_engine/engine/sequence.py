@@ -88,6 +88,7 @@ class Sequence:
                                       num_prompt_tokens=len(prompt_token_ids))
         self.detokenizer = None                # set by the engine (incremental text)
         self.generator = None                  # torch.Generator when params.seed is set
+        self.grammar = None                    # structured outputs: this request's grammar matcher (set by the engine)
         self.min_tokens_ids = frozenset()      # set by the engine: EOS + stop tokens, masked before min_tokens
         self.logprobs = [] if params.logprobs is not None else None   # one dict per output token (sampler)
         self.prompt_logprobs = [None] if params.prompt_logprobs is not None else None   # first token: None

@@ -23,16 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from minimal_engine.config import QUANTIZATION_METHODS, check_quantization  # noqa: F401 (the vocabulary: config.py)
 from minimal_engine.model.cpu_linears import fast_paths_allowed, probe_int8pack
 
-QUANTIZATION_METHODS = (None, "int8")
 INT8PACK_MAX_ROWS = 16     # rows (tokens) of a step up to which the CPU int8 kernel is used
-
-
-def check_quantization(value) -> None:
-    if value not in QUANTIZATION_METHODS:
-        raise ValueError(f"quantization must be None (no quantization) or 'int8' (weight-only INT8, per output "
-                         f"channel), got {value!r}")
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -36,7 +36,8 @@ from minimal_engine.serve.completions import Completions, no_constants
 from minimal_engine.serve.engine_loop import EngineLoop
 from minimal_engine.serve.limits import HostCheck, ServeLimits, check_json, error_response, header_timeout_protocol, read_body
 from minimal_engine.serve.prometheus import ServerMetrics
-from minimal_engine.serve.protocol import RequestError, detokenize_request, server_error, tokenize_request
+from minimal_engine.serve.errors import RequestError, server_error
+from minimal_engine.serve.tokens import detokenize_request, tokenize_request
 
 log = logging.getLogger("minimal_engine.serve.app")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -18,7 +19,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from minimal_engine.serve.limits import ServeLimits, check_json, error_response, read_body, wait_for_disconnect
-from minimal_engine.serve.protocol import RequestError, chat_prompt, parse_request, server_error
+from minimal_engine.serve.errors import RequestError, server_error
+from minimal_engine.serve.messages import chat_prompt
+from minimal_engine.serve.protocol import parse_request
 from minimal_engine.serve.responses import (chat_logprobs, chunk, completion_logprobs, full_response, usage,
                                             usage_chunk)
 
@@ -52,6 +55,8 @@ def _param_of(message: str, chat: bool) -> str:
     """Which field an engine validation message is about."""
     if message.startswith("stop_token_ids"):
         return "stop_token_ids"
+    if message.startswith("structured_outputs"):
+        return "structured_outputs"
     if "KV pool" in message:
         return "max_tokens"
     return "messages" if chat else "prompt"
@@ -105,7 +110,8 @@ class Completions:
         except (ValueError, TypeError) as e:
             if isinstance(e, RequestError):
                 raise
-            raise RequestError(str(e), _param_of(str(e).split(": ", 1)[-1], chat)) from None
+            message = str(e)
+            raise RequestError(message, _param_of(re.sub(r"^prompt \d+: ", "", message), chat)) from None
         one = replace(params, n=1)             # n completions: n requests, seeds seed, seed+1, ... (as LLM.generate)
         jobs = [replace(c, params=one if params.n == 1 else
                         replace(one, seed=None if params.seed is None else params.seed + j))

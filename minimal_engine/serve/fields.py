@@ -15,13 +15,14 @@ import logging
 log = logging.getLogger("minimal_engine.serve")
 
 COMMON = {"model", "stream", "stream_options", "n", "max_tokens", "temperature", "top_p", "seed", "stop", "logprobs",
-          "presence_penalty", "frequency_penalty", "logit_bias"}
+          "presence_penalty", "frequency_penalty", "logit_bias", "response_format"}
 IMPLEMENTED = {
     "completions": COMMON | {"prompt", "echo"},
     "chat": COMMON | {"messages", "max_completion_tokens", "top_logprobs"},
 }
 VLLM_EXTRAS = {"top_k", "min_p", "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens",
-               "skip_special_tokens", "include_stop_str_in_output", "prompt_logprobs"}
+               "skip_special_tokens", "include_stop_str_in_output", "prompt_logprobs",
+               "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"}
 NO_EFFECT = {"user", "metadata", "store", "service_tier", "prompt_cache_key", "prompt_cache_options",
              "prompt_cache_retention", "safety_identifier", "request_id", "priority"}
 
@@ -30,19 +31,14 @@ def _unset(v) -> bool:
     return v is None or v is False or v == [] or v == {} or v == ""
 
 
-STRUCTURED = "structured outputs (JSON schemas, regular expressions, choices) are not implemented by this server"
 REFUSED = {     # field -> (is the value the harmless default?, what to say)
     "best_of": (lambda v: v is None or v == 1, "best_of > 1 is not supported (vLLM V1 dropped it too): use n"),
     "suffix": (_unset, "suffix (insertion) is not supported: send the whole prompt"),
-    "response_format": (lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
-                        f"response_format other than {{'type': 'text'}}: {STRUCTURED}"),
     "tools": (_unset, "tools / function calling is not implemented by this server"),
     "tool_choice": (lambda v: v is None or v == "none", "tool_choice is not supported: tools are not implemented"),
     "functions": (_unset, "functions (function calling) is not implemented by this server"),
     "function_call": (lambda v: v is None or v == "none", "function_call is not supported: no function calling"),
     "parallel_tool_calls": (lambda v: v is None or isinstance(v, bool), "parallel_tool_calls must be true or false"),
-    "guided_json": (_unset, STRUCTURED), "guided_regex": (_unset, STRUCTURED), "guided_choice": (_unset, STRUCTURED),
-    "guided_grammar": (_unset, STRUCTURED), "structured_outputs": (_unset, STRUCTURED),
     "audio": (_unset, "audio output is not supported: this is a text model"),
     "modalities": (lambda v: v is None or v == ["text"], "only the 'text' modality is supported"),
     "prediction": (_unset, "predicted outputs are not supported"),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from fastapi.responses import JSONResponse
 
-from minimal_engine.serve.protocol import RequestError
+from minimal_engine.serve.errors import RequestError
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 

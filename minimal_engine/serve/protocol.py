@@ -1,41 +1,22 @@
-"""The OpenAI request shapes the server reads (/v1/completions, /v1/chat/completions, /tokenize, /detokenize).
+"""The OpenAI request shapes the server reads (/v1/completions, /v1/chat/completions).
 
 parse_request() turns a JSON body into a ParsedRequest (prompt or messages, SamplingParams, stream options, echo),
-raising RequestError (-> HTTP 400) with a message that names the bad field and `param` set to it; which fields are
-read, accepted without effect or refused is decided in fields.py. The answers' shapes are in responses.py.
-Messages: system, developer (OpenAI's newer name for system), user and assistant (content may be null); tool turns
-are refused (no function calling). Chat prompts: the tokenizer's chat template when it has one
-(the course's default model has a Japanese-only one: see its README); otherwise a fallback template:
-
-    <role>: <content>\\n   for each message, then   "assistant: "
+raising RequestError (-> HTTP 400) with a message that names the bad field and `param` set to it. Which fields are
+read, accepted without effect or refused: fields.py. Messages: messages.py. The answers' shapes: responses.py.
+Output constraints (response_format, vLLM's structured_outputs and guided_*) become StructuredOutputsParams.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from minimal_engine.engine.requests import check_unicode
-from minimal_engine.sampling_params import MAX_LOGPROBS, SEED_RANGE, SamplingParams
+from minimal_engine.sampling_params import MAX_LOGPROBS, SEED_RANGE, SamplingParams, StructuredOutputsParams
+from minimal_engine.serve.errors import RequestError, check_text, flag
 from minimal_engine.serve.fields import FieldError, check_fields
+from minimal_engine.serve.messages import parse_messages
 
 MAX_STOP_TOKEN_IDS = 1024    # longer lists are refused (a 9 MB list would slow every step of the server)
 MAX_STOP_STRINGS = 64
 MAX_PROMPTS = 64             # batched prompts x n in one request
-
-
-class RequestError(ValueError):
-    """An error the client gets as OpenAI-style JSON: {"error": {message, type, param, code}}."""
-
-    def __init__(self, message: str, param: str | None = None, code: str = "invalid_request", status: int = 400,
-                 type_: str = "invalid_request_error"):
-        super().__init__(message)
-        self.param, self.code, self.status, self.type = param, code, status, type_
-
-    def body(self) -> dict:
-        return {"error": {"message": str(self), "type": self.type, "param": self.param, "code": self.code}}
-
-
-def server_error(message: str, status: int = 500) -> RequestError:
-    return RequestError(message, None, "server_error" if status == 500 else "unavailable", status, "server_error")
 
 
 def _number(body: dict, name: str, default, low: float, high: float, integer: bool = False):
@@ -47,72 +28,6 @@ def _number(body: dict, name: str, default, low: float, high: float, integer: bo
         kind = "an integer" if integer else "a number"
         raise RequestError(f"'{name}' must be {kind} in [{low}, {high}], got {str(v)[:40]}", name)
     return v
-
-
-def _flag(body: dict, name: str, default: bool = False) -> bool:
-    v = body.get(name)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise RequestError(f"'{name}' must be true or false, got {str(v)[:40]!r}", name)
-    return v
-
-
-def _text(text: str, param: str) -> str:
-    try:
-        check_unicode(text, param)
-    except ValueError as e:
-        raise RequestError(str(e), param) from None
-    return text
-
-
-def _content(content, i: int, role: str) -> str:
-    if content is None and role == "assistant":    # OpenAI: an assistant turn may carry only tool calls
-        return ""
-    if isinstance(content, str):
-        return _text(content, "messages")
-    if not isinstance(content, list):
-        raise RequestError(f"messages[{i}].content must be a string or a list of text parts", "messages")
-    texts = []
-    for j, part in enumerate(content):            # [{"type": "text", "text": ...}, ...]
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind != "text":
-            raise RequestError(f"messages[{i}].content[{j}] has type {str(kind)[:40]!r}: this engine reads only "
-                               "text parts ({'type': 'text', 'text': string})", "messages")
-        if not isinstance(part.get("text"), str):
-            raise RequestError(f"messages[{i}].content[{j}].text must be a string", "messages")
-        texts.append(_text(part["text"], "messages"))
-    return "".join(texts)
-
-
-def parse_messages(messages) -> list[dict]:
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty list of {role, content} objects", "messages")
-    out = []
-    for i, m in enumerate(messages):
-        role = m.get("role") if isinstance(m, dict) else None
-        if role in ("tool", "function"):
-            raise RequestError(f"messages[{i}] has role {role!r}: tool results need function calling, which this "
-                               "server does not implement", "messages")
-        if role not in ("system", "developer", "user", "assistant"):
-            raise RequestError(f"messages[{i}] must be {{'role': system|developer|user|assistant, 'content': "
-                               f"string}}, got role {str(role)[:40]!r}", "messages")
-        if m.get("tool_calls"):
-            raise RequestError(f"messages[{i}].tool_calls: function calling is not implemented", "messages")
-        role = "system" if role == "developer" else role        # as vLLM: developer is the system role
-        out.append({"role": role, "content": _content(m.get("content"), i, role)})
-    return out
-
-
-def chat_prompt(tokenizer, messages: list[dict]) -> list[int]:
-    if tokenizer.has_chat_template:
-        try:
-            return tokenizer.apply_chat_template(messages)
-        except Exception as e:                   # jinja2.TemplateError raised by the template itself, ...
-            raise RequestError(f"the model's chat template refused these messages: {type(e).__name__}: {e}",
-                               "messages") from None
-    text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
-    return tokenizer.encode(text)
 
 
 def _ids(x) -> bool:
@@ -132,7 +47,7 @@ def _prompts(body: dict) -> list:
         if p == "":
             raise RequestError("'prompt' is empty: give at least one character", "prompt")
         if isinstance(p, str):
-            _text(p, "prompt")
+            check_text(p, "prompt")
     return batch
 
 
@@ -141,7 +56,7 @@ def _stop(body: dict) -> list[str]:
     stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
     if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop) or len(stop) > MAX_STOP_STRINGS:
         raise RequestError(f"'stop' must be a string or a list of at most {MAX_STOP_STRINGS} strings", "stop")
-    return [_text(x, "stop") for x in stop]       # an empty string is refused by SamplingParams (as vLLM)
+    return [check_text(x, "stop") for x in stop]       # an empty string is refused by SamplingParams (as vLLM)
 
 
 def _logprobs(body: dict, chat: bool) -> int | None:
@@ -149,7 +64,7 @@ def _logprobs(body: dict, chat: bool) -> int | None:
     if not chat:
         return _number(body, "logprobs", None, 0, MAX_LOGPROBS, integer=True)
     top = _number(body, "top_logprobs", None, 0, MAX_LOGPROBS, integer=True)
-    if not _flag(body, "logprobs"):
+    if not flag(body, "logprobs"):
         if top is not None:
             raise RequestError("'top_logprobs' needs 'logprobs': true", "top_logprobs")
         return None
@@ -183,6 +98,42 @@ def _logit_bias(body: dict) -> dict[int, float] | None:
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and -100 <= v <= 100 for v in out.values()):
         raise RequestError("'logit_bias' values must be numbers in [-100, 100]", "logit_bias")
     return out
+
+
+def _structured(body: dict) -> StructuredOutputsParams | None:
+    """response_format (OpenAI), structured_outputs (vLLM) or vLLM's older guided_* fields: at most one constraint."""
+    given = {}
+    fmt = body.get("response_format")
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind == "json_object":
+            given["response_format"] = {"json_object": True}
+        elif kind == "json_schema":
+            spec = fmt.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+                raise RequestError("response_format json_schema needs {'json_schema': {'name': ..., 'schema': "
+                                   "{...}}}", "response_format")
+            given["response_format"] = {"json": spec.get("schema", {})}
+        elif kind != "text":
+            raise RequestError("'response_format' type must be 'text', 'json_object' or 'json_schema', got "
+                               f"{str(kind)[:40]!r}", "response_format")
+    so = body.get("structured_outputs")
+    if so is not None:
+        if not isinstance(so, dict):
+            raise RequestError("'structured_outputs' must be an object such as {'json': schema}", "structured_outputs")
+        given["structured_outputs"] = so
+    for name in ("json", "regex", "choice", "grammar"):
+        if body.get(f"guided_{name}") is not None:
+            given[f"guided_{name}"] = {name: body[f"guided_{name}"]}
+    if len(given) > 1:
+        raise RequestError(f"give one output constraint, got {sorted(given)}", sorted(given)[1])
+    if not given:
+        return None
+    field, spec = next(iter(given.items()))
+    try:
+        return StructuredOutputsParams(**spec)
+    except (TypeError, ValueError) as e:
+        raise RequestError(f"'{field}': {e}", field) from None
 
 
 @dataclass
@@ -219,7 +170,7 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
     if max_prompt_chars is not None and chars > max_prompt_chars:
         raise RequestError(f"the {param} has {chars} characters; at most {max_prompt_chars} can fit in "
                            f"max_model_len={max_model_len} tokens", param)
-    echo = not chat and _flag(body, "echo")
+    echo = not chat and flag(body, "echo")
     max_tokens = _number(body, name, 16, 0 if echo else 1, max_model_len, integer=True)
     no_output = echo and max_tokens == 0
     seed = body.get("seed")
@@ -230,9 +181,10 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
     kwargs = dict(temperature=_number(body, "temperature", 1.0, 0.0, 2.0), top_p=_number(body, "top_p", 1.0, 1e-9, 1.0),
                   top_k=-1 if top_k == 0 else top_k, max_tokens=max(max_tokens, 1), seed=seed,
                   min_p=_number(body, "min_p", 0.0, 0.0, 1.0), logit_bias=_logit_bias(body),
-                  stop_token_ids=_stop_token_ids(body), ignore_eos=_flag(body, "ignore_eos"),
-                  skip_special_tokens=_flag(body, "skip_special_tokens", True),
-                  include_stop_str_in_output=_flag(body, "include_stop_str_in_output"), stop=_stop(body),
+                  structured_outputs=_structured(body),
+                  stop_token_ids=_stop_token_ids(body), ignore_eos=flag(body, "ignore_eos"),
+                  skip_special_tokens=flag(body, "skip_special_tokens", True),
+                  include_stop_str_in_output=flag(body, "include_stop_str_in_output"), stop=_stop(body),
                   logprobs=_logprobs(body, chat), n=n,
                   prompt_logprobs=_number(body, "prompt_logprobs", None, 0, MAX_LOGPROBS, integer=True),
                   **{k: body[k] for k in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens")
@@ -241,39 +193,11 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
         params = SamplingParams(**kwargs)
     except ValueError as e:
         raise RequestError(str(e), str(e).split()[0]) from None   # the message starts with the field's name
-    stream = _flag(body, "stream")
+    stream = flag(body, "stream")
     opts = body.get("stream_options")
     if opts is not None and not isinstance(opts, dict):
         raise RequestError("'stream_options' must be an object", "stream_options")
     shown = params.prompt_logprobs is not None
     if echo and params.logprobs is not None and params.prompt_logprobs is None:
         params = replace(params, prompt_logprobs=params.logprobs)   # echo's logprobs cover the prompt too
-    return ParsedRequest(prompt, params, stream, _flag(opts or {}, "include_usage"), echo, no_output, shown)
-
-
-def tokenize_request(body, tokenizer, engine, max_len: int, max_chars: int) -> dict:
-    """vLLM's POST /tokenize: {"prompt": str, "add_special_tokens": bool} or {"messages": [...]}
-    -> {"count", "max_model_len", "tokens", "token_strs"} (token_strs with "return_token_strs": true)."""
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object")
-    if body.get("messages") is not None:
-        ids = chat_prompt(tokenizer, parse_messages(body["messages"]))
-    else:
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
-            raise RequestError("'prompt' must be a string (or send 'messages')", "prompt")
-        if len(prompt) > max_chars:
-            raise RequestError(f"the prompt has {len(prompt)} characters; at most {max_chars}", "prompt")
-        _text(prompt, "prompt")
-        ids = tokenizer.hf.encode(prompt, add_special_tokens=_flag(body, "add_special_tokens", True)) if prompt else []
-    strs = [tokenizer.hf.convert_ids_to_tokens(i) for i in ids] if _flag(body, "return_token_strs") else None
-    return {"count": len(ids), "max_model_len": max_len, "tokens": ids, "token_strs": strs}
-
-
-def detokenize_request(body, tokenizer, vocab_size: int) -> dict:
-    """vLLM's POST /detokenize: {"tokens": [ids]} -> {"prompt": text}."""
-    ids = body.get("tokens") if isinstance(body, dict) else None
-    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size
-                                            for t in ids) or len(ids) > MAX_STOP_TOKEN_IDS * 64:
-        raise RequestError(f"'tokens' must be a list of token ids in [0, {vocab_size - 1}]", "tokens")
-    return {"prompt": tokenizer.decode(ids, skip_special_tokens=False)}
+    return ParsedRequest(prompt, params, stream, flag(opts or {}, "include_usage"), echo, no_output, shown)

@@ -75,7 +75,8 @@ class SpecDecoder:
         """Refuse what the verifier does not compute (it would give other tokens or miss fields)."""
         for bad, what in ((params.penalized, "repetition/frequency/presence penalties"),
                           (params.min_tokens, "min_tokens"), (params.logit_bias is not None, "logit_bias"),
-                          (params.min_p > 0, "min_p"), (params.logprobs is not None, "logprobs"),
+                          (params.min_p > 0, "min_p"), (params.structured_outputs is not None, "structured_outputs"),
+                          (params.logprobs is not None, "logprobs"),
                           (params.prompt_logprobs is not None, "prompt_logprobs")):
             if bad:
                 raise ValueError(f"{what} is not supported with speculative decoding (speculative_config)")

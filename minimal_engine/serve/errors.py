@@ -1,0 +1,38 @@
+"""The error a client gets as OpenAI-style JSON ({"error": {message, type, param, code}}), and the small checks
+every request parser shares (a true/false field, text that must be valid Unicode)."""
+from __future__ import annotations
+
+from minimal_engine.engine.requests import check_unicode
+
+
+class RequestError(ValueError):
+    """An error the client gets as OpenAI-style JSON: {"error": {message, type, param, code}}."""
+
+    def __init__(self, message: str, param: str | None = None, code: str = "invalid_request", status: int = 400,
+                 type_: str = "invalid_request_error"):
+        super().__init__(message)
+        self.param, self.code, self.status, self.type = param, code, status, type_
+
+    def body(self) -> dict:
+        return {"error": {"message": str(self), "type": self.type, "param": self.param, "code": self.code}}
+
+
+def server_error(message: str, status: int = 500) -> RequestError:
+    return RequestError(message, None, "server_error" if status == 500 else "unavailable", status, "server_error")
+
+
+def flag(body: dict, name: str, default: bool = False) -> bool:
+    v = body.get(name)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise RequestError(f"'{name}' must be true or false, got {str(v)[:40]!r}", name)
+    return v
+
+
+def check_text(text: str, param: str) -> str:
+    try:
+        check_unicode(text, param)
+    except ValueError as e:
+        raise RequestError(str(e), param) from None
+    return text

@@ -1,0 +1,35 @@
+"""vLLM's POST /tokenize and /detokenize: the server's tokenizer, for clients that count or inspect tokens."""
+from __future__ import annotations
+
+from minimal_engine.serve.errors import RequestError, check_text, flag
+from minimal_engine.serve.messages import chat_prompt, parse_messages
+
+MAX_TOKENS_IN = 1 << 16        # ids accepted by /detokenize
+
+
+def tokenize_request(body, tokenizer, engine, max_len: int, max_chars: int) -> dict:
+    """vLLM's POST /tokenize: {"prompt": str, "add_special_tokens": bool} or {"messages": [...]}
+    -> {"count", "max_model_len", "tokens", "token_strs"} (token_strs with "return_token_strs": true)."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    if body.get("messages") is not None:
+        ids = chat_prompt(tokenizer, parse_messages(body["messages"]))
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise RequestError("'prompt' must be a string (or send 'messages')", "prompt")
+        if len(prompt) > max_chars:
+            raise RequestError(f"the prompt has {len(prompt)} characters; at most {max_chars}", "prompt")
+        check_text(prompt, "prompt")
+        ids = tokenizer.hf.encode(prompt, add_special_tokens=flag(body, "add_special_tokens", True)) if prompt else []
+    strs = [tokenizer.hf.convert_ids_to_tokens(i) for i in ids] if flag(body, "return_token_strs") else None
+    return {"count": len(ids), "max_model_len": max_len, "tokens": ids, "token_strs": strs}
+
+
+def detokenize_request(body, tokenizer, vocab_size: int) -> dict:
+    """vLLM's POST /detokenize: {"tokens": [ids]} -> {"prompt": text}."""
+    ids = body.get("tokens") if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size
+                                            for t in ids) or len(ids) > MAX_TOKENS_IN:
+        raise RequestError(f"'tokens' must be a list of token ids in [0, {vocab_size - 1}]", "tokens")
+    return {"prompt": tokenizer.decode(ids, skip_special_tokens=False)}
