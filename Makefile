@@ -51,7 +51,7 @@ test: $(TEST_STAMP)
 	COURSE_QUICK=1 $(BIN)/python -m pytest --nbval-lax labs
 
 # GPU のあるマシンで 1 回だけ実行する確認 (venv 不要: そのマシンの python3 と torch を使う)。結果は OUT (既定 results/gpu_check) に
-# gpu_check.json と gpu_check.md として書かれる。GPU のないマシンでは --tiny 版が tests/test_gpu_check.py で動く
+# gpu_check.json と gpu_check.md として書かれる。GPU のないマシンでは --tiny 版が tests/bench/test_gpu_check.py で動く
 gpu-check:
 	PYTHONPATH=. $(PYTHON) benchmarks/gpu_check.py --out $(if $(OUT),$(OUT),results/gpu_check)
 

@@ -7,7 +7,7 @@ KV bytes moved per request). Greedy tokens are checked to be identical across se
 import argparse
 import json
 
-from course import lab9
+from course.labs import lab09 as lab9
 
 
 def main() -> None:

@@ -3,7 +3,7 @@ draft-model proposers, at batch 1, on repetitive and on ordinary text (the defau
 
     PYTHONPATH=. python3 benchmarks/spec_decode_k_sweep.py --out results/spec_decode_k_sweep.json
 
-Each (text, k) is one `course.lab8.run_spec_lab` call: the three engines (none, ngram, draft_model) run the same
+Each (text, k) is one `course.labs.lab08.run_spec_lab` call: the three engines (none, ngram, draft_model) run the same
 prompts (64 tokens) to 64 output tokens, alternating, `--repeats` times; tok/s and TPOT are medians, the speedup is
 tok/s over the no-speculation engine's in the same call. Also the draft model's step cost c (lab8.measure_draft_cost).
 """
@@ -14,7 +14,7 @@ import json
 import time
 from pathlib import Path
 
-from course import lab8
+from course.labs import lab08 as lab8
 
 
 def main(argv=None) -> int:

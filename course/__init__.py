@@ -13,16 +13,3 @@ compute. Read the tree as the course's architecture:
 Submodules are imported on demand, so that ``import course.quiz.bank`` does not load matplotlib and
 ``import course.plots`` does not load ipywidgets.
 """
-from __future__ import annotations
-
-import re
-
-
-def __getattr__(name: str):
-    """Transitional: ``from course import lab8`` (benchmarks/ still uses it) is ``course.labs.lab08``.
-    New code imports ``course.labs.labNN``; this alias goes when benchmarks/ does."""
-    m = re.fullmatch(r"lab(\d{1,2})", name)
-    if m and 1 <= int(m[1]) <= 10:
-        import importlib
-        return importlib.import_module(f"course.labs.lab{int(m[1]):02d}")
-    raise AttributeError(f"module 'course' has no attribute {name!r}")

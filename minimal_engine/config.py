@@ -199,7 +199,7 @@ class EngineConfig:
     enable_prefix_caching: bool = False  # reuse cached KV blocks of equal prompt prefixes (prefix_cache.py)
     batching: str = "continuous"      # "continuous" | "static" (groups of max_num_seqs run to completion)
     quantization: str | None = None   # None | "int8": weight-only INT8 per output channel (quantization.py)
-    kv_cache_dtype: str = "auto"      # "auto" (model dtype) | "fp8" | "int8": one byte per KV value (kv_quant.py)
+    kv_cache_dtype: str = "auto"      # "auto" (model dtype) | "fp8" | "int8": one byte per KV value (engine/kv_cache.py)
 
     def __post_init__(self):
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):

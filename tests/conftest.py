@@ -69,7 +69,7 @@ def hf_greedy(folder, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Say plainly at the end of `make test` when the real-browser test (tests/test_browser.py) was skipped."""
+    """Say plainly at the end of `make test` when the real-browser test (tests/browser/test_browser.py) was skipped."""
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "test_browser.py" in r.nodeid]
     if skipped:
         reason = skipped[0].longrepr[2] if isinstance(skipped[0].longrepr, tuple) else str(skipped[0].longrepr)

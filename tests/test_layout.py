@@ -1,4 +1,4 @@
-"""The house rules of the tree (../ARCHITECTURE in the issue): sizes, import direction, no import cycles.
+"""The house rules of the tree (shared/ARCHITECTURE.md): sizes, import direction, no import cycles.
 
 Every import counts, also the ones inside functions: a lazy import hides a cycle from Python, not from a reader.
 """
@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from course.tooling import lints
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("minimal_engine", "course")
 MAX_FILE_LINES = 300
@@ -16,94 +18,36 @@ AFTERNOON_READ = ("minimal_engine/engine", "minimal_engine/model")   # a request
 AFTERNOON_MAX_LINES = 3000
 
 
-def module_files(package: str) -> dict[str, Path]:
-    """{dotted module name: file} for every .py under the package (a package's __init__ is the package)."""
-    out = {}
-    for f in sorted((ROOT / package).rglob("*.py")):
-        parts = f.relative_to(ROOT).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        out[name] = f
-    return out
-
-
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The modules of `known` that the file imports anywhere (top level, inside functions, inside ifs)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                mod = alias.name
-                while mod and mod not in known:
-                    mod = mod.rpartition(".")[0]
-                if mod:
-                    found.add(mod)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - node.level + 1]
-                base = ".".join(parts + ([base] if base else []))
-            for alias in node.names:
-                full = f"{base}.{alias.name}"
-                if full in known:
-                    found.add(full)
-                elif base in known:
-                    found.add(base)
-    found.discard(name)
-    return found
-
-
 def import_graph() -> dict[str, set[str]]:
-    files = {}
-    for p in PACKAGES:
-        files.update(module_files(p))
-    known = set(files)
-    return {name: imports_of(name, path, known) for name, path in files.items()}
+    """Both packages' graphs (course.tooling.lints counts imports inside functions too); minimal_engine never
+    imports course (test_the_engine_imports_no_feature_server_or_calculator), so no cycle can cross them."""
+    graph = {}
+    for package in PACKAGES:
+        graph.update(lints.import_graph(ROOT / package))
+    return graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan), each sorted."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-
-    def visit(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
-
-
-def test_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path):
-    (tmp_path / "a.py").write_text("import b\n")
-    (tmp_path / "b.py").write_text("def f():\n    from a import x\n")
-    known = {"a", "b"}
-    graph = {"a": imports_of("a", tmp_path / "a.py", known), "b": imports_of("b", tmp_path / "b.py", known)}
-    assert cycles(graph) == [["a", "b"]]
+def test_the_cycle_finder_sees_a_cycle_through_a_function_level_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("import pkg.b\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg.a import x\n")
+    assert lints.import_cycles(lints.import_graph(pkg)) == [["pkg.a", "pkg.b"]]
 
 
 def test_no_import_cycles():
-    found = cycles(import_graph())
+    found = lints.import_cycles(import_graph())
     assert not found, "import cycles (imports inside functions count): " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_engine_uses_absolute_imports_and_never_the_course():
+    for f in (ROOT / "minimal_engine").rglob("*.py"):
+        tree = ast.parse(f.read_text())
+        assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree)), f"{f}: relative import"
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not {m for m in mods if m and m.split(".")[0] == "course"}, f"{f} imports the course"
 
 
 @pytest.mark.parametrize("package", PACKAGES)

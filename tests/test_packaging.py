@@ -47,7 +47,7 @@ def test_ci_runs_the_readme_test_command():
 
 def test_make_lab_serves_the_whole_course(tmp_path):
     """`make lab`'s JupyterLab command serves the repository root (lessons, labs, quizzes) and opens the
-    learner's copy of the course guide (work/, course/workspace.py). Started on a free loopback port, polled
+    learner's copy of the course guide (work/, course/tooling/workspace.py). Started on a free loopback port, polled
     for at most 60 s, then stopped."""
     import json
     import os

@@ -11,7 +11,7 @@ run, has no kernel behind its widgets, and by default shows their text repr
   placeholder (``text/plain`` + ``text/html``) and drops the saved widget state. Static outputs (tables,
   plots, printed numbers) stay, so the notebook is worth reading on GitHub.
 
-``tests/test_notebooks.py`` checks that no tracked notebook holds a widget view or a raw widget repr.
+``tests/notebooks/test_notebooks.py`` checks that no tracked notebook holds a widget view or a raw widget repr.
 """
 from __future__ import annotations
 

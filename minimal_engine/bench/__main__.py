@@ -22,7 +22,7 @@ def parse_args(argv):
     p.add_argument("--device", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--tensor-parallel-size", type=int, default=1,
-                   help="split the model over N processes (gloo on the CPU, NCCL on CUDA): distributed.py")
+                   help="split the model over N processes (gloo on the CPU, NCCL on CUDA): features/tensor_parallel/")
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--range-ratio", type=float, default=1.0, help="input length uniform in [ratio x L, L]")
     p.add_argument("--output-len", type=int, default=128)

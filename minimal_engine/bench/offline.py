@@ -137,7 +137,7 @@ def decode_step_time(llm, batch_size: int, prompt_len: int, num_steps: int = 10,
             c0, t = engine.comm_stats, time.perf_counter()
             engine.step()
             times.append(time.perf_counter() - t)
-            if c0 is not None:               # tensor parallelism: this step's all-reduces (distributed.py)
+            if c0 is not None:               # tensor parallelism: this step's all-reduces (features/tensor_parallel/)
                 c1 = engine.comm_stats
                 comm.append((c1["seconds"] + c1["send_seconds"] - c0["seconds"] - c0["send_seconds"],
                              c1["all_reduces"] - c0["all_reduces"], c1["bytes"] - c0["bytes"]))

@@ -24,7 +24,7 @@ from minimal_engine.sampling_params import SamplingParams
 from minimal_engine.bench.workload import random_requests
 
 LINEAR = ("aten::mm", "aten::addmm", "aten::mv", "aten::addmv_", "mkldnn::_linear_pointwise",
-          "aten::_weight_int8pack_mm")   # aten::mv: the one-row bf16 path (models/cpu_linears.py)
+          "aten::_weight_int8pack_mm")   # aten::mv: the one-row bf16 path (model/cpu_linears.py)
 ATTENTION = ("aten::bmm", "aten::_scaled_dot_product_flash_attention_for_cpu",
              "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_flash_attention")
 KV_COPIES = ("aten::index_select", "aten::index_copy_", "aten::index", "aten::gather")

@@ -1,6 +1,6 @@
 """KV connector: how a request's KV blocks travel from a prefill engine to a decode engine (chapter 9).
 
-Disaggregated serving (disagg.py) runs prefill and decode on different engines. After the prefill engine has
+Disaggregated serving (disagg/llm.py) runs prefill and decode on different engines. After the prefill engine has
 computed a prompt, the K and V of every layer for that prompt sit in its paged KV pool; the decode engine needs
 them in *its* pool, in blocks it allocated itself. Three steps, each a small function here:
 

@@ -18,7 +18,7 @@ How a request flows (this file + kv_connector.py + two small hooks in the core):
         the decode engine allocates its own blocks (Scheduler.admit_prefilled), writes the KV into them
         (inject_kv_blocks), records the first token and then decodes as usual; the client sees one stream.
 
-Greedy tokens are those of a single engine (tests/test_disagg.py); seeded sampling too (the generator state
+Greedy tokens are those of a single engine (tests/disagg/test_disagg.py); seeded sampling too (the generator state
 travels with the KV). Not here: n > 1, logprobs, prefix caching. A decode-side preemption recomputes locally.
 Processes: the prefill engine is a `spawn`ed daemon process. close() (or `with`) stops it; it exits when the
 parent dies, and an error in it reaches the parent as a RuntimeError with its traceback, not a hang.

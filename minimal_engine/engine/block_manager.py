@@ -1,6 +1,6 @@
 """BlockManager: hands out and takes back the fixed-size blocks of the paged KV cache.
 
-The KV pool (see model_runner.py) is one tensor of `num_blocks` blocks of `block_size` token slots each,
+The KV pool (see engine/model_runner.py) is one tensor of `num_blocks` blocks of `block_size` token slots each,
 allocated once. A sequence owns a list of block ids (its block table); token i of the sequence lives in
 block `block_table[i // block_size]` at offset `i % block_size`. Nothing here touches tensors: it is
 bookkeeping of which block belongs to whom, so it can be tested on its own.

@@ -91,7 +91,7 @@ class LLMEngine:
 
     @property
     def comm_stats(self) -> dict | None:
-        """Tensor parallelism (distributed.py): all-reduces, bytes and seconds so far; None without it."""
+        """Tensor parallelism (features/tensor_parallel/): all-reduces, bytes and seconds so far; None without it."""
         comm = getattr(self.runner.model, "comm", None)
         return comm.stats() if comm is not None else None
 

@@ -66,7 +66,7 @@ class ModelRunner:
         cfg = model.config
         self.model, self.config, self.device, self.dtype = model, config, device, dtype
         self.block_size = config.block_size
-        self.cpu_kernels = use_cpu_linears(model)       # CPU: kernels probed on this CPU (models/cpu_linears.py)
+        self.cpu_kernels = use_cpu_linears(model)       # CPU: kernels probed on this CPU (model/cpu_linears.py)
         self.num_blocks = num_blocks
         self.pool_blocks = num_blocks + 1              # + the scratch block (no request ever owns it)
         slots = self.pool_blocks * config.block_size
@@ -74,7 +74,7 @@ class ModelRunner:
             (torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device),
              torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device))
             for _ in range(cfg.num_layers)] if config.kv_cache_dtype == "auto" else \
-            make_kv_caches(cfg, slots, config.kv_cache_dtype, dtype, device)   # one byte per value (kv_quant.py)
+            make_kv_caches(cfg, slots, config.kv_cache_dtype, dtype, device)   # one byte per value (kv_cache.py)
         self.kv_quantized = config.kv_cache_dtype != "auto"
         if self.kv_quantized:
             calibrate_kv_scales(model, self.kv_caches, config.block_size)
@@ -134,7 +134,7 @@ class ModelRunner:
             for pos in range(s.start, s.start + s.num_tokens):
                 positions.append(pos)
                 slots.append(seq.block_table[pos // bs] * bs + pos % bs)
-            if s.samples:   # the last row, and the rows before it that verify draft tokens (spec_decode.py)
+            if s.samples:   # the last row, and the rows before it that verify draft tokens (features/spec_decode/)
                 logits_rows.extend(range(row0 + s.num_tokens - 1 - len(seq.spec_token_ids), row0 + s.num_tokens))
             if seq.prompt_logprobs is not None:  # positions whose next token is a prompt token not yet scored
                 first = max(s.start, len(seq.prompt_logprobs) - 1)
@@ -199,7 +199,7 @@ class ModelRunner:
             order, prompt_rows = step.order, step.prompt_rows
             logits = self.model(step.input_ids, step.batch, self.kv_caches)
         samplers = [s.seq for s in order if s.samples]
-        rows = len(samplers) + sum(len(s.spec_token_ids) for s in samplers)   # + draft rows (spec_decode.py)
+        rows = len(samplers) + sum(len(s.spec_token_ids) for s in samplers)   # + draft rows (features/spec_decode/)
         logits = prompt_logprobs(logits, rows, prompt_rows)
         if not samplers:
             return {}

@@ -149,7 +149,7 @@ class Scheduler:
                 seq.keep_drafts(0 if s is None else s.start + s.num_tokens - first_draft)
 
     def admit_prefilled(self, seq: Sequence, num_computed: int) -> bool:
-        """Disaggregation (disagg.py): seq (just added, waiting) arrives with the K/V of its first `num_computed`
+        """Disaggregation (disagg/llm.py): seq (just added, waiting) arrives with the K/V of its first `num_computed`
         tokens from a prefill engine: give it blocks and run it as a decode. False (seq stays waiting) if no room."""
         if len(self.running) >= self.config.max_num_seqs or not self.block_manager.can_allocate(seq, num_computed):
             return False

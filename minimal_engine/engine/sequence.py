@@ -30,7 +30,7 @@ class RequestMetrics:
     token_times: list[float] = field(default_factory=list)   # one per generated token
     num_prompt_tokens: int = 0
     num_preemptions: int = 0
-    num_draft_tokens: int = 0       # speculative decoding (spec_decode.py): drafts proposed, those accepted,
+    num_draft_tokens: int = 0       # speculative decoding (features/spec_decode/): drafts proposed, those accepted,
     num_accepted_tokens: int = 0    # and verification steps with drafts
     num_spec_steps: int = 0
 

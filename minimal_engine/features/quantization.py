@@ -15,7 +15,7 @@ Kernels: on the CPU, PyTorch's `torch.ops.aten._weight_int8pack_mm(x, W_q, scale
 float32 and bfloat16 activations, for steps of at most INT8PACK_MAX_ROWS rows (decode); elsewhere (more rows,
 CUDA, other dtypes, a CPU or PyTorch where the op fails its probe) a plain dequantize-and-matmul: `F.linear(x, W_q.to(x.dtype)) * scale`.
 Both compute the same product. (On the course's CPU, one thread, `_weight_int8pack_mm`'s time grew about in
-proportion to the rows: from ~16 rows up the dequantize path was faster; course/lab6.py's kernel_times measures it.)
+proportion to the rows: from ~16 rows up the dequantize path was faster; course/labs/lab06.py's kernel_times measures it.)
 """
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ class ForwardBatch:
 
 def gather_blocks(cache: torch.Tensor, rows: torch.Tensor, block_size: int) -> torch.Tensor:
     """Copy the listed block rows out of one pool: [KVH, slots, Dh] -> [len(rows) * block_size, Dh]."""
-    if hasattr(cache, "read_blocks"):                # a quantized pool (kv_quant.py): dequantizes what it reads
+    if hasattr(cache, "read_blocks"):                # a quantized pool (engine/kv_cache.py): dequantizes what it reads
         return cache.read_blocks(rows, block_size)
     dh = cache.shape[-1]
     return cache.view(-1, block_size * dh).index_select(0, rows).view(-1, dh)

@@ -19,7 +19,7 @@ PyTorch with a gather; it is also the reference the tests compare against.
 
 Triton's interpreter (TRITON_INTERPRET=1 set before this module is imported, Triton installed) runs the same
 kernel on CPU tensors in NumPy, slowly: then the CPU takes this path too (`use_paged_decode`), which is how the
-tests prove the kernel and the engine's dispatch to it without a GPU (tests/test_triton_interpreter.py).
+tests prove the kernel and the engine's dispatch to it without a GPU (tests/model/test_triton_interpreter.py).
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def triton_available(device: torch.device) -> bool:
 def use_paged_decode(device: torch.device, kv_quantized: bool) -> bool:
     """Whether decode steps read K/V in place through block tables (else attention.py gathers them): on CUDA
     (the kernel; the reference if Triton is missing) and on the CPU under Triton's interpreter; never for a
-    one-byte KV pool (kv_quant.py), which attention.py dequantizes while gathering."""
+    one-byte KV pool (engine/kv_cache.py), which attention.py dequantizes while gathering."""
     kind = torch.device(device).type
     return not kv_quantized and (kind == "cuda" or (kind == "cpu" and triton_available(device)))
 

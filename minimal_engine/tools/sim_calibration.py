@@ -155,7 +155,7 @@ def summary(rows: list[dict], split: str = "held-out") -> dict:
 # ------------------------------------------------------------ the learner's machine as a "GPU"
 def machine_spec(peaks: dict, name: str = "この PC", memory_gb: float | None = None,
                  max_batched_tokens: int = 2048) -> dict:
-    """A custom simulator spec from ``roofline.measure_machine`` (``course.lab2.machine_peaks``): measured
+    """A custom simulator spec from ``roofline.measure_machine`` (``course.labkit.machine.machine_peaks``): measured
     FLOP/s and B/s are what this machine reaches, so both efficiencies are 1; the engine runs in-process
     (no HTTP: request overhead 0) with its own ``max_num_batched_tokens``. Overheads: ``fit_machine``."""
     if memory_gb is None:

@@ -160,7 +160,7 @@ def test_docs_table_is_generated_from_the_code():
     from pathlib import Path
 
     from minimal_engine.tools.sim_calibration import markdown
-    doc = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
+    doc = Path(__file__).resolve().parents[2] / "docs" / "simulator.md"
     assert doc.read_text(encoding="utf-8") == markdown()
 
 

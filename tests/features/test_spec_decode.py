@@ -1,4 +1,4 @@
-"""Speculative decoding (spec_decode.py): greedy tokens identical to decoding without it (n-gram and draft model,
+"""Speculative decoding (features/spec_decode/): greedy tokens identical to decoding without it (n-gram and draft model,
 several requests at once, the default model and random models), rejected tokens' KV blocks given back, preemption,
 the rejection sampler keeping the target's distribution (a statistical test on a small vocabulary), metrics,
 bad configurations refused, and the bench option."""

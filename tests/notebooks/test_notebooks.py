@@ -8,7 +8,7 @@ import pytest
 from course.tooling.notebooks import (PANEL_PLACEHOLDER, WIDGET_MIME, placeholder_html, show_widget, strip_widget_views,
                               widget_bundle)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted(p for d in ("lessons", "labs", "quizzes") for p in (ROOT / d).glob("*.ipynb"))
 RAW_REPRS = ("HBox(children", "VBox(children", "IntSlider(value", "Button(description", "Tab(children")
 

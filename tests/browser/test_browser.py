@@ -27,7 +27,7 @@ import pytest
 
 from course.tooling import workspace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 TOKEN = "browser-test"
 RUN_TIMEOUT_MS = 600_000        # a safety stop for a hung kernel, not a speed requirement

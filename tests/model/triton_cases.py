@@ -1,8 +1,8 @@
-"""Run under Triton's interpreter by tests/test_triton_interpreter.py (TRITON_INTERPRET=1 set before any import):
+"""Run under Triton's interpreter by tests/model/test_triton_interpreter.py (TRITON_INTERPRET=1 set before any import):
 the paged-decode Triton kernel against the definition on every case the engine feeds it on a GPU, and the
 engine's own decode steps through the same dispatch it takes on CUDA. Prints one JSON object.
 
-    TRITON_INTERPRET=1 python tests/triton_cases.py MODEL_DIR
+    TRITON_INTERPRET=1 python tests/model/triton_cases.py MODEL_DIR
 """
 import json
 import sys

@@ -90,3 +90,12 @@ def test_the_official_client_gets_json_that_matches_its_schema(server):
     assert obj.choices[0].text in ("猫", "犬")
     bad = httpx.post(server.url + "/v1/completions", json={"prompt": "猫", "guided_regex": "[0-9"}, timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "structured_outputs", bad.text
+
+
+def test_the_mask_cost_benchmark_reports_both_runs_and_the_mask_alone(tmp_path):
+    from conftest import load_benchmark
+    res = load_benchmark("structured_output_cost").main(["--repeats", "1", "--tokens", "8", "--threads", "1",
+                                                         "--out", str(tmp_path)])
+    assert set(res["tpot_ms_median"]) == {"plain", "json_schema"} and res["ratio_json_to_plain"] > 0
+    assert res["constrained_text"].startswith('{"数":[') and 0 < res["mask_ms_median"] <= res["mask_ms_max"]
+    assert json.loads((tmp_path / "structured_output_cost.json").read_text())["tokens"] == 8

@@ -1,4 +1,4 @@
-"""Chapter 9's engine feature: disaggregated prefill/decode (disagg.py, kv_connector.py).
+"""Chapter 9's engine feature: disaggregated prefill/decode (minimal_engine/disagg/: llm.py, kv_connector.py).
 
 Greedy (and seeded) tokens identical to one engine on the default model and a synthetic GQA model; the KV
 moved per request is whole blocks of every layer's K and V; no blocks leak on either side; the prefill process

@@ -1,4 +1,4 @@
-"""Chapter 6: weight-only INT8 (quantization.py), a one-byte KV pool (kv_quant.py) and the quality measure
+"""Chapter 6: weight-only INT8 (quantization.py), a one-byte KV pool (engine/kv_cache.py) and the quality measure
 (evaluate.py).
 
 What is asserted, honestly: quantization changes numbers, so tokens may change. INT8 weights and the one-byte KV

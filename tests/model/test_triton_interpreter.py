@@ -2,7 +2,7 @@
 
 Triton is a test-only dependency (requirements-test.txt, Linux x86-64: the only platform with a wheel that needs
 no GPU); `make test` installs it and `make lab` does not. One subprocess with TRITON_INTERPRET=1 runs
-tests/triton_cases.py: the kernel against the definition on every case of `kernel_cases()` (dtypes, GQA ratios,
+tests/model/triton_cases.py: the kernel against the definition on every case of `kernel_cases()` (dtypes, GQA ratios,
 head dims, context lengths around the block size, padding rows, scattered and strided block tables), and the
 engine's decode steps through the dispatch it takes on CUDA, eager and through the CUDA-graph static buffers.
 The engine's tokens must equal those of its CPU gather path. Under CI=true a missing Triton fails, never skips.
@@ -21,7 +21,7 @@ from triton_cases import case_id, kernel_cases  # noqa: E402
 
 from minimal_engine import LLM, SamplingParams  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WHEEL_PLATFORM = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
 
 
@@ -37,7 +37,7 @@ def interpreted(llama_dir):
         pytest.skip("Triton is not installed (requirements-test.txt; a wheel exists for Linux x86-64 only)")
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "triton_cases.py"), str(llama_dir)], cwd=ROOT, env=env,
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "model" / "triton_cases.py"), str(llama_dir)], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(r.stdout.strip().splitlines()[-1])

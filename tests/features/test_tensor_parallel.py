@@ -1,4 +1,4 @@
-"""Chapter 7: tensor parallelism (minimal_engine/features/tensor_parallel/model.py, tp_worker.py, models/sharding.py).
+"""Chapter 7: tensor parallelism (minimal_engine/features/tensor_parallel/model.py, worker.py, comm.py, sharding.py).
 
 Greedy tokens of tensor_parallel_size=N equal those of N=1 in float32 (default model, random Llama/Qwen
 models with GQA, an uneven head split, replicated KV heads); the all-reduce bytes follow the formula; workers
@@ -21,7 +21,7 @@ from minimal_engine.features.tensor_parallel import model as distributed
 from minimal_engine.calculators import tp_allreduce_bytes
 from minimal_engine.features.tensor_parallel.sharding import check_tp_size, head_ranges, split_sizes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 PROMPTS = ["吾輩は猫である。", "山路を登りながら、こう考えた。", "今日は"]
 
@@ -236,7 +236,7 @@ def test_a_script_without_the_main_guard_is_told_what_to_add(tmp_path, entry):
     script = tmp_path / "no_guard.py"
     script.write_text("from minimal_engine import LLM\nfrom minimal_engine.disagg.llm import DisaggregatedLLM\n"
                       f"llm = {entry}\nprint('started')\n")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                        env=env)
     assert r.returncode != 0 and "started" not in r.stdout

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from minimal_engine.tools import train  # noqa: E402
 
-MODEL_DIR = Path(__file__).resolve().parents[1] / "minimal_engine" / "default_model"
+MODEL_DIR = Path(__file__).resolve().parents[2] / "minimal_engine" / "default_model"
 
 ROUND_TRIP = [
     "吾輩は猫である。名前はまだ無い。",
