@@ -29,6 +29,14 @@ SCHEMA = {"type": "object", "properties": {"数": {"type": "array", "items": {"t
 PROMPT = "吾輩は猫である。"
 
 
+def cpu_model() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def run(llm, params) -> tuple[float, list[int]]:
     out = llm.generate([PROMPT], params, use_tqdm=False)[0]
     return out.metrics.tpot, out.token_ids
@@ -67,7 +75,7 @@ def main(argv=None) -> dict:
         tpot["json_schema"].append(t)
     masks = mask_times(llm, so, tokens)
     med = {k: statistics.median(v) * 1000 for k, v in tpot.items()}
-    res = {"cpu": platform.processor() or platform.machine(), "torch_capability": torch.backends.cpu.get_cpu_capability(),
+    res = {"cpu": cpu_model(), "torch_capability": torch.backends.cpu.get_cpu_capability(),
            "threads": args.threads, "tokens": args.tokens, "repeats": args.repeats, "model": llm.model_name,
            "tpot_ms_median": med, "tpot_ms_min_max": {k: [min(v) * 1000, max(v) * 1000] for k, v in tpot.items()},
            "ratio_json_to_plain": med["json_schema"] / med["plain"],
