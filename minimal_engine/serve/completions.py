@@ -22,6 +22,7 @@ from minimal_engine.serve.limits import ServeLimits, check_json, error_response,
 from minimal_engine.serve.errors import RequestError, server_error
 from minimal_engine.serve.messages import chat_prompt
 from minimal_engine.serve.protocol import parse_request
+from minimal_engine.serve.tools import tool_message
 from minimal_engine.serve.responses import (chat_logprobs, chunk, completion_logprobs, full_response, usage,
                                             usage_chunk)
 
@@ -202,7 +203,10 @@ class Completions:
                 for i in range(len(jobs)):
                     o = outs[i]
                     text, lp, _ = first_piece(i, o, o.logprobs or [])
-                    choices.append((text, finish_of(o), lp, None if req.no_output else o.stop_reason, prompt_lps(o)))
+                    reason = finish_of(o)
+                    if req.tool_call is not None:        # the constrained text becomes tool_calls (tools.py)
+                        text, reason = tool_message(req.tool_call, text, reason)
+                    choices.append((text, reason, lp, None if req.no_output else o.stop_reason, prompt_lps(o)))
                 return JSONResponse(full_response(prefix + rid, self.model_name, chat, choices, u))
 
             work = asyncio.ensure_future(result())

@@ -18,7 +18,7 @@ COMMON = {"model", "stream", "stream_options", "n", "max_tokens", "temperature",
           "presence_penalty", "frequency_penalty", "logit_bias", "response_format"}
 IMPLEMENTED = {
     "completions": COMMON | {"prompt", "echo"},
-    "chat": COMMON | {"messages", "max_completion_tokens", "top_logprobs"},
+    "chat": COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls"},
 }
 VLLM_EXTRAS = {"top_k", "min_p", "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens",
                "skip_special_tokens", "include_stop_str_in_output", "prompt_logprobs",
@@ -34,11 +34,8 @@ def _unset(v) -> bool:
 REFUSED = {     # field -> (is the value the harmless default?, what to say)
     "best_of": (lambda v: v is None or v == 1, "best_of > 1 is not supported (vLLM V1 dropped it too): use n"),
     "suffix": (_unset, "suffix (insertion) is not supported: send the whole prompt"),
-    "tools": (_unset, "tools / function calling is not implemented by this server"),
-    "tool_choice": (lambda v: v is None or v == "none", "tool_choice is not supported: tools are not implemented"),
     "functions": (_unset, "functions (function calling) is not implemented by this server"),
     "function_call": (lambda v: v is None or v == "none", "function_call is not supported: no function calling"),
-    "parallel_tool_calls": (lambda v: v is None or isinstance(v, bool), "parallel_tool_calls must be true or false"),
     "audio": (_unset, "audio output is not supported: this is a text model"),
     "modalities": (lambda v: v is None or v == ["text"], "only the 'text' modality is supported"),
     "prediction": (_unset, "predicted outputs are not supported"),

@@ -1,7 +1,8 @@
 """Chat messages as OpenAI's clients send them, and the prompt they make.
 
 Roles: system, developer (OpenAI's newer name for system, read as system as vLLM does), user and assistant (an
-assistant turn's content may be null). Tool turns and tool calls are refused: this server has no function calling.
+assistant turn's content may be null). Tool-result turns and earlier tool calls are refused: forced tool calls are
+generated (tools.py), but the course's chat template cannot show a tool's result to the model.
 The prompt: the tokenizer's chat template when it has one (the course's default model has a Japanese-only one: see
 its README); otherwise a fallback template, `<role>: <content>\\n` for each message, then `assistant: `.
 """
@@ -36,13 +37,15 @@ def parse_messages(messages) -> list[dict]:
     for i, m in enumerate(messages):
         role = m.get("role") if isinstance(m, dict) else None
         if role in ("tool", "function"):
-            raise RequestError(f"messages[{i}] has role {role!r}: tool results need function calling, which this "
-                               "server does not implement", "messages")
+            raise RequestError(f"messages[{i}] has role {role!r}: tool results cannot be given to the model (its chat "
+                               "template has no tool role); function calling here is tool_choice named or "
+                               "'required' on a new conversation", "messages")
         if role not in ("system", "developer", "user", "assistant"):
             raise RequestError(f"messages[{i}] must be {{'role': system|developer|user|assistant, 'content': "
                                f"string}}, got role {str(role)[:40]!r}", "messages")
         if m.get("tool_calls"):
-            raise RequestError(f"messages[{i}].tool_calls: function calling is not implemented", "messages")
+            raise RequestError(f"messages[{i}].tool_calls: earlier tool calls cannot be given to the model (its chat "
+                               "template has no place for them)", "messages")
         role = "system" if role == "developer" else role        # as vLLM: developer is the system role
         out.append({"role": role, "content": _content(m.get("content"), i, role)})
     return out

@@ -13,6 +13,7 @@ from minimal_engine.sampling_params import MAX_LOGPROBS, SEED_RANGE, SamplingPar
 from minimal_engine.serve.errors import RequestError, check_text, flag
 from minimal_engine.serve.fields import FieldError, check_fields
 from minimal_engine.serve.messages import parse_messages
+from minimal_engine.serve.tools import ToolCall, parse_tool_choice
 
 MAX_STOP_TOKEN_IDS = 1024    # longer lists are refused (a 9 MB list would slow every step of the server)
 MAX_STOP_STRINGS = 64
@@ -144,6 +145,7 @@ class ParsedRequest:
     include_usage: bool
     echo: bool = False          # completions: the prompt (and its logprobs) in front of the output, as vLLM
     no_output: bool = False     # echo with max_tokens=0: the prompt only (the engine still runs one step)
+    tool_call: ToolCall | None = None   # chat with tool_choice named or "required" (tools.py)
     show_prompt_logprobs: bool = True   # the client asked for prompt_logprobs (not only echo's logprobs)
 
 
@@ -178,10 +180,16 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
                              or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]):
         raise RequestError(f"'seed' must be an integer in [-2**63, 2**63 - 1], got {str(seed)[:40]}", "seed")
     top_k = _number(body, "top_k", -1, -1, 1 << 31, integer=True)
+    constraint, tool_call = _structured(body), parse_tool_choice(body) if chat else None
+    if tool_call is not None:
+        if constraint is not None:
+            raise RequestError("a forced tool call cannot be combined with response_format or structured_outputs",
+                               "tool_choice")
+        constraint = tool_call.constraint
     kwargs = dict(temperature=_number(body, "temperature", 1.0, 0.0, 2.0), top_p=_number(body, "top_p", 1.0, 1e-9, 1.0),
                   top_k=-1 if top_k == 0 else top_k, max_tokens=max(max_tokens, 1), seed=seed,
                   min_p=_number(body, "min_p", 0.0, 0.0, 1.0), logit_bias=_logit_bias(body),
-                  structured_outputs=_structured(body),
+                  structured_outputs=constraint,
                   stop_token_ids=_stop_token_ids(body), ignore_eos=flag(body, "ignore_eos"),
                   skip_special_tokens=flag(body, "skip_special_tokens", True),
                   include_stop_str_in_output=flag(body, "include_stop_str_in_output"), stop=_stop(body),
@@ -200,4 +208,5 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
     shown = params.prompt_logprobs is not None
     if echo and params.logprobs is not None and params.prompt_logprobs is None:
         params = replace(params, prompt_logprobs=params.logprobs)   # echo's logprobs cover the prompt too
-    return ParsedRequest(prompt, params, stream, flag(opts or {}, "include_usage"), echo, no_output, shown)
+    return ParsedRequest(prompt, params, stream, flag(opts or {}, "include_usage"), echo=echo, no_output=no_output,
+                         show_prompt_logprobs=shown, tool_call=tool_call)

@@ -58,7 +58,8 @@ def _choice(chat: bool, index: int, text: str | None, finish_reason, logprobs, s
     if not chat:
         return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason,
                 "stop_reason": stop_reason, **extra}
-    body = {"role": "assistant", "content": text} if role or not stream else {"content": text}
+    body = text if isinstance(text, dict) else (  # a dict: the whole message (tool calls, tools.py)
+        {"role": "assistant", "content": text} if role or not stream else {"content": text})
     return {"index": index, "delta" if stream else "message": body, "logprobs": logprobs,
             "finish_reason": finish_reason, "stop_reason": stop_reason, **extra}
 

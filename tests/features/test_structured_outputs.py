@@ -99,3 +99,35 @@ def test_the_mask_cost_benchmark_reports_both_runs_and_the_mask_alone(tmp_path):
     assert set(res["tpot_ms_median"]) == {"plain", "json_schema"} and res["ratio_json_to_plain"] > 0
     assert res["constrained_text"].startswith('{"数":[') and 0 < res["mask_ms_median"] <= res["mask_ms_max"]
     assert json.loads((tmp_path / "structured_output_cost.json").read_text())["tokens"] == 8
+
+
+WEATHER = {"type": "function", "function": {"name": "天気", "description": "都市の天気", "parameters": {
+    "type": "object", "properties": {"都市": {"enum": ["東京", "大阪"]}, "日数": {"type": "integer", "minimum": 1,
+                                                                           "maximum": 7}},
+    "required": ["都市", "日数"], "additionalProperties": False}}}
+CLOCK = {"type": "function", "function": {"name": "時刻", "parameters": {
+    "type": "object", "properties": {"時差": {"type": "integer", "minimum": -12, "maximum": 12}}, "required": ["時差"],
+    "additionalProperties": False}}}
+
+
+def test_forced_tool_calls_through_the_official_client(server):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    messages = [{"role": "user", "content": "東京の天気は"}]
+    named = client.chat.completions.create(model="minimal-ja (default)", messages=messages, max_tokens=48,
+                                           tools=[WEATHER, CLOCK],
+                                           tool_choice={"type": "function", "function": {"name": "天気"}})
+    call = named.choices[0].message.tool_calls[0]
+    assert call.function.name == "天気" and named.choices[0].message.content is None
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    assert named.choices[0].finish_reason == "stop"
+    required = client.chat.completions.create(model="minimal-ja (default)", messages=messages, max_tokens=160,
+                                              temperature=0, tools=[WEATHER, CLOCK], tool_choice="required",
+                                              parallel_tool_calls=False)
+    calls = required.choices[0].message.tool_calls
+    assert len(calls) == 1 and required.choices[0].finish_reason == "tool_calls"
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, CLOCK)}
+    for c in calls:
+        jsonschema.validate(json.loads(c.function.arguments), schemas[c.function.name])
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="minimal-ja (default)", messages=messages, tools=[WEATHER],
+                                       tool_choice={"type": "function", "function": {"name": "無い"}})
