@@ -161,3 +161,27 @@ def test_vllm_prompt_dicts_work_offline(llm):
     assert llm.generate({"prompt_token_ids": ids}, sp, use_tqdm=False)[0].token_ids == plain.token_ids
     with pytest.raises(TypeError, match="prompt_token_ids"):
         llm.generate([{"tokens": ids}], sp, use_tqdm=False)
+
+
+def test_lm_evaluation_harness_loglikelihood_replay_scores_as_the_engine_does(server, llm):
+    """lm-eval's local-completions loglikelihood requests, replayed as it sends them (batched token ids, echo=True,
+    logprobs=1, max_tokens=1, temperature=0, seed) and parsed as it parses them (token_logprobs[ctxlen:-1], is_greedy
+    from top_logprobs): the sums equal the engine's own prompt logprobs, so a multiple-choice pick is the engine's."""
+    tok = llm.tokenizer
+    context = tok.encode("問い：猫は何と鳴きますか。答え：")
+    choices = [tok.encode(c) for c in ("にゃあ", "わん", "もう", "こけこっこう")]
+    prompts = [context + c for c in choices]
+    r = post(server, "/v1/completions", {"model": "tiny", "prompt": prompts, "echo": True, "logprobs": 1,
+                                         "max_tokens": 1, "temperature": 0, "seed": 1234})
+    assert r.status_code == 200, r.text
+    scores = []
+    for choice, ids in zip(sorted(r.json()["choices"], key=lambda c: c["index"]), prompts):
+        lp = choice["logprobs"]
+        assert len(lp["token_logprobs"]) == len(ids) + 1             # the prompt, then the one generated token
+        part = lp["token_logprobs"][len(context):-1]
+        assert all(t <= max(top.values()) + 1e-6 for t, top in zip(part, lp["top_logprobs"][len(context):-1]))
+        scores.append(sum(part))
+    offline = [sum(offline_prompt_logprobs(llm, ids)[len(context) - 1:]) for ids in prompts]
+    for got, want in zip(scores, offline):
+        assert math.isclose(got, want, rel_tol=1e-4, abs_tol=1e-4)
+    assert scores.index(max(scores)) == offline.index(max(offline))
