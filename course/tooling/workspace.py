@@ -32,13 +32,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FOLDERS = ("lessons", "labs", "quizzes")
+FOLDERS = ("lessons", "labs", "quizzes", "exercises")
 WORK_DIR = "work"
 BACKUP_DIR = "backups"
 MANIFEST = ".course-sync.json"      # which tracked version each copy was made from (sha256)
 # Folders the notebooks link into (``../course/TERMS.md``, ``../minimal_engine/model/attention.py``): ``work/`` gets a
 # symbolic link to each, so the same relative links work from the copies as from the originals.
-LINKED = ("course", "minimal_engine", "benchmarks", "docs")
+LINKED = ("course", "minimal_engine", "benchmarks", "docs", "exercises/solutions")
 
 
 class WorkspaceError(RuntimeError):
@@ -65,7 +65,7 @@ def work_dir(root: Path) -> Path:
 
 
 def course_notebooks(root: Path) -> list[str]:
-    """Relative paths (``labs/x.ipynb``) of the course's notebooks in ``lessons/``, ``labs/``, ``quizzes/``."""
+    """Relative paths (``labs/x.ipynb``) of the course's notebooks in ``lessons/``, ``labs/``, ``quizzes/``, ``exercises/``."""
     root = Path(root)
     return sorted(p.relative_to(root).as_posix() for folder in FOLDERS for p in (root / folder).glob("*.ipynb"))
 
@@ -125,7 +125,8 @@ def _link_folders(root: Path, work: Path) -> None:
         link, target = work / name, root / name
         if target.is_dir() and not link.exists() and not link.is_symlink():
             try:
-                link.symlink_to(os.path.relpath(target, work), target_is_directory=True)
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(os.path.relpath(target, link.parent), target_is_directory=True)
             except OSError:
                 pass
 
@@ -177,7 +178,7 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def modified_tracked(root: Path) -> list[str]:
-    """Tracked files under ``lessons/``, ``labs/``, ``quizzes/`` that differ from the last commit."""
+    """Tracked files under the course folders that differ from the last commit."""
     out = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=no", "--", *FOLDERS)
     if out.returncode != 0:
         raise WorkspaceError(f"git status が失敗しました:\n{out.stderr.strip()}")
