@@ -33,6 +33,7 @@ from minimal_engine.calculators.cost import (cost_per_million_tokens, energy_per
                                              inferencex_economics, joules_per_token, joules_to_picojoules,
                                              picojoules_per_token, usd_per_million_tokens)
 from minimal_engine.calculators.datasheets import (DTYPE_BYTES, GPU_COSTS, GPU_SPECS, INFERENCEX_MI355X_ROW,
+                                                   INFERENCEX_R1_MI355X_ROW,
                                                    MODEL_SHAPES, GpuCost, GpuSpec, ModelShape, bytes_per_value,
                                                    get_gpu_cost, get_gpu_spec, get_model_shape)
 from minimal_engine.calculators.flops import (attention_flops_per_token, attention_weight_count, flops_per_token,
@@ -54,7 +55,7 @@ from minimal_engine.calculators.transfer import (LINKS_GB_S, allreduce_bytes, ch
 
 __all__ = [
     # datasheets
-    "DTYPE_BYTES", "GPU_COSTS", "GPU_SPECS", "INFERENCEX_MI355X_ROW", "MODEL_SHAPES", "GpuCost", "GpuSpec",
+    "DTYPE_BYTES", "GPU_COSTS", "GPU_SPECS", "INFERENCEX_MI355X_ROW", "INFERENCEX_R1_MI355X_ROW", "MODEL_SHAPES", "GpuCost", "GpuSpec",
     "ModelShape", "get_model_shape", "get_gpu_spec", "get_gpu_cost", "bytes_per_value",
     # kv
     "kv_bytes_per_token_gqa", "kv_bytes_per_token_mla", "kv_bytes_per_token", "kv_bytes_per_token_if_mha",

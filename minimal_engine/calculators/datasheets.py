@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["DTYPE_BYTES", "GPU_COSTS", "GPU_SPECS", "INFERENCEX_MI355X_ROW", "MODEL_SHAPES", "GpuCost", "GpuSpec",
+__all__ = ["DTYPE_BYTES", "GPU_COSTS", "GPU_SPECS", "INFERENCEX_MI355X_ROW", "INFERENCEX_R1_MI355X_ROW", "MODEL_SHAPES", "GpuCost", "GpuSpec",
            "ModelShape", "get_model_shape", "get_gpu_spec", "get_gpu_cost", "bytes_per_value"]
 
 def _check_positive(value: float, what: str, allow_zero: bool = False) -> None:
@@ -141,6 +141,20 @@ INFERENCEX_MI355X_ROW = {
     "total_tok_s_per_gpu": 157.12,
     "median_ttft_s": 1.817, "median_tpot_ms": 230.3, "tok_s_user": 4.34,
     "usd_per_m_total_tokens": 2.62, "j_per_total_token": 16.9,
+}
+# (No public source for the row above was found: review_ch1_3.md #5. Chapter 1 uses the traceable row below.)
+
+# One traceable InferenceX row: docs/published_points.md section F1, row 86. DeepSeek-R1-0528 FP4 on
+# 8x MI355X, ATOM (rocm/atom, atom0.1.1), TP8, concurrency 32, 1k/1k, run of 2026-02-25; stored in
+# SemiAnalysisAI/InferenceX-app packages/app/cypress/fixtures/api/benchmarks.json at commit 3a600f1d
+# (each API row there carries its GitHub Actions run_url). InferenceX publishes both the TOTAL
+# (input + output) tok/s/GPU and the output-only one; its client draws input AND output lengths from
+# 80-100% of the nominal values, so the output share stays about 1/2 here (1/9 at 8k/1k).
+INFERENCEX_R1_MI355X_ROW = {
+    "gpu": "MI355X", "tier": "hyperscaler", "input_len": 1024, "output_len": 1024,
+    "model": "DeepSeek-R1-0528 FP4", "engine": "ATOM", "tp": 8, "concurrency": 32, "date": "2026-02-25",
+    "total_tok_s_per_gpu": 518.82, "output_tok_s_per_gpu": 259.82,
+    "median_tpot_ms": 14.92, "median_ttft_ms": 70.5,
 }
 
 # ---------------------------------------------------------------- lookups
