@@ -16,6 +16,10 @@ Plain functions (no model, no timing), so the lesson, the lab and the tests shar
   the sequence grows; only the last block of each sequence has empty slots. When no block is free, the
   newest running request is preempted (its blocks freed; it is recomputed later), as the engine's scheduler.
 
+``summary`` averages over every step, including the drain at the end when the queue is empty and the pool
+empties; ``busy_running`` / ``busy_used_share`` average only over the steps in which requests were still
+waiting (``busy_steps`` of them), which is the steady state a loaded server sees.
+
 Time is counted in engine steps: every running request makes one token per step; a request admitted in a
 step also makes its first token in it. Lengths are drawn from log-normal distributions (many short
 requests, a long tail): the medians and spreads are this course's assumptions, shown as parameters.
@@ -148,6 +152,10 @@ def simulate(requests: list[dict], pool_tokens: int, policy: str = "paged", bloc
                "mean_external_share": sum(trace["external"]) / (n * pool_tokens),
                "mean_wait_steps": sum(admitted_at.values()) / max(len(admitted_at), 1)
                - sum(r["arrival_step"] for r in requests) / max(len(requests), 1)}
+    busy = [i for i, w in enumerate(trace["waiting"]) if w > 0]     # steps with requests still queued
+    nb = max(len(busy), 1)
+    summary.update({"busy_steps": len(busy), "busy_running": sum(trace["running"][i] for i in busy) / nb,
+                    "busy_used_share": sum(trace["used"][i] for i in busy) / (nb * pool_tokens)})
     return {"trace": trace, "summary": summary, "pool_tokens": pool_tokens, "block_size": block_size,
             "reserve": reserve}
 

@@ -213,7 +213,7 @@ def capacity_html(rows: list[dict]) -> str:
     body = [(r["model"], f"{r['gpu']} × {r['gpu_count']}", f"{r['context_len']:,}", f"{r['kv_bytes_per_token']:,}",
              f"{r['weight_gb']:.0f}", f"{r['memory_gb']:.0f}", f"{r['users']:,}" if r["users"] else "入らない")
             for r in rows]
-    return table_html(body, ("モデル", "GPU", "文脈長", "KV [B/トークン]", "重み [GB]", "メモリ [GB]", "入るユーザー数"),
+    return table_html(body, ("モデル", "GPU", "文脈長", "KV [B/トークン]", "重み [GB]", "メモリ [GB]", "同時に入るリクエスト数"),
                       right={2, 3, 4, 5, 6})
 
 

@@ -94,3 +94,37 @@ def test_panel_runs_and_adds_history_row():
     assert app.sliders["shared_len"].description == "共有プロンプト長"
     assert app.on_run() is not None
     assert app.history[-1]["shared_len"] == 32 and "lab-readout" in app.readout._dom_classes
+
+
+def test_busy_phase_averages_exclude_the_drain():
+    """The lesson's 'while requests wait' columns: paging runs more requests then, and fills the pool."""
+    sim = kv_sim.compare(kv_sim.request_stream(120, seed=0), pool_tokens=32_768, block_size=16)
+    paged, cmax = sim["paged"]["summary"], sim["contiguous_max_model_len"]["summary"]
+    assert 0 < paged["busy_steps"] < paged["steps"]
+    assert paged["busy_running"] > paged["mean_running"]               # the drain tail lowers the whole-run mean
+    assert paged["busy_used_share"] > paged["mean_used_share"]
+    assert 7.5 < cmax["busy_running"] <= 32_768 // 4096              # ~8 reservations while someone waits
+
+
+def test_cached_free_block_at_the_head_is_evicted_before_uncached_ones():
+    """What quiz 04 `eviction` and lesson 4 Q3 say: one free queue, taken from the head, cached or not."""
+    from minimal_engine.engine.block_manager import BlockManager
+    from minimal_engine import SamplingParams
+    from minimal_engine.engine.sequence import Sequence as _Seq
+
+    def Sequence(rid, prompt, ids):
+        return _Seq(rid, prompt, ids, SamplingParams(max_tokens=1))
+    bm = BlockManager(4, 4, enable_prefix_caching=True)
+    a = Sequence("a", None, list(range(100, 108)))                     # 2 full blocks: 0 and 1, both cached
+    bm.allocate(a, 8)
+    bm.free(a)                                                         # tail first: queue 2, 3, 1, 0
+    b = Sequence("b", None, [7, 8])                                    # a partial block, never cached
+    bm.allocate(b, 2)
+    assert bm.cache.block_hash.keys().isdisjoint(b.block_table)
+    bm.free(b)
+    c = Sequence("c", None, [9])
+    bm.allocate(c, 1)
+    d = Sequence("d", None, [10])
+    bm.allocate(d, 1)
+    uncached_free = [x for x in bm.free_blocks if x not in bm.cache.block_hash]
+    assert d.block_table[0] in {0, 1} and uncached_free                # a cached block went while uncached waited
