@@ -60,7 +60,7 @@ def test_numeric_answers_equal_the_calculators():
     assert qs["max_users_h200"].answer == calc.max_concurrent_users(
         "Llama 3.1 8B", 8192, calc.gpu_memory_bytes("H200"), weight_bytes=calc.weight_bytes("Llama 3.1 8B"))
     assert qs["usd_per_million_tokens"].answer == calc.usd_per_million_tokens(1.41, 1000)
-    assert qs["joules_per_token"].answer == calc.joules_per_token(2.65, 157.12)
+    assert qs["joules_per_token"].answer == calc.joules_per_token(2.65, 518.82)
 
 
 @pytest.mark.parametrize("path", BANKS, ids=lambda p: p.name)
@@ -117,9 +117,9 @@ def test_thousands_separators_and_bad_commas():
     ("max_users_h200", "116人"),
     ("max_users_h200", "116 リクエスト"),
     ("usd_per_million_tokens", "0.39ドル"),
-    ("joules_per_token", "16.9 J/トークン"),
+    ("joules_per_token", "5.11 J/トークン"),
     ("sweep_tpot_slo", "32本"),
-    ("inferencex_output_tok_s", "17.5 トークン/秒"),
+    ("inferencex_output_tok_s", "259.4 トークン/秒"),
 ])
 def test_japanese_unit_words(qid, response):
     assert check.check_answer(_by_id()[qid], response)[0] is True
@@ -134,7 +134,7 @@ def test_japanese_unit_words(qid, response):
     ("deepseek_r1_mla_8k", "0.2878 GB"),
     ("deepseek_r1_mla_8k", "287,834 KB"),
     ("deepseek_r1_100_users", "28,783 MB"),
-    ("joules_per_token", "1.69e13 pJ"),
+    ("joules_per_token", "5.11e12 pJ"),
 ])
 def test_compatible_units_are_converted(qid, response):
     correct, feedback = check.check_answer(_by_id()[qid], response)
@@ -394,7 +394,7 @@ def test_chapter_1_bank_follows_the_corrected_lesson_and_terms():
     assert "リッジポイント" in next(c for c in qs["prefill_bottleneck"].choices if c.correct).explanation
     for qid in ("usd_per_million_tokens", "joules_per_token", "inferencex_output_tok_s"):
         assert "入力＋出力" in qs[qid].prompt and "合計" in qs[qid].prompt, qid
-    assert qs["inferencex_output_tok_s"].answer == calc.output_tok_s_from_total(157.12, 8192, 1024)
+    assert qs["inferencex_output_tok_s"].answer == calc.output_tok_s_from_total(518.82, 1024, 1024)
     cost = next(c for c in qs["what_lowers_cost"].choices if "tok/s/user" in c.text).explanation
     assert "第7章" in cost and "第8章" in cost
     tp8 = next(c for c in qs["mla_tp8_placement"].choices if c.correct).explanation
