@@ -18,7 +18,7 @@ Plain functions (no model, no timing), so the lesson, the lab and the tests shar
 
 ``summary`` averages over every step, including the drain at the end when the queue is empty and the pool
 empties; ``busy_running`` / ``busy_used_share`` average only over the steps in which requests were still
-waiting (``busy_steps`` of them), which is the steady state a loaded server sees.
+waiting (``busy_steps`` of them), which is the steady state a loaded server sees (NaN when nobody ever waits).
 
 Time is counted in engine steps: every running request makes one token per step; a request admitted in a
 step also makes its first token in it. Lengths are drawn from log-normal distributions (many short
@@ -153,7 +153,7 @@ def simulate(requests: list[dict], pool_tokens: int, policy: str = "paged", bloc
                "mean_wait_steps": sum(admitted_at.values()) / max(len(admitted_at), 1)
                - sum(r["arrival_step"] for r in requests) / max(len(requests), 1)}
     busy = [i for i, w in enumerate(trace["waiting"]) if w > 0]     # steps with requests still queued
-    nb = max(len(busy), 1)
+    nb = len(busy) or float("nan")                                  # nobody ever waited: no busy phase (NaN)
     summary.update({"busy_steps": len(busy), "busy_running": sum(trace["running"][i] for i in busy) / nb,
                     "busy_used_share": sum(trace["used"][i] for i in busy) / (nb * pool_tokens)})
     return {"trace": trace, "summary": summary, "pool_tokens": pool_tokens, "block_size": block_size,
