@@ -30,7 +30,7 @@ def decode_shapes(cfg: ModelConfig, context_len: int) -> list[tuple[str, str, in
         ("RMSNorm（各層の入口）", f"[1, {d}]", 0),
         ("Q/K/V 射影（qkv_proj）", f"[1, {qkv}] → Q [1, {h}, {dh}]・K, V [1, {kvh}, {dh}]", 2 * d * qkv * n),
         ("RoPE（Q と K を回転）", f"Q [1, {h}, {dh}]・K [1, {kvh}, {dh}]", 0),
-        ("K, V を KV キャッシュへ書く", f"各層 K, V [{kvh}, {context_len}, {dh}]（このリクエストの分）", 0),
+        ("K, V を KV キャッシュへ書く", f"各層 K, V [{kvh}, 1, {dh}] を書く（中身は [{kvh}, {context_len}, {dh}]）", 0),
         ("Attention スコア Q·Kᵀ", f"[{kvh}, {g}, {context_len}]（= {h} ヘッド × {context_len}）", 2 * h * dh * context_len * n),
         ("スコアで V を重み付け", f"[1, {h}, {dh}] → [1, {h * dh}]", 2 * h * dh * context_len * n),
         ("出力射影（o_proj）＋残差", f"[1, {d}]", 2 * h * dh * d * n),
