@@ -82,6 +82,7 @@ def _read_manifest(work: Path) -> dict:
 
 
 def _write_manifest(work: Path, manifest: dict) -> None:
+    work.mkdir(parents=True, exist_ok=True)        # `make update` may come before any `make lab`
     (work / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
 
 
@@ -131,12 +132,23 @@ def _link_folders(root: Path, work: Path) -> None:
                 pass
 
 
-def _stamp() -> str:
-    return time.strftime("%Y%m%d-%H%M%S")
+def _backup_folder(work: Path) -> Path:
+    """A new, never used ``work/backups/<YYYYmmdd-HHMMSS>[-k]/`` (created here, so two calls within one
+    second, or two processes at once, never share one: ``mkdir`` without ``exist_ok`` is atomic)."""
+    base, k = work / BACKUP_DIR / time.strftime("%Y%m%d-%H%M%S"), 1
+    base.parent.mkdir(parents=True, exist_ok=True)
+    folder = base
+    while True:
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            k += 1
+            folder = base.with_name(f"{base.name}-{k}")
 
 
-def _backup(work: Path, rel: str, source: Path, stamp: str) -> Path:
-    target = work / BACKUP_DIR / stamp / rel
+def _backup(work: Path, rel: str, source: Path, folder: Path) -> Path:
+    target = folder / rel
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(source, target)
     return target
@@ -163,7 +175,7 @@ def reset_copy(root: Path, name: str, work: Path | None = None) -> Path | None:
     rel = resolve_notebook(root, name)
     dst, backup = work / rel, None
     if dst.exists():
-        backup = _backup(work, rel, dst, _stamp())
+        backup = _backup(work, rel, dst, _backup_folder(work))
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(root / rel, dst)
     manifest = _read_manifest(work)
@@ -178,7 +190,8 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def modified_tracked(root: Path) -> list[str]:
-    """Tracked files under the course folders that differ from the last commit."""
+    """Files under the course folders that differ from the last commit: changed, deleted, staged, and both
+    names of a staged rename (``git mv``)."""
     out = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=no", "--", *FOLDERS)
     if out.returncode != 0:
         raise WorkspaceError(f"git status が失敗しました:\n{out.stderr.strip()}")
@@ -188,8 +201,9 @@ def modified_tracked(root: Path) -> list[str]:
         entry = entries[i]
         if len(entry) > 3:
             paths.append(entry[3:])
-            if entry[0] in "RC":        # a rename is followed by its old name
+            if entry[0] in "RC" and i + 1 < len(entries):   # a rename is followed by its old name
                 i += 1
+                paths.append(entries[i])
         i += 1
     return sorted(set(paths))
 
@@ -202,21 +216,31 @@ def save_and_restore(root: Path, work: Path | None = None) -> dict[str, Path | N
     """
     root = Path(root)
     work = Path(work) if work else work_dir(root)
-    changed, saved, stamp = modified_tracked(root), {}, _stamp()
+    changed, saved, folder = modified_tracked(root), {}, None
+    in_head = {rel for rel in changed if _git(root, "cat-file", "-e", f"HEAD:{rel}").returncode == 0}
     for rel in changed:
         src = root / rel
         if not src.exists():
             saved[rel] = None
-        elif rel.endswith(".ipynb") and not (work / rel).exists():
+        elif rel.endswith(".ipynb") and rel in in_head and not (work / rel).exists():
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, work / rel)
             saved[rel] = work / rel
-        else:
-            saved[rel] = _backup(work, rel, src, stamp)
-    if changed:
-        out = _git(root, "checkout", "HEAD", "--", *changed)
+        else:                           # (a name HEAD lacks, e.g. the new name of a `git mv`: backups/ too)
+            folder = folder or _backup_folder(work)
+            saved[rel] = _backup(work, rel, src, folder)
+    new_names = [rel for rel in changed if rel not in in_head]
+    if new_names:                       # saved above: unstage them and remove them, as HEAD has them not
+        out = _git(root, "rm", "-q", "-f", "--cached", "--ignore-unmatch", "--", *new_names)
+        if out.returncode != 0:
+            raise WorkspaceError(f"追加・改名したファイルを元に戻せませんでした:\n{out.stderr.strip()}")
+        for rel in new_names:
+            (root / rel).unlink(missing_ok=True)
+    if in_head:
+        out = _git(root, "checkout", "HEAD", "--", *sorted(in_head))
         if out.returncode != 0:
             raise WorkspaceError(f"変更したノートブックを元に戻せませんでした:\n{out.stderr.strip()}")
+    if changed:
         manifest = _read_manifest(work)     # a new copy was made from the committed version
         manifest.update({rel: _sha(root / rel) for rel, where in saved.items() if where == work / rel})
         _write_manifest(work, manifest)
@@ -290,7 +314,8 @@ def main(argv=None) -> int:
         else:
             backup = reset_copy(root, args.notebook, work)
             rel = resolve_notebook(root, args.notebook)
-            print(f"{WORK_DIR}/{rel} を元の版で置き換えました。" + (f"古いコピー: {backup}" if backup else ""))
+            print(f"{WORK_DIR}/{rel} を元の版で置き換えました。"
+                  + (f"それまでのコピーは {backup} に保存しました。" if backup else ""))
     except WorkspaceError as err:
         print(err, file=sys.stderr)
         return 1

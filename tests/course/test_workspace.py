@@ -202,3 +202,48 @@ def test_every_relative_link_resolves_from_originals_and_from_copies(tmp_path):
             checked += 1
     assert checked > 0
     assert (work / "course").is_symlink() and (work / "course" / "TERMS.md").is_file()
+
+
+def test_two_quick_resets_keep_both_backups(repos):
+    """Issue 29 #1: two resets within one second used the same backups/<second>/ folder, so the second backup
+    (the pristine copy) overwrote the first (the learner's work)."""
+    _, learner = repos
+    work = learner / "work"
+    workspace.sync(learner)
+    (work / "labs/01_lab.ipynb").write_text(notebook("学習者の大事なラボ"), encoding="utf-8")
+    first = workspace.reset_copy(learner, "labs/01_lab.ipynb")
+    second = workspace.reset_copy(learner, "labs/01_lab.ipynb")
+    assert first != second and first.exists() and second.exists()
+    assert "学習者の大事なラボ" in first.read_text(encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "course.tooling.workspace", "--root", str(learner), "reset",
+                          "labs/01_lab.ipynb"], capture_output=True, text=True, check=True).stdout
+    assert "backups" in out, "reset says where the learner's copy went"
+
+
+def test_update_before_any_sync_restores_a_deleted_notebook_and_pulls(repos):
+    """Issue 29 #2: with no work/ folder yet, writing work/.course-sync.json raised FileNotFoundError."""
+    up, learner = repos
+    (learner / "labs/01_lab.ipynb").unlink()
+    upstream_adds_chapter_and_changes_lab(up)
+    saved, _, _ = workspace.update(learner)
+    assert saved == {"labs/01_lab.ipynb": None}
+    assert (learner / "lessons/02_next.ipynb").exists(), "the pull happened"
+    assert git(learner, "status", "--porcelain") == ""
+
+
+def test_update_after_git_mv_saves_the_renamed_notebook_and_pulls(repos):
+    """Issue 29 #3: after `git mv`, update asked git to restore the new name from HEAD, which fails."""
+    up, learner = repos
+    workspace.sync(learner)
+    (learner / "labs/01_lab.ipynb").write_text(notebook("名前を変える前に編集"), encoding="utf-8")
+    git(learner, "mv", "labs/01_lab.ipynb", "labs/01_my_lab.ipynb")
+    (learner / "work" / "progress.json").write_text('{"done": ["01"]}', encoding="utf-8")
+    upstream_adds_chapter_and_changes_lab(up)
+    saved, _, _ = workspace.update(learner)
+    assert (learner / "lessons/02_next.ipynb").exists(), "the pull happened"
+    assert "ラボ1（修正版）" in (learner / "labs/01_lab.ipynb").read_text(encoding="utf-8")
+    kept = saved["labs/01_my_lab.ipynb"]
+    assert kept.is_relative_to(learner / "work" / "backups") and "名前を変える前に編集" in kept.read_text(encoding="utf-8")
+    assert not (learner / "labs/01_my_lab.ipynb").exists()
+    assert git(learner, "status", "--porcelain") == ""
+    assert (learner / "work" / "progress.json").read_text(encoding="utf-8") == '{"done": ["01"]}'
