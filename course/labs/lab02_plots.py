@@ -101,17 +101,17 @@ def plot_gpu_rooflines(gpus, machine: dict | None = None, flops_key: str = "flop
     if machine is not None:
         draw_roof(ax, machine, flops_key, f"このマシン（実測、リッジ {roofline.ridge_point(machine, flops_key):.1f} FLOP/B）",
                   "black", style="--")
-    for label, x in marks:
-        ax.axvline(x, color="0.5", linestyle=":", linewidth=1)
-        ax.annotate(label, (x, ax.get_ylim()[0]), xytext=(3, 8), textcoords="offset points", fontsize=8,
-                    rotation=90, color="0.3")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for label, x in marks:   # labels in axes-fraction height, so they stay on the log axis (review_ch1_3 #25)
+        ax.axvline(x, color="0.5", linestyle=":", linewidth=1)
+        ax.text(x, 0.02, f" {label}", transform=ax.get_xaxis_transform(), fontsize=8, rotation=90,
+                color="0.3", va="bottom", ha="left")
     ax.set_xlabel("演算強度 [FLOP/バイト]")
     ax.set_ylabel("到達できる演算性能 [FLOP/s]")
     ax.set_title("ルーフライン: 左の斜めの部分は帯域律速、右の平らな部分は演算律速（縦の印がリッジポイント）", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left")
     return fig
 
 
