@@ -218,7 +218,7 @@ def plot_run(res: dict):
         a1.scatter([r["tok_s_per_user"]], [r["tok_s"]], color=COLORS[k], label=r["label"], s=50)
         if r["ttft_ms_list"]:
             a2.hist(r["ttft_ms_list"], bins=12, alpha=0.5, color=COLORS[k], label=r["label"])
-    a1.set_xlabel("tok/s/user（1人が体感する速さ）")
+    a1.set_xlabel("tok/s/user（1リクエストから見た速さ）")
     a1.set_ylabel("出力 tok/s（システム全体）")
     pts = [(r["tok_s_per_user"], r["tok_s"]) for r in res["policies"].values()]
     a1.set_xlim(0, max(x for x, _ in pts) * 1.15)           # room around the points (none sits on the edge)
