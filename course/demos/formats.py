@@ -10,7 +10,7 @@ Plain functions used by lesson 6, lab 6 and the quiz (tests/test_lab6.py checks 
     rounding_table(w)          # every format on one matrix: relative error, bits per weight (scales included)
 
 Formats and their scales (what `fake_quantize` emulates, along the last dimension K, the inputs of a row):
-  * "int8_tensor" / "int8_channel": INT8, one float scale for the matrix / per output row (quantization.py).
+  * "int8_tensor" / "int8_channel": INT8, one float32 scale for the matrix / one BF16 scale per output row (as quantization.py).
   * "fp8_e4m3_tensor": FP8 e4m3, one float scale for the whole matrix (amax / 448); torch's float8 cast rounds.
   * "int4_channel" / "int4_g32": INT4 in [-8, 7], one scale per output row / per group of 32 values (amax / 7),
             the scale in bf16 (gpt-fast's int4 uses groups of 32 with a scale and a zero point: asymmetric).
@@ -96,9 +96,12 @@ def fake_quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, float]:
     k = w.shape[1]
     if fmt == "bf16":
         return w.to(torch.bfloat16).float(), 16.0
-    if fmt in ("int8_tensor", "int8_channel"):
-        s = (w.abs().max() if fmt == "int8_tensor" else w.abs().amax(1, keepdim=True)).clamp_min(1e-12) / 127
-        return (w / s).round().clamp(-127, 127) * s, 8 + 32 / (w.numel() if fmt == "int8_tensor" else k)
+    if fmt == "int8_tensor":                                           # one float32 scale
+        s = w.abs().max().clamp_min(1e-12) / 127
+        return (w / s).round().clamp(-127, 127) * s, 8 + 32 / w.numel()
+    if fmt == "int8_channel":             # one BF16 scale per output row, as the engine's Int8Linear and gpt-fast
+        s = (w.abs().amax(1, keepdim=True).clamp_min(1e-12) / 127).to(torch.bfloat16).float()
+        return (w / s).round().clamp(-127, 127) * s, 8 + 16 / k
     if fmt == "fp8_e4m3_tensor":
         s = w.abs().max().clamp_min(1e-12) / 448
         return (w / s).to(torch.float8_e4m3fn).float() * s, 8.0

@@ -110,7 +110,7 @@ def cpu_capability(device: str = "cpu") -> str | None:
 def kv_capacity(tokens_per_user: int = 512, kv_cache_memory: int = 16 << 20, device: str = "cpu") -> list[dict]:
     """For each KV format: the engine's blocks in the same kv_cache_memory, bytes per token, and users that fit
     when each user holds tokens_per_user tokens (whole blocks)."""
-    t = check_int(tokens_per_user, "tokens_per_user", "1人あたりのトークン数", 1, 512)
+    t = check_int(tokens_per_user, "tokens_per_user", "1リクエストのトークン数", 1, 512)
     rows = []
     for k, (dtype, kv) in KV_DTYPES.items():
         llm = LLM(None, dtype=dtype, device=check_device(device), kv_cache_memory=kv_cache_memory, kv_cache_dtype=kv)
