@@ -8,8 +8,9 @@ the previous block's hash and the block's own token ids,
 so equal hashes mean equal whole prefixes, not just equal blocks. A new request walks its prompt's hashes
 and reuses the longest run of cached blocks, but never the whole prompt: at least one token must be computed
 to get the logits of the next one. The BlockManager owns the blocks (reference counts, the free queue that
-is also the LRU eviction order); this class only maps hashes to block ids. (vLLM can use sha256 instead of
-Python's hash to make collisions impossible in practice; the built-in 64-bit hash keeps this readable.)
+is also the LRU eviction order); this class only maps hashes to block ids. (vLLM hashes blocks with sha256
+by default, 'sha256' | 'sha256_cbor', and v0.16 adds xxhash variants (PrefixCachingHashAlgo in vllm.config.cache),
+so that collisions are impossible in practice; the built-in 64-bit hash keeps this readable.)
 """
 from __future__ import annotations
 
