@@ -76,7 +76,7 @@ class LLM:
                  max_model_len: int | None = None, seed: int = 0, kv_cache_memory: int | None = None,
                  cuda_graphs: bool | None = None, enable_prefix_caching: bool = False, batching: str = "continuous",
                  quantization: str | None = None, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
-                 speculative_config: dict | None = None):
+                 speculative_config: dict | None = None, quantizer=None):
         config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_memory=kv_cache_memory,
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               max_model_len=max_model_len, cuda_graphs=cuda_graphs,
@@ -94,7 +94,8 @@ class LLM:
             self.dtype = resolve_dtype(dtype, self.device, model_config)
             tokenizer = Tokenizer(self.model_path)
             net = load_model(self.model_path, model_config, self.dtype, self.device)
-        quantize_model(net, config.quantization)   # int8: every Linear -> Int8Linear (quantization.py)
+        # int8: every Linear -> Int8Linear (quantization.py); quantizer: W -> (int8 W, scales), default quantize_int8
+        quantize_model(net, config.quantization, quantizer=quantizer)
         self.model_name = str(model) if model is not None else "minimal-ja (default)"
         limit = model_config.max_position_embeddings
         if config.max_model_len is not None and config.max_model_len > limit:
