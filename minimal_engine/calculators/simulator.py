@@ -21,14 +21,18 @@ The model, in four parts (every number it prints is a prediction, 予測, not a 
    InferenceX): each step holds the decodes of the requests past their prefill and the prefill tokens of
    arriving requests (chunked, at most MAX_BATCHED_TOKENS per step, vLLM's ``max_num_batched_tokens``).
    TPOT = the step time; a prompt takes ceil-free ``input_len / free budget`` steps plus an M/D/1 wait when
-   prefills queue; Little's law gives requests/s = C / E2EL. Requests beyond what the KV cache holds wait in
-   a queue (their wait is in TTFT; throughput stops growing).
+   prefills queue (behind the other C - 1, so none at C = 1); Little's law gives requests/s = C / E2EL.
+   Requests beyond what the KV cache holds wait in a queue (their wait is in TTFT; throughput stops growing).
+   Serving overhead is apart from the steps: each TTFT gets ``REQUEST_OVERHEAD x (1 - 1/C)`` (C per replica;
+   the HTTP server's, tokenizer's and scheduler's queues behind the other requests in flight): 0 on an idle
+   engine, so a batch-1 TTFT is its prefill steps only, and REQUEST_OVERHEAD under load.
 4. Memory: weights / tp plus the KV of (input_len + output_len) tokens per request within
    MEMORY_UTILIZATION of HBM (``kv.max_concurrent_users``).
 
 It cannot predict software maturity (kernels, scheduler, one framework against another), speculative decoding
 / MTP, prefix-cache hits, stream chunking of ITL, power capping, disaggregation, expert load imbalance. Constants:
-fitted by ``minimal_engine.tools.sim_calibration`` (sim_tables holds the GPUs and models; held-out error: docs/simulator.md).
+[fit] by ``minimal_engine.tools.sim_calibration`` or [set] by hand (sim_tables holds the GPUs and models; the
+error by group, fit / held-out / independent, and at low load: docs/simulator.md).
 """
 from __future__ import annotations
 
@@ -45,16 +49,17 @@ from minimal_engine.calculators.transfer import allreduce_bytes
 
 @dataclass(frozen=True)
 class SimConstants:
-    """The few constants of the model. The defaults are the output of ``sim_calibration.fit()`` (rounded) on
-    the ``fit`` points; docs/simulator.md shows the error on the held-out ones."""
+    """The few constants of the model. ``[fit]``: the output of ``sim_calibration.fit()`` (rounded) on the
+    ``fit`` points; ``[set]``: set by hand (an engine setting or 0). docs/simulator.md shows the error on the
+    held-out points."""
 
-    compute_eff: float = 0.433         # share of dense peak FLOP/s a step's matmuls reach
-    memory_eff: float = 0.800          # share of HBM bandwidth a step's reads reach
-    layer_overhead_us: float = 37.5    # fixed time per layer per step (kernel launches, syncs, scheduling share)
-    moe_overhead_us: float = 70.8      # extra fixed time per MoE layer per step (routing, dispatch, combine)
+    compute_eff: float = 0.433         # share of dense peak FLOP/s a step's matmuls reach [fit]
+    memory_eff: float = 0.8125         # share of HBM bandwidth a step's reads reach [fit]
+    layer_overhead_us: float = 37.5    # fixed time per layer per step (kernel launches, syncs) [fit]
+    moe_overhead_us: float = 70.8      # extra fixed time per MoE layer per step (routing, dispatch, combine) [fit]
     seq_overhead_us: float = 0.0       # fixed time per request per layer per step (not batched work) [set]
-    allreduce_latency_us: float = 20.0  # fixed time of one all-reduce (plus bytes / link bandwidth)
-    request_overhead_ms: float = 87.5  # fixed time added to each TTFT (HTTP, tokenizer, scheduling, launches)
+    allreduce_latency_us: float = 20.0  # fixed time of one all-reduce (plus bytes / link bandwidth) [fit]
+    request_overhead_ms: float = 100.0  # serving overhead per TTFT under load, x (1 - 1/C); 0 when idle [fit]
     max_batched_tokens: int = 8192     # tokens per step (vLLM max_num_batched_tokens; InferenceX's scripts) [set]
     memory_utilization: float = 0.9    # share of HBM the engine may use (vLLM gpu_memory_utilization) [set]
 
@@ -188,6 +193,14 @@ def max_concurrency_for(model: SimModel, hw: Hardware, num_gpus: int, tp: int, w
     return per_group * (num_gpus // tp)
 
 
+def serving_overhead_s(c: SimConstants, concurrency: float) -> float:
+    """Per-request serving overhead added to TTFT (seconds), apart from the step model: the waits of a request in
+    the server's queues (HTTP, tokenizer, scheduler) behind the other requests in flight, ``request_overhead_ms
+    x (1 - 1/C)`` for C requests per replica. 0 for one request on an idle engine (a batch-1 TTFT is its
+    prefill steps only), close to ``request_overhead_ms`` under load."""
+    return c.request_overhead_ms * 1e-3 * (1 - 1 / max(concurrency, 1.0))
+
+
 def _check_args(num_gpus, tp, weight_dtype, kv_dtype, input_len, output_len, concurrency):
     for v, what in ((num_gpus, "num_gpus"), (tp, "tp"), (output_len, "output_len"), (concurrency, "concurrency")):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -227,6 +240,7 @@ def simulate(model="llama-3.3-70b", gpu="H100", num_gpus: int = 2, tp: int = 2, 
     conc = concurrency / replicas                             # per TP group
     running = min(conc, max_conc // replicas)                 # the rest waits for KV space
     context = input_len + output_len / 2                      # average context of a decoding request
+    serving = serving_overhead_s(c, conc)                     # apart from the steps: 0 on an idle engine
     t_avg, ttft, f = 0.0, 0.0, 0.0
     for _ in range(200):                                      # fixed point of the steady state
         e2el = ttft + (output_len - 1) * t_avg
@@ -238,7 +252,7 @@ def simulate(model="llama-3.3-70b", gpu="H100", num_gpus: int = 2, tp: int = 2, 
         f = min(prefill / chunk, 0.95) if input_len else 0.0  # share of steps that carry a prompt chunk
         service = max(input_len / chunk, 1.0) * mixed["t"]    # the prompt's own steps
         new = (f * mixed["t"] + (1 - f) * dec["t"],                                        # TPOT
-               service * (1 + f / (2 * (1 - f))) + c.request_overhead_ms * 1e-3)        # TTFT: M/D/1 wait
+               service * (1 + f / (2 * (1 - f)) * (1 - 1 / conc)) + serving)  # TTFT: M/D/1 wait, not for itself
         if abs(new[0] - t_avg) + abs(new[1] - ttft) < 1e-12:
             break
         t_avg, ttft = 0.5 * (t_avg + new[0]), 0.5 * (ttft + new[1])
