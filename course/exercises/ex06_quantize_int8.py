@@ -1,0 +1,106 @@
+"""Exercise 6 (chapter 6): quantize_int8_per_channel(w [out, in]) -> (q int8 [out, in], scale [out]), symmetric.
+
+Hand and random matrices (rows with outliers, an all-zero row): types and shapes, scale[n] = max|w[n]| / 127, q in
+[-127, 127], and every row's round-trip error |q * scale - w| at most scale[n] / 2. Then the engine runs with the
+learner's quantizer (LLM(quantization="int8", quantizer=fn), the seam in features/quantization.py): its greedy tokens
+must equal those of the engine's own INT8 quantizer, and the grader reports the first-token agreement with the
+unquantized BF16 engine and the measured weight bytes (features.quantization.weight_bytes).
+"""
+from __future__ import annotations
+
+import torch
+
+from course.exercises.checks import case, failed_call, run
+from course.exercises.kit import Grader
+
+PROMPTS = ["吾輩は猫である。", "東京の", "むかしむかし、", "今日は天気が"]
+
+
+def _matrices():
+    g = torch.Generator().manual_seed(6)
+    small = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [100.0, 1.0, -1.0]])
+    outl = torch.randn(16, 64, generator=g) * 0.02
+    outl[3, 5], outl[11, 0] = 8.0, -5.0               # two rows with an outlier
+    return [("小さな行列（全部 0 の行を含む）", small), ("ランダム 32×128", torch.randn(32, 128, generator=g)),
+            ("外れ値のある行", outl)]
+
+
+def _judge(w, res):
+    """'' when (q, scale) is right for w, else the Japanese reason."""
+    if not (isinstance(res, tuple) and len(res) == 2):
+        return "(q, scale) の2つを tuple で返してください。"
+    q, scale = res
+    if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.shape != w.shape:
+        return f"q は w と同じ形 {list(w.shape)} の int8 のテンソルにしてください（.to(torch.int8)）。"
+    if not isinstance(scale, torch.Tensor) or scale.numel() != w.shape[0]:
+        return f"scale は出力チャネル（行）ごとに1つ、{w.shape[0]} 個の値にしてください（テンソル全体で1つではありません）。"
+    s = scale.detach().float().reshape(-1)
+    if not bool(torch.isfinite(s).all() and (s > 0).all()):
+        return "scale に 0・負・inf・nan があります。全部 0 の行でも、0 で割らないよう小さな正の値にしてください。"
+    if int(q.min()) < -127:
+        return "対称な量子化では -128 は使いません。[-127, 127] に収めてください。"
+    amax = w.abs().amax(1)
+    nz = amax > 0
+    if not torch.allclose(s[nz], amax[nz] / 127, rtol=1e-3):
+        return "scale は各行の絶対値の最大 ÷ 127 です（行ごとに別のスケール。外れ値のある行だけが粗くなります）。"
+    err = (q.float() * s[:, None] - w).abs().amax(1)
+    if bool((err > s / 2 * 1.001 + 1e-7).any()):
+        return "丸めの誤差が scale / 2 を超える行があります。切り捨て（floor や int()）ではなく torch.round で丸めてください。"
+    return ""
+
+
+def _engine_run(quantizer):
+    """Greedy tokens (4 prompts x 8 tokens) and linear-weight bytes of the default model in BF16, INT8 with the
+    engine's quantizer and INT8 with the learner's."""
+    from minimal_engine import LLM, SamplingParams
+    from minimal_engine.features.quantization import weight_bytes
+    params = SamplingParams(temperature=0, max_tokens=8)
+    out = {}
+    for name, kw in (("bf16", {}), ("engine", {"quantization": "int8"}),
+                     ("learner", {"quantization": "int8", "quantizer": quantizer})):
+        llm = LLM(dtype="bfloat16", **kw)
+        outs = llm.generate(PROMPTS, params, use_tqdm=False)
+        out[name] = ([list(o.token_ids) for o in outs],
+                     weight_bytes(llm.engine.runner.model)["linear"])
+        llm.close()
+    return out
+
+
+def check(fn, ctx=None) -> list:
+    out, all_ok = [], True
+    for name, w in _matrices():
+        ok, res, msg = run(fn, w.clone())
+        if not ok:
+            out.append(failed_call(name, f"w {list(w.shape)}", "(q int8, scale)", msg))
+            all_ok = False
+            continue
+        why = _judge(w, res)
+        all_ok &= not why
+        got = (f"q {getattr(res[0], 'dtype', type(res[0]).__name__)} {list(getattr(res[0], 'shape', []))}, "
+               f"scale {list(getattr(res[1], 'shape', []))}") if isinstance(res, tuple) and len(res) == 2 else repr(res)[:80]
+        out.append(case(name, f"w {list(w.shape)}", f"q int8 {list(w.shape)}, scale [{w.shape[0]}]、誤差 ≤ scale/2",
+                        got, not why, why))
+    if not all_ok or (isinstance(ctx, dict) and ctx.get("engine") is False):
+        return out
+    ok, res, msg = run(_engine_run, fn, timeout_s=180.0)
+    if not ok:
+        out.append(failed_call("エンジンで生成", "LLM(quantization='int8', quantizer=あなたの関数)", "同じトークン", msg))
+        return out
+    same = res["learner"][0] == res["engine"][0]
+    first = sum(a[0] == b[0] for a, b in zip(res["learner"][0], res["bf16"][0]))
+    mb = lambda b: f"{b / 2**20:.2f} MiB"       # noqa: E731
+    out.append(case("エンジンで生成（貪欲法、4 プロンプト × 8 トークン）", "LLM(dtype='bfloat16', quantization='int8', quantizer=…)",
+                    "エンジンの INT8 と同じトークン", "同じ" if same else "違う", same,
+                    "エンジン自身の量子化と違うトークンになりました。丸めの方法（torch.round）とスケールを確かめてください。"))
+    out.append(case("BF16 との比較（計測）", f"{len(PROMPTS)} プロンプト",
+                    f"BF16 の線形層 {mb(res['bf16'][1])}",
+                    f"最初のトークンの一致 {first}/{len(PROMPTS)}、線形層 {mb(res['learner'][1])}",
+                    res["learner"][1] == res["engine"][1], "重みの大きさがエンジンの INT8 と違います。"))
+    return out
+
+
+GRADER = Grader(id="06_quantize_int8", chapter=6, title_ja="重みを INT8 に量子化する（出力チャネルごと）", check=check, hints=[
+    "行（出力チャネル）ごとにスケールを1つ決め、その行の値をスケールで割って整数に丸めます。",
+    "scale[n] = max|w[n, :]| / 127（全部 0 の行は小さな正の値で下から押さえる）、q = round(w / scale) を [-127, 127] に収めて int8 にします。",
+    "scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127; q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)",
+])

@@ -1,0 +1,105 @@
+"""Exercise 7 (chapter 7): shard_columns, shard_rows and combine for a tensor-parallel SwiGLU MLP.
+
+The learner passes an object (a dict or a module) with the three functions. Weights are [out, in] like nn.Linear:
+column split = output features (dim 0), row split = input features (dim 1); an uneven split gives the first ranks one
+more, as the engine's minimal_engine/features/tensor_parallel/sharding.split_sizes does. The grader checks each shard
+against split_sizes, then runs a sharded MLP with the learner's functions for world 1, 2, 3 (3 splits the
+intermediate size 10 unevenly) and compares it with the unsharded MLP; a rank outside [0, world) must be refused.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from course.exercises.checks import case, failed_call, run
+from course.exercises.kit import Grader
+from minimal_engine.features.tensor_parallel.sharding import split_sizes
+
+NAMES = ("shard_columns", "shard_rows", "combine")
+
+
+def _parts(obj):
+    get = obj.get if isinstance(obj, dict) else (lambda k: getattr(obj, k, None))
+    return {k: get(k) for k in NAMES}
+
+
+def _weights():
+    g = torch.Generator().manual_seed(7)
+    hidden, inter = 6, 10
+    return (torch.randn(3, hidden, generator=g), torch.randn(inter, hidden, generator=g),
+            torch.randn(inter, hidden, generator=g), torch.randn(hidden, inter, generator=g))
+
+
+def _mlp_sharded(fns, x, gate, up, down, world):
+    partial, hs = [], []
+    for r in range(world):
+        h = F.silu(x @ fns["shard_columns"](gate, r, world).T) * (x @ fns["shard_columns"](up, r, world).T)
+        hs.append(h)
+        partial.append(h @ fns["shard_rows"](down, r, world).T)
+    return fns["combine"](hs, "columns"), fns["combine"](partial, "rows")
+
+
+def check(fn, ctx=None) -> list:
+    fns = _parts(fn)
+    missing = [k for k, v in fns.items() if not callable(v)]
+    if missing:
+        return [case("関数がそろっているか", "grade(..., {名前: 関数})", ", ".join(NAMES), "足りない: " + ", ".join(missing),
+                     False, f"{', '.join(missing)} が見つかりません。dict か、3つの関数を持つオブジェクトを渡してください。")]
+    out = []
+    w = torch.arange(5 * 4, dtype=torch.float32).reshape(5, 4)
+    for kind, dim in (("shard_columns", 0), ("shard_rows", 1)):
+        for world in (2, 3):
+            size = w.shape[dim]
+            sizes = split_sizes(size, world)
+            for r in range(world):
+                start = sum(sizes[:r])
+                want = w.narrow(dim, start, sizes[r])
+                inp = f"{kind}(w [5, 4], rank={r}, world={world})"
+                ok, got, msg = run(fns[kind], w.clone(), r, world)
+                if not ok:
+                    out.append(failed_call(f"{kind} のシャード", inp, f"形 {list(want.shape)}", msg))
+                    continue
+                good = isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(got, want)
+                if good:
+                    message = ""
+                elif isinstance(got, torch.Tensor) and got.shape[1 - dim] != w.shape[1 - dim]:
+                    message = ("分ける次元が違います。重みは [出力, 入力] です。列分割は出力（0 次元）、"
+                               "行分割は入力（1 次元）で分けます。")
+                else:
+                    message = (f"割り切れないときは先頭のランクから1つずつ多く持たせます（{size} を {world} つに分けると "
+                               f"{sizes}）。端数を捨てたり最後のランクに寄せたりしていませんか。")
+                out.append(case(f"{kind} のシャード", inp, f"形 {list(want.shape)}（{dim} 次元の {start} から {sizes[r]} 個）",
+                                f"形 {list(got.shape)}" if isinstance(got, torch.Tensor) else repr(got)[:80], good, message))
+    x, gate, up, down = _weights()
+    h_full = F.silu(x @ gate.T) * (x @ up.T)
+    y_full = h_full @ down.T
+    for world in (1, 2, 3):
+        inp = f"SwiGLU MLP（hidden 6, intermediate 10）、world={world}"
+        ok, got, msg = run(_mlp_sharded, fns, x, gate, up, down, world)
+        if not ok:
+            out.append(failed_call("分けた MLP = 分けない MLP", inp, "同じ出力", msg))
+            continue
+        h, y = got
+        h_ok = isinstance(h, torch.Tensor) and h.shape == h_full.shape and torch.allclose(h, h_full, atol=1e-5)
+        y_ok = isinstance(y, torch.Tensor) and y.shape == y_full.shape and torch.allclose(y, y_full, atol=1e-4)
+        if h_ok and y_ok:
+            message = ""
+        elif not h_ok:
+            message = "列分割した層の出力は、各ランクが別々の列を持つので、最後の次元で連結（combine(..., \"columns\")）します。"
+        else:
+            message = "行分割した層の出力は部分和です。連結ではなく、全ランクの分を足し合わせます（GPU では all-reduce）。"
+        got_s = f"最大の差 {(y - y_full).abs().max():.2e}" if isinstance(y, torch.Tensor) and y.shape == y_full.shape \
+            else f"形 {list(getattr(y, 'shape', []))}"
+        out.append(case("分けた MLP = 分けない MLP", inp, f"形 {list(y_full.shape)}、差 ≤ 1e-4", got_s, h_ok and y_ok, message))
+    ok, got, msg = run(fns["shard_columns"], w.clone(), 2, 2)
+    out.append(case("範囲外のランクを断る", "shard_columns(w, rank=2, world=2)", "ValueError", msg if not ok else "例外なし",
+                    not ok and "ValueError" in msg, "rank は 0〜world−1 です。範囲外なら ValueError で伝えてください。"))
+    return out
+
+
+GRADER = Grader(id="07_shard_linear", chapter=7, title_ja="MLP の重みをテンソル並列に分ける", check=check, hints=[
+    "gate と up は出力で分け（列分割、通信なし）、down は入力で分けます（行分割、部分和を足し合わせる）。",
+    "重みは [出力, 入力] です。列分割は w[start:start+n]、行分割は w[:, start:start+n]。割り切れないときは先頭のランクが1つ多く持ちます。",
+    "sizes = [total // world + (1 if r < total % world else 0) for r in range(world)]; start = sum(sizes[:rank])。"
+    "combine は \"columns\" なら torch.cat(parts, -1)、\"rows\" なら torch.stack(parts).sum(0) です。",
+])

@@ -1,0 +1,60 @@
+"""Exercise 9 (chapter 9): chunk_plan(prompt_len, decode_batch, token_budget) -> chunk sizes of a long prefill.
+
+Stall-free batching (Sarathi-Serve, the engine's chunked prefill): every step the decode_batch running requests take
+one token each first, and the rest of the budget, token_budget - decode_batch, goes to the next prefill chunk. The
+grader checks the plan's sum, that no step exceeds the budget, that the plan uses the fewest steps (every chunk but
+the last fills the room), and that an impossible budget is refused with a ValueError.
+"""
+from __future__ import annotations
+
+from course.exercises.checks import case, failed_call, run
+from course.exercises.kit import Grader
+
+CASES = [(1000, 8, 256), (512, 0, 128), (100, 4, 512), (2048, 31, 64), (7, 6, 7), (33, 1, 17)]
+REFUSED = [(100, 8, 8), (100, 16, 8)]
+
+
+def reference(prompt_len: int, decode_batch: int, token_budget: int) -> list[int]:
+    room = token_budget - decode_batch
+    return [room] * (prompt_len // room) + ([prompt_len % room] if prompt_len % room else [])
+
+
+def check(fn, ctx=None) -> list:
+    out = []
+    for args in CASES:
+        L, d, b = args
+        inp = f"prompt_len={L}, decode_batch={d}, token_budget={b}"
+        want = reference(*args)
+        ok, got, msg = run(fn, *args)
+        if not ok:
+            out.append(failed_call("計画を作る", inp, str(want), msg))
+            continue
+        ints = isinstance(got, list) and all(isinstance(c, int) and c > 0 for c in got)
+        if ints and got == want:
+            message = ""
+        elif not ints:
+            message = "正の整数（各ステップのチャンクのトークン数）のリストを返してください。"
+        elif sum(got) != L:
+            message = f"チャンクの合計 {sum(got)} がプロンプトの長さ {L} と違います（最後の端数を忘れていませんか）。"
+        elif max(got) > b - d:
+            message = (f"チャンク {max(got)} に Decode の {d} トークンを足すと予算 {b} を超えます。"
+                       "Prefill に使えるのは予算から Decode の分を引いた残りです。")
+        else:
+            message = "ステップ数が最小ではありません。最後のチャンク以外は、残りの予算をいっぱいに使ってください。"
+        shown = repr(got) if not isinstance(got, list) or len(got) <= 12 else f"{got[:6]}… ({len(got)} 個)"
+        out.append(case("計画を作る", inp, str(want) if len(want) <= 12 else f"{want[:6]}… ({len(want)} 個)",
+                        shown, ints and got == want, message))
+    for L, d, b in REFUSED:
+        inp = f"prompt_len={L}, decode_batch={d}, token_budget={b}"
+        ok, got, msg = run(fn, L, d, b)
+        refused = not ok and "ValueError" in msg
+        out.append(case("予算が Decode だけで尽きる", inp, "ValueError", msg if not ok else repr(got)[:100], refused,
+                        "予算が Decode の分以下だと Prefill が進みません。ValueError で、何が足りないかを伝えてください。"))
+    return out
+
+
+GRADER = Grader(id="09_prefill_chunks", chapter=9, title_ja="Prefill をチャンクに分ける計画", check=check, hints=[
+    "1ステップの予算のうち、まず Decode 中のリクエストが1トークンずつ使います。Prefill に使えるのはその残りです。",
+    "残り room = token_budget − decode_batch のチャンクを並べ、最後に端数を1つ足します。room が 1 未満なら ValueError です。",
+    "full, rest = divmod(prompt_len, room); return [room] * full + ([rest] if rest else [])",
+])
