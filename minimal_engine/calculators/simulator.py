@@ -23,16 +23,14 @@ The model, in four parts (every number it prints is a prediction, 予測, not a 
    TPOT = the step time; a prompt takes ceil-free ``input_len / free budget`` steps plus an M/D/1 wait when
    prefills queue (behind the other C - 1, so none at C = 1); Little's law gives requests/s = C / E2EL.
    Requests beyond what the KV cache holds wait in a queue (their wait is in TTFT; throughput stops growing).
-   Serving overhead is apart from the steps: each TTFT gets ``REQUEST_OVERHEAD x (1 - 1/C)`` (C per replica;
-   the HTTP server's, tokenizer's and scheduler's queues behind the other requests in flight): 0 on an idle
-   engine, so a batch-1 TTFT is its prefill steps only, and REQUEST_OVERHEAD under load.
+   Serving overhead, apart from the steps: TTFT + REQUEST_OVERHEAD x (1 - 1/C) (C per replica: queues of HTTP,
+   tokenizer, scheduler behind the others in flight): 0 when idle (batch-1 TTFT = prefill steps), full under load.
 4. Memory: weights / tp plus the KV of (input_len + output_len) tokens per request within
    MEMORY_UTILIZATION of HBM (``kv.max_concurrent_users``).
 
 It cannot predict software maturity (kernels, scheduler, one framework against another), speculative decoding
 / MTP, prefix-cache hits, stream chunking of ITL, power capping, disaggregation, expert load imbalance. Constants:
-[fit] by ``minimal_engine.tools.sim_calibration`` or [set] by hand (sim_tables holds the GPUs and models; the
-error by group, fit / held-out / independent, and at low load: docs/simulator.md).
+[fit] by ``tools.sim_calibration`` or [set] by hand; GPUs, models: sim_tables; error by group: docs/simulator.md.
 """
 from __future__ import annotations
 
@@ -49,9 +47,8 @@ from minimal_engine.calculators.transfer import allreduce_bytes
 
 @dataclass(frozen=True)
 class SimConstants:
-    """The few constants of the model. ``[fit]``: the output of ``sim_calibration.fit()`` (rounded) on the
-    ``fit`` points; ``[set]``: set by hand (an engine setting or 0). docs/simulator.md shows the error on the
-    held-out points."""
+    """The model's constants. ``[fit]``: ``sim_calibration.fit()`` on the ``fit`` points (rounded); ``[set]``: set
+    by hand (an engine setting, or 0). docs/simulator.md shows the error on the held-out points."""
 
     compute_eff: float = 0.433         # share of dense peak FLOP/s a step's matmuls reach [fit]
     memory_eff: float = 0.8125         # share of HBM bandwidth a step's reads reach [fit]
@@ -70,8 +67,7 @@ DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "fp4", "int4")
 
 @dataclass(frozen=True)
 class Hardware:
-    """One GPU (or the learner's machine) as the simulator sees it: memory, bandwidth, peak FLOP/s by
-    compute precision, the scale-up link, power, and the constants to use with it."""
+    """One GPU (or the learner's machine) for the simulator: memory, bandwidth, FLOP/s, link, power, constants."""
 
     name: str
     memory_bytes: float
@@ -133,16 +129,14 @@ def get_hardware(gpu, constants: SimConstants | None = None) -> Hardware:
 
 
 def compute_dtype(weight_dtype: str) -> str:
-    """The precision the matmuls run in: FP8/FP4 weights on FP8/FP4 tensor cores (or the next slower rate
-    where a GPU has none); INT8/INT4 are weight-only (dequantised to BF16, as gpt-fast does)."""
+    """The matmuls' precision: FP8/FP4 weights on FP8/FP4 tensor cores (else the next slower rate); INT8/INT4
+    are weight-only (dequantised to BF16, as gpt-fast does)."""
     return {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(weight_dtype, "bf16")
 
 
 def weight_read_bytes(model: SimModel, tokens: float, dtype: str) -> float:
-    """Weight bytes a step with ``tokens`` tokens reads (all GPUs together). Dense: every weight once.
-    MoE: the shared part plus each routed expert that at least one token picks; with k of E experts per
-    token the chance an expert is idle is (1 - k/E)^tokens, so one token reads the active params and a
-    large batch reads all of them."""
+    """Weight bytes a step with ``tokens`` tokens reads (all GPUs). Dense: every weight once. MoE: the shared part
+    plus each routed expert some token picks (idle with chance (1 - k/E)^tokens): active params to all of them."""
     total = weight_bytes(model.shape, dtype)
     if not model.experts:
         return total
@@ -193,14 +187,6 @@ def max_concurrency_for(model: SimModel, hw: Hardware, num_gpus: int, tp: int, w
     return per_group * (num_gpus // tp)
 
 
-def serving_overhead_s(c: SimConstants, concurrency: float) -> float:
-    """Per-request serving overhead added to TTFT (seconds), apart from the step model: the waits of a request in
-    the server's queues (HTTP, tokenizer, scheduler) behind the other requests in flight, ``request_overhead_ms
-    x (1 - 1/C)`` for C requests per replica. 0 for one request on an idle engine (a batch-1 TTFT is its
-    prefill steps only), close to ``request_overhead_ms`` under load."""
-    return c.request_overhead_ms * 1e-3 * (1 - 1 / max(concurrency, 1.0))
-
-
 def _check_args(num_gpus, tp, weight_dtype, kv_dtype, input_len, output_len, concurrency):
     for v, what in ((num_gpus, "num_gpus"), (tp, "tp"), (output_len, "output_len"), (concurrency, "concurrency")):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -240,7 +226,8 @@ def simulate(model="llama-3.3-70b", gpu="H100", num_gpus: int = 2, tp: int = 2, 
     conc = concurrency / replicas                             # per TP group
     running = min(conc, max_conc // replicas)                 # the rest waits for KV space
     context = input_len + output_len / 2                      # average context of a decoding request
-    serving = serving_overhead_s(c, conc)                     # apart from the steps: 0 on an idle engine
+    others = 1 - 1 / max(conc, 1.0)                           # a request waits behind the others, never itself
+    serving = c.request_overhead_ms * 1e-3 * others           # serving overhead, apart from the steps: 0 when idle
     t_avg, ttft, f = 0.0, 0.0, 0.0
     for _ in range(200):                                      # fixed point of the steady state
         e2el = ttft + (output_len - 1) * t_avg
@@ -252,7 +239,7 @@ def simulate(model="llama-3.3-70b", gpu="H100", num_gpus: int = 2, tp: int = 2, 
         f = min(prefill / chunk, 0.95) if input_len else 0.0  # share of steps that carry a prompt chunk
         service = max(input_len / chunk, 1.0) * mixed["t"]    # the prompt's own steps
         new = (f * mixed["t"] + (1 - f) * dec["t"],                                        # TPOT
-               service * (1 + f / (2 * (1 - f)) * (1 - 1 / conc)) + serving)  # TTFT: M/D/1 wait, not for itself
+               service * (1 + f / (2 * (1 - f)) * others) + serving)  # TTFT: M/D/1 wait, not for itself
         if abs(new[0] - t_avg) + abs(new[1] - ttft) < 1e-12:
             break
         t_avg, ttft = 0.5 * (t_avg + new[0]), 0.5 * (ttft + new[1])
@@ -284,10 +271,9 @@ def simulate_sweep(model="llama-3.3-70b", gpu="H100", concurrencies=(1, 2, 4, 8,
 def simulate_batch(model, gpu, num_gpus: int = 1, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                    input_len: int = 64, output_len: int = 32, concurrency: int = 4, max_num_seqs: int = 64,
                    constants: SimConstants | None = None) -> dict:
-    """Predicted (予測) run of ``concurrency`` requests that all arrive at once (chapter 1's workload), step by
-    step as the engine schedules them: running decodes first, then prompt chunks within MAX_BATCHED_TOKENS
-    (at most ``max_num_seqs`` requests at a time). Returns ttft_ms and tpot_ms (medians over requests),
-    tok_s (output tokens / makespan), total_tok_s, tok_s_per_user (1000 / tpot_ms) and duration_s."""
+    """Predicted (予測) run of ``concurrency`` requests arriving at once (chapter 1), step by step: running decodes,
+    then prompt chunks within MAX_BATCHED_TOKENS (at most ``max_num_seqs`` requests). Returns ttft_ms, tpot_ms
+    (medians), tok_s (output tokens / makespan), total_tok_s, tok_s_per_user (1000 / tpot_ms), duration_s."""
     _check_args(num_gpus, tp, weight_dtype, kv_dtype, input_len, output_len, concurrency)
     m, hw = get_sim_model(model), get_hardware(gpu, constants)
     todo = [[input_len, output_len, None, None] for _ in range(concurrency)]   # prompt left, tokens left, t1, tN

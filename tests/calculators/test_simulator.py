@@ -181,9 +181,10 @@ def test_simulate_batch_steps_the_engine_one_request_at_a_time():
 
 # ------------------------------------------------------------------ low load (batch-1 TTFT) and independence
 def test_idle_engine_gets_no_serving_overhead():
-    from minimal_engine.calculators.simulator import DEFAULT_CONSTANTS, serving_overhead_s
-    assert serving_overhead_s(DEFAULT_CONSTANTS, 1) == 0
-    assert serving_overhead_s(DEFAULT_CONSTANTS, 64) > serving_overhead_s(DEFAULT_CONSTANTS, 4) > 0
+    no_overhead = SimConstants(request_overhead_ms=0.0)
+    ttft = {c: simulate(**KW, concurrency=c)["ttft_ms"] - simulate(**KW, concurrency=c, constants=no_overhead)["ttft_ms"]
+            for c in (1, 4, 64)}
+    assert ttft[1] == 0 and 0 < ttft[4] < ttft[64] <= SimConstants().request_overhead_ms   # grows with load only
     kw = dict(KW, input_len=128, output_len=1, concurrency=1)
     hw = get_hardware("H100")
     prefill = step_time_s(get_sim_model(kw["model"]), hw, 1, 0, 128, 128, 128, "bf16", "bf16")["t"]
