@@ -60,12 +60,10 @@ def check(fn, ctx=None) -> list:
         dist_ok, acc_ok = bool(((freq - p).abs() <= tol).all()), abs(acc - want_acc) <= acc_tol
         if dist_ok and acc_ok:
             message = ""
-        elif not acc_ok and acc > want_acc:
-            message = (f"受理率 {acc:.3f} が正しい値 Σmin(p, q) = {want_acc:.3f} より高すぎます。受理する確率は "
-                       "min(1, p(x)/q(x)) です（p >= q のときだけ受理、ではありません）。")
         elif not acc_ok:
-            message = (f"受理率 {acc:.3f} が正しい値 Σmin(p, q) = {want_acc:.3f} と違います。一様乱数 u が "
-                       "u < p(x)/q(x) のとき受理します（受理の確率を p(x) にしていませんか）。")
+            message = (f"受理率 {acc:.3f} が正しい値 Σmin(p, q) = {want_acc:.3f} と違います。受理の確率は "
+                       "min(1, p(x)/q(x)) です。一様乱数 u を引き、u < p(x)/q(x) なら受理します"
+                       "（p >= q のときだけ受理したり、確率 p(x) で受理したりしていませんか）。")
         else:
             message = ("受理率は合っていますが、出力の分布が p と違います。棄却したときは p ではなく、"
                        "max(0, p − q) を正規化した残差の分布から引き直してください。")
