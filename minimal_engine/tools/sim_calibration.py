@@ -209,7 +209,7 @@ CANNOT_PREDICT = [
     "prefix-cache hits, KV offloading, disaggregated prefill/decode, wide expert parallelism and expert load imbalance",
     "tails (p90/p99): it predicts a steady-state mean; MLPerf's Server limits are p99",
     "power capping and clocks (gpt-fast's A100s ran at 330 W), and FP4 efficiency on Blackwell, "
-    "over-predicted by ~40-50% at 1k/1k",
+    "over-predicted by about half at 1k/1k (rows 37-38: +47% to +56%)",
 ]
 
 
