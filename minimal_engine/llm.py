@@ -28,7 +28,7 @@ from minimal_engine.engine.kv_cache import kv_bytes_per_value
 from minimal_engine.model.loader import load_model, resolve_dtype, resolve_model_path
 from minimal_engine.features.quantization import quantize_model
 from minimal_engine.features.structured_output import GrammarBackend
-from minimal_engine.sampling_params import SamplingParams
+from minimal_engine.sampling_params import SamplingParams, child_seed
 from minimal_engine.model.tokenizer import Tokenizer
 
 CPU_KV_BUDGET = 1 << 30          # 1 GiB of KV pool on the CPU unless told otherwise
@@ -173,7 +173,7 @@ class LLM:
         output per prompt whose `.outputs` lists the k completions (the top-level fields are the first's)."""
         checked = self.check_prompts(prompts, sampling_params)
         kids = [[c] if c.params.n == 1 else
-                [replace(c, params=replace(c.params, n=1, seed=None if c.params.seed is None else c.params.seed + i))
+                [replace(c, params=replace(c.params, n=1, seed=child_seed(c.params.seed, i)))
                  for i in range(c.params.n)] for c in checked]
         outs = self._run(self._add([kid for k in kids for kid in k]), use_tqdm)
         grouped, i = [], 0

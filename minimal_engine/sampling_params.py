@@ -13,6 +13,15 @@ SEED_RANGE = (-(1 << 63), (1 << 63) - 1)   # int64, as vLLM's protocol (torch.Ge
 MAX_LOGPROBS = 20                 # vLLM's default max_logprobs
 
 
+def child_seed(seed: int | None, i: int) -> int | None:
+    """The seed of choice i of a request with n > 1 (seed, seed+1, ...), wrapped into int64 so that a valid
+    seed near 2**63 - 1 stays valid for every choice (torch.Generator.manual_seed takes int64)."""
+    if seed is None:
+        return None
+    low, high = SEED_RANGE
+    return (seed + i - low) % (high - low + 1) + low
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 

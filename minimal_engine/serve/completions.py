@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from minimal_engine.serve.limits import ServeLimits, check_json, error_response, read_body, wait_for_disconnect
+from minimal_engine.sampling_params import child_seed
 from minimal_engine.serve.errors import RequestError, server_error
 from minimal_engine.serve.messages import chat_prompt
 from minimal_engine.serve.protocol import parse_request
@@ -113,9 +114,12 @@ class Completions:
                 raise
             message = str(e)
             raise RequestError(message, _param_of(re.sub(r"^prompt \d+: ", "", message), chat)) from None
+        if len(checked) * params.n > self.limit:     # never admissible: a 400, not "retry later"
+            raise RequestError(f"{len(checked)} prompt(s) x n={params.n} = {len(checked) * params.n} sequences "
+                               f"exceed what this server can hold at once ({self.limit} = max_num_seqs + "
+                               "max_queue); send fewer prompts or a smaller n", "n" if params.n > 1 else "prompt")
         one = replace(params, n=1)             # n completions: n requests, seeds seed, seed+1, ... (as LLM.generate)
-        jobs = [replace(c, params=one if params.n == 1 else
-                        replace(one, seed=None if params.seed is None else params.seed + j))
+        jobs = [replace(c, params=one if params.n == 1 else replace(one, seed=child_seed(params.seed, j)))
                 for c in checked for j in range(params.n)]
         tok = self.llm.tokenizer
         echoes = [c.text if c.text is not None else tok.decode(c.token_ids, skip_special_tokens=False)

@@ -10,7 +10,9 @@ class RequestError(ValueError):
 
     def __init__(self, message: str, param: str | None = None, code: str = "invalid_request", status: int = 400,
                  type_: str = "invalid_request_error"):
-        super().__init__(message)
+        # a quoted value may hold a lone surrogate ("\udfff" sent in a wrong-typed field): JSON cannot carry it
+        # as UTF-8, so it is written as its escape, and the client gets this 400, not a 500 from the encoder
+        super().__init__(message.encode("utf-8", "backslashreplace").decode("utf-8"))
         self.param, self.code, self.status, self.type = param, code, status, type_
 
     def body(self) -> dict:
