@@ -150,6 +150,9 @@ class LLM:
         if isinstance(prompts, (str, dict)) or (isinstance(prompts, (list, tuple)) and prompts
                                                 and all(isinstance(t, int) for t in prompts)):
             prompts = [prompts]
+        if not isinstance(prompts, (list, tuple)):
+            raise ValueError("prompts must be a string, a list of token ids, a prompt dict or a list of these, "
+                             f"got {type(prompts).__name__}")
         prompts = list(prompts)
         if not prompts:
             raise ValueError("prompts is empty: give at least one prompt")
@@ -206,7 +209,13 @@ class LLM:
 
     def chat(self, messages, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
         """messages: one conversation ([{"role": ..., "content": ...}]) or a list of them; uses the chat template."""
-        convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        ok = isinstance(messages, (list, tuple)) and messages and (
+            all(isinstance(m, dict) for m in messages)
+            or all(isinstance(c, (list, tuple)) and c and all(isinstance(m, dict) for m in c) for c in messages))
+        if not ok:
+            raise ValueError('messages must be a conversation (a list of {"role": ..., "content": ...} dicts) or '
+                             f"a list of conversations, got {type(messages).__name__} {str(messages)[:40]!r}")
+        convs = [messages] if isinstance(messages[0], dict) else list(messages)
         return self.generate([self.tokenizer.apply_chat_template(c) for c in convs], sampling_params, use_tqdm)
 
     # ---- one engine, many consumers: every output goes to the inbox of the request it belongs to ------

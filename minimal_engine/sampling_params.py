@@ -106,6 +106,8 @@ class SamplingParams:
 
     def _check_extras(self) -> None:
         """vLLM's ranges for stop strings, penalties, min_tokens and logprobs."""
+        if self.stop is not None and not isinstance(self.stop, (str, list, tuple)):   # not a dict's keys, not 123
+            raise ValueError(f"stop must be a string or a list of non-empty strings, got {type(self.stop).__name__}")
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if not all(isinstance(s, str) and s for s in stop):
             raise ValueError(f"stop must be a string or a list of non-empty strings, got {str(self.stop)[:80]}")

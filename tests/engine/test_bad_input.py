@@ -120,3 +120,18 @@ def test_seed_at_the_int64_edge_with_n_greater_than_one_offline(llm):
     assert child_seed(2 ** 63 - 1, 1) == -(2 ** 63) and child_seed(5, 2) == 7 and child_seed(None, 3) is None
     out = llm.generate(["吾輩は"], SamplingParams(max_tokens=2, n=3, seed=2 ** 63 - 1))
     assert len(out[0].outputs) == 3
+
+
+@pytest.mark.parametrize("stop", [123, {"a": 1}, {"a"}])
+def test_stop_of_the_wrong_type_is_a_clear_error(stop):
+    """Issue 29 #13: stop=123 raised a TypeError from list(); a dict was silently read as its keys."""
+    with pytest.raises(ValueError, match="stop must be a string or a list"):
+        SamplingParams(stop=stop)
+
+
+def test_chat_and_generate_refuse_the_wrong_container(llm):
+    """Issue 29 #13: llm.chat("hello") templated each character; llm.generate(None) raised from list(None)."""
+    with pytest.raises(ValueError, match="messages must be a conversation"):
+        llm.chat("hello")
+    with pytest.raises(ValueError, match="prompts must be"):
+        llm.generate(None)
