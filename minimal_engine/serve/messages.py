@@ -30,10 +30,16 @@ def _content(content, i: int, role: str) -> str:
     return "".join(texts)
 
 
-def parse_messages(messages) -> list[dict]:
+def parse_messages(messages, max_chars: int | None = None) -> list[dict]:
+    """Check and normalise the messages. max_chars: the prompt's character cap, applied before any templating;
+    each message counts its content plus one character (every template writes at least a separator per turn),
+    so many empty messages cannot slip past it."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty list of {role, content} objects", "messages")
-    out = []
+    if max_chars is not None and len(messages) > max_chars:
+        raise RequestError(f"{len(messages)} messages: at most {max_chars} (the prompt's character limit, each "
+                           "message counting at least one character)", "messages")
+    out, chars = [], 0
     for i, m in enumerate(messages):
         role = m.get("role") if isinstance(m, dict) else None
         if role in ("tool", "function"):
@@ -48,6 +54,10 @@ def parse_messages(messages) -> list[dict]:
                                "template has no place for them)", "messages")
         role = "system" if role == "developer" else role        # as vLLM: developer is the system role
         out.append({"role": role, "content": _content(m.get("content"), i, role)})
+        chars += len(out[-1]["content"]) + 1
+        if max_chars is not None and chars > max_chars:
+            raise RequestError(f"the messages have more than {max_chars} characters (each message counting its "
+                               f"content plus one); at most {max_chars}", "messages")
     return out
 
 

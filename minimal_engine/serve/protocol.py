@@ -161,7 +161,7 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
         raise RequestError("'model' must be a string (see /v1/models)", "model")
     n = _number(body, "n", 1, 1, MAX_PROMPTS, integer=True)
     if chat:
-        prompt, param = parse_messages(body.get("messages")), "messages"
+        prompt, param = parse_messages(body.get("messages"), max_prompt_chars), "messages"
         chars = sum(len(m["content"]) for m in prompt)
         name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     else:

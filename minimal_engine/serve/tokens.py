@@ -13,7 +13,7 @@ def tokenize_request(body, tokenizer, engine, max_len: int, max_chars: int) -> d
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     if body.get("messages") is not None:
-        ids = chat_prompt(tokenizer, parse_messages(body["messages"]))
+        ids = chat_prompt(tokenizer, parse_messages(body["messages"], max_chars))   # the prompt's cap, before templating
     else:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
