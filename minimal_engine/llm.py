@@ -76,7 +76,7 @@ class LLM:
                  max_model_len: int | None = None, seed: int = 0, kv_cache_memory: int | None = None,
                  cuda_graphs: bool | None = None, enable_prefix_caching: bool = False, batching: str = "continuous",
                  quantization: str | None = None, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
-                 speculative_config: dict | None = None, quantizer=None):
+                 speculative_config: dict | None = None, quantizer=None, rejection_sampler=None):
         config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_memory=kv_cache_memory,
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               max_model_len=max_model_len, cuda_graphs=cuda_graphs,
@@ -121,7 +121,7 @@ class LLM:
             from minimal_engine.features.spec_decode.decoder import SpecDecoder
             from minimal_engine.features.spec_decode.proposers import TargetInfo
             target = TargetInfo(model_config, tokenizer, config, num_blocks, self.dtype, self.device)
-            speculator = SpecDecoder(speculative_config, target)
+            speculator = SpecDecoder(speculative_config, target, rejection_sampler)   # None: rejection_sample
         grammars = GrammarBackend(tokenizer, model_config.vocab_size)   # structured outputs (lazy: only if used)
         self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype, self.device, seed,
                                 speculator=speculator, grammars=grammars)

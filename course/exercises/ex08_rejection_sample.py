@@ -44,8 +44,27 @@ def _sample_many(fn, p, q, n, seed):
     return counts / n, accepted / n
 
 
+def _engine_run(fn):
+    """The engine's speculative decoding (the shipped draft model, k=4, temperature 1) with the engine's rejection
+    sampler and with the learner's rule (rejection.per_token_rule): measured acceptance rates and tokens made."""
+    from minimal_engine import LLM, SamplingParams
+    from minimal_engine.features.spec_decode.rejection import per_token_rule
+    spec = {"method": "draft_model", "num_speculative_tokens": 4}
+    params = SamplingParams(temperature=1.0, max_tokens=24, seed=8)
+    res = {}
+    for name, sampler in (("engine", None), ("learner", per_token_rule(fn))):
+        llm = LLM(speculative_config=spec, rejection_sampler=sampler)
+        outs = llm.generate(["吾輩は猫である。", "むかしむかし、"], params, use_tqdm=False)
+        drafts = sum(o.metrics.num_draft_tokens for o in outs)
+        res[name] = (sum(o.metrics.num_accepted_tokens for o in outs) / max(drafts, 1),
+                     sum(len(o.token_ids) for o in outs))
+        llm.close()
+    return res
+
+
 def check(fn, ctx=None) -> list:
-    n = int((ctx or {}).get("n_draws", N_DRAWS)) if isinstance(ctx, dict) else N_DRAWS
+    ctx = ctx if isinstance(ctx, dict) else {}
+    n = int(ctx.get("n_draws", N_DRAWS))
     out = []
     for i, (name, p, q) in enumerate(_dists()):
         inp = f"p={p.tolist()}, q={q.tolist()}, {n} 回"
@@ -69,6 +88,16 @@ def check(fn, ctx=None) -> list:
                        "max(0, p − q) を正規化した残差の分布から引き直してください。")
         out.append(case(name, inp, f"頻度 ≈ {[round(v, 3) for v in p.tolist()]}、受理率 ≈ {want_acc:.3f}",
                         f"頻度 {[round(v, 3) for v in freq.tolist()]}、受理率 {acc:.3f}", dist_ok and acc_ok, message))
+    if ctx.get("engine") is False or not all(c.passed for c in out):
+        return out
+    ok, res, msg = run(_engine_run, fn, timeout_s=180.0)
+    if not ok:
+        out.append(failed_call("エンジンの投機的デコード", "LLM(speculative_config=draft_model, k=4)", "最後まで生成", msg))
+        return out
+    (acc_e, n_e), (acc_l, n_l) = res["engine"], res["learner"]
+    out.append(case("エンジンの投機的デコード（ドラフトモデル、k=4、温度 1、計測）", "2 プロンプト × 24 トークン",
+                    f"エンジンの棄却サンプリング：受理率 {acc_e:.2f}、{n_e} トークン", f"受理率 {acc_l:.2f}、{n_l} トークン",
+                    n_l == n_e, "エンジンがあなたの規則で最後まで生成できませんでした。"))
     return out
 
 

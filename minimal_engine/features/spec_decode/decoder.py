@@ -40,7 +40,9 @@ KEYS = {"ngram": {"method", "num_speculative_tokens", "prompt_lookup_max", "prom
 class SpecDecoder:
     """The engine's speculative decoding: built by LLM from speculative_config; holds the proposer and totals."""
 
-    def __init__(self, spec: dict, target: TargetInfo):
+    def __init__(self, spec: dict, target: TargetInfo, rejection_sampler=None):
+        """rejection_sampler: rejection_sample's signature; None is rejection_sample (chapter 8's exercise passes
+        the learner's rule through rejection.per_token_rule)."""
         if not isinstance(spec, dict):
             raise ValueError(f"speculative_config must be a dict, got {type(spec).__name__}")
         method = spec.get("method")
@@ -67,6 +69,7 @@ class SpecDecoder:
                 raise ValueError(f"speculative decoding does not support {what}: leave it at its default")
         self.max_model_len = cfg.max_model_len
         self.draft = DraftProposer(spec.get("model") or DRAFT_MODEL, target, k) if method == "draft_model" else None
+        self.rejection_sample = rejection_sampler or rejection_sample
         self.q: dict = {}                    # request id -> the draft's q [k, V] (None: one-hot proposals)
         self.proposed = self.accepted = self.steps = 0
         self.last_verified: list = []        # the latest verify call: (seq, drafts, tokens) per request with drafts
@@ -131,7 +134,7 @@ class SpecDecoder:
                     tokens = seq.spec_token_ids[:n] + [int(target[n])]
                 else:
                     q = None if q is None else q[:k]                      # the drafts the step kept
-                    t, n = rejection_sample(probs_of(rows, p)[None], None if q is None else q[None], drafts[None],
+                    t, n = self.rejection_sample(probs_of(rows, p)[None], None if q is None else q[None], drafts[None],
                                             seq.generator)
                     n = int(n[0])
                     tokens = t[0, :n + 1].tolist()

@@ -37,6 +37,30 @@ def rejection_sample(target_probs: torch.Tensor, draft_probs: torch.Tensor | Non
     return tokens, num_accepted
 
 
+def per_token_rule(rule):
+    """A one-draft rule rule(p [V], q [V], draft_token, generator) -> (accepted, token) (chapter 8's exercise) as a
+    sampler with rejection_sample's signature: drafts are decided left to right until the first rejection, and a
+    bonus token is drawn from p_k when all are accepted. Same distribution, another use of the random stream."""
+    def sampler(target_probs, draft_probs, draft_ids, generator=None):
+        b, k1, v = target_probs.shape
+        if draft_probs is None:
+            draft_probs = torch.nn.functional.one_hot(draft_ids, v).to(target_probs.dtype)
+        tokens, counts = draft_ids.new_zeros(b, k1), draft_ids.new_zeros(b)
+        for r in range(b):
+            n = 0
+            for i in range(k1 - 1):
+                accepted, token = rule(target_probs[r, i], draft_probs[r, i], int(draft_ids[r, i]), generator)
+                tokens[r, i] = int(token)
+                if not accepted:
+                    break
+                n += 1
+            else:
+                tokens[r, k1 - 1] = int(torch.multinomial(target_probs[r, k1 - 1], 1, generator=generator))
+            counts[r] = n
+        return tokens, counts
+    return sampler
+
+
 def probs_of(logits: torch.Tensor, params) -> torch.Tensor:
     """logits: [n, V] -> the distribution the sampler would draw from (temperature, top-k, top-p): [n, V]."""
     return apply_top_p(apply_top_k(logits.float() / params.temperature, params.top_k), params.top_p).softmax(-1)
