@@ -73,6 +73,8 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
 
     @app.get("/health")
     async def health():
+        if loop.dead:                       # as vLLM: an engine that died makes /health fail, for the supervisor
+            return JSONResponse({"status": "dead", "error": loop.dead}, status_code=503)
         return {"status": "ok", "unfinished_requests": routes.unfinished, **loop.stats}
 
     card = {"id": model_name, "object": "model", "created": 0, "owned_by": "minimal_engine", "max_model_len": max_len}

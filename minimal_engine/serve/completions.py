@@ -82,6 +82,8 @@ class Completions:
         self.pool = ThreadPoolExecutor(2, thread_name_prefix="prepare")   # JSON + tokenizing, off the event loop
 
     def full(self, extra: int = 1):
+        if self.loop.dead:                  # fail fast and visibly; /health is 503 too, so a supervisor restarts us
+            raise server_error(f"the engine is dead and this server must be restarted: {self.loop.dead}", 503)
         if self.unfinished + extra - 1 >= self.limit:
             raise RequestError(f"the server is full ({self.unfinished} requests unfinished, limit "
                                f"{self.limit} = max_num_seqs + max_queue); retry later", None, "queue_full",

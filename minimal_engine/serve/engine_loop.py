@@ -20,10 +20,21 @@ import queue
 import threading
 
 
+def engine_dead(engine) -> str | None:
+    """Why the engine can never step again, or None: a tensor-parallel worker that died or failed leaves its
+    error on the model (features/tensor_parallel/model.py), and every later step would fail the same way."""
+    model = getattr(getattr(engine, "runner", None), "model", None)
+    error = getattr(model, "error", None)
+    if error is None and any(not p.is_alive() for p in getattr(model, "procs", [])):
+        error = "a tensor-parallel worker process has exited"
+    return error
+
+
 class EngineLoop:
     def __init__(self, llm):
         self.llm, self.engine = llm, llm.engine
         self._commands: queue.Queue = queue.Queue()
+        self.dead: str | None = None              # set when the engine can never step again (a worker died)
         self._streams: dict[str, tuple] = {}      # request id -> (event loop, asyncio.Queue); loop thread only
         self._ids = itertools.count()
         self._stop = threading.Event()
@@ -89,6 +100,7 @@ class EngineLoop:
                 try:
                     outputs = self.engine.step()
                 except Exception as e:        # a failing step must not kill the server: fail those requests
+                    self.dead = engine_dead(self.engine)   # ...unless the engine itself is gone (vLLM's EngineDeadError)
                     for rid in list(self._streams):
                         self.engine.abort_request(rid)
                         self._push(rid, ("error", (f"engine step failed: {type(e).__name__}: {e}", 500)))

@@ -258,3 +258,26 @@ def test_main_guard_hint_only_for_a_script_without_the_guard(tmp_path, monkeypat
             main.__file__ = str(path)
         monkeypatch.setitem(sys.modules, "__main__", main)
         assert ('if __name__ == "__main__":' in main_guard_hint("LLM(...)")) == hinted, path
+
+
+def test_a_server_whose_worker_died_says_so_on_health():
+    """Issue 29 #6: after a TP worker died, /health said ok and every request got 500 for good. Now the first
+    request fails, then /health is 503 (a supervisor restarts the server) and new requests get 503 at once."""
+    import httpx
+    from minimal_engine.serve.app import ServerThread, build_app
+    llm = LLM(dtype="float32", tensor_parallel_size=2)
+    try:
+        with ServerThread(build_app(llm, max_queue=4)) as s:
+            body = {"prompt": "今日は", "max_tokens": 2}
+            assert httpx.post(s.url + "/v1/completions", json=body, timeout=60).status_code == 200
+            assert httpx.get(s.url + "/health", timeout=10).status_code == 200
+            pid = llm.engine.runner.model.worker_pids[0]
+            os.kill(pid, signal.SIGKILL)
+            assert gone([pid])
+            assert httpx.post(s.url + "/v1/completions", json=body, timeout=60).status_code == 500
+            h = httpx.get(s.url + "/health", timeout=10)
+            assert h.status_code == 503 and "worker rank 1" in h.json()["error"]
+            r = httpx.post(s.url + "/v1/completions", json=body, timeout=60)
+            assert r.status_code == 503 and "restarted" in r.json()["error"]["message"]
+    finally:
+        llm.close()
