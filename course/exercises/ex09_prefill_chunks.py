@@ -19,7 +19,40 @@ def reference(prompt_len: int, decode_batch: int, token_budget: int) -> list[int
     return [room] * (prompt_len // room) + ([prompt_len % room] if prompt_len % room else [])
 
 
+ENGINE_CASE = (300, 4, 68)         # prompt_len, decode_batch, token_budget: fits the default model's 512 positions
+
+
+def engine_chunks(prompt_len: int, decode_batch: int, token_budget: int) -> tuple[list[int], float]:
+    """The engine's own chunked prefill (max_num_batched_tokens=token_budget) of a prompt_len-token prompt while
+    decode_batch requests decode: the prefill tokens of each step until its first token, and the longest of those
+    steps in seconds (each decoding request waits that long for its next token: the worst ITL, measured)."""
+    import time
+
+    from minimal_engine import LLM, SamplingParams
+    llm = LLM(max_num_batched_tokens=token_budget, max_model_len=512)
+    eng = llm.engine
+    decoding = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
+    started = set()
+    ids = [eng.add_request([11 + i, 12, 13], decoding) for i in range(decode_batch)]
+    while len(started) < decode_batch:
+        started |= {o.request_id for o in eng.step() if o.token_ids}
+    long_id = eng.add_request([(7 * i) % 500 + 20 for i in range(prompt_len)], SamplingParams(temperature=0, max_tokens=1))
+    chunks, worst = [], 0.0
+    while True:
+        t0 = time.perf_counter()
+        outs = eng.step()
+        worst = max(worst, time.perf_counter() - t0)
+        chunks.append(eng.last_step.num_scheduled_tokens - decode_batch)
+        if any(o.request_id == long_id for o in outs):
+            break
+    for rid in ids:
+        eng.abort_request(rid)
+    llm.close()
+    return chunks, worst
+
+
 def check(fn, ctx=None) -> list:
+    ctx = ctx if isinstance(ctx, dict) else {}
     out = []
     for args in CASES:
         L, d, b = args
@@ -50,6 +83,16 @@ def check(fn, ctx=None) -> list:
         refused = not ok and "ValueError" in msg
         out.append(case("予算が Decode だけで尽きる", inp, "ValueError", msg if not ok else repr(got)[:100], refused,
                         "予算が Decode の分以下だと Prefill が進みません。ValueError で、何が足りないかを伝えてください。"))
+    if ctx.get("engine") is False or not all(c.passed for c in out):
+        return out
+    L, d, b = ENGINE_CASE
+    ok, plan, msg = run(fn, L, d, b)
+    eok, res, emsg = run(engine_chunks, L, d, b, timeout_s=120.0)
+    if ok and eok:
+        chunks, worst = res
+        out.append(case("エンジンの chunked prefill と同じ計画か（計測）", f"prompt_len={L}, decode_batch={d}, "
+                        f"max_num_batched_tokens={b}", f"エンジンのチャンク {chunks}（最も長いステップ {worst * 1000:.1f} ms）",
+                        repr(plan), plan == chunks, "エンジンが実際に分けたチャンクと、あなたの計画が違います。"))
     return out
 
 

@@ -8,7 +8,7 @@ import pytest
 import wrong_solutions_b as wrong
 
 ROOT = Path(__file__).resolve().parents[3]
-CTX = None
+CTX = {'engine': False}
 
 
 def _grader():
@@ -53,3 +53,9 @@ def test_raising_solution_is_reported(bad):
     fn = {"shard_columns": bad, "shard_rows": bad, "combine": bad} if "chunk_plan" == "None" else bad
     cases = _grader().check(fn, CTX)
     assert cases and not any(c.passed for c in cases)
+
+
+def test_the_solutions_plan_is_what_the_engine_does():
+    cases = _grader().check(_solution(), None)
+    engine = [c for c in cases if "エンジン" in c.name]
+    assert len(engine) == 1 and engine[0].passed, engine
