@@ -115,3 +115,9 @@ def load_benchmark(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(autouse=True)
+def _progress_file(tmp_path, monkeypatch):
+    """Exercise grading records progress (course/exercises/progress.py): tests never touch a learner's file."""
+    monkeypatch.setenv("COURSE_PROGRESS_FILE", str(tmp_path / "progress.json"))

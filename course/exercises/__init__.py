@@ -1,0 +1,54 @@
+"""Exercises: ``grade(exercise_id, fn)`` runs a grader on a learner's function and returns a Report.
+
+    from course.exercises import grade
+    report = grade("01_request_metrics", request_metrics)
+    report                     # a small table in Japanese (結果, 入力, 期待, あなたの関数, メッセージ)
+
+Graders live one per module (``ex01_request_metrics.py`` ...), imported only when graded, so importing this
+package stays cheap. Every grade is recorded in the progress file (progress.py).
+"""
+from __future__ import annotations
+
+import importlib
+
+from course.exercises.kit import Report, summarize
+from course.exercises.progress import attempts, record_exercise, show_progress
+
+REGISTRY = {
+    "01_request_metrics": "ex01_request_metrics",
+    "02_decode_step_bound": "ex02_decode_step_bound",
+    "03_attention_decode": "ex03_attention_decode",
+    "04_block_hashes": "ex04_block_hashes",
+    "05_schedule_step": "ex05_schedule_step",
+    "06_quantize_int8": "ex06_quantize_int8",
+    "07_shard_linear": "ex07_shard_linear",
+    "08_rejection_sample": "ex08_rejection_sample",
+    "09_prefill_chunks": "ex09_prefill_chunks",
+    "10_pareto_frontier": "ex10_pareto_frontier",
+}
+EXERCISE_IDS = list(REGISTRY)
+
+__all__ = ["grade", "show_progress", "EXERCISE_IDS", "get_grader", "Report"]
+
+
+def get_grader(exercise_id: str):
+    if exercise_id not in REGISTRY:
+        raise ValueError(f"演習 {exercise_id!r} はありません。使えるのは {', '.join(EXERCISE_IDS)} です。")
+    try:
+        module = importlib.import_module(f"course.exercises.{REGISTRY[exercise_id]}")
+    except ModuleNotFoundError as e:
+        raise ValueError(f"演習 {exercise_id!r} の採点はまだ用意されていません（{e.name}）。") from None
+    return module.GRADER
+
+
+def grade(exercise_id: str, fn, record: bool = True, **options) -> Report:
+    """Grade fn; options go to the grader's check (ctx). The hint escalates with the attempt number."""
+    grader = get_grader(exercise_id)
+    if not callable(fn):
+        raise TypeError(f"grade の2つ目の引数には関数を渡してください（今は {type(fn).__name__}）。")
+    cases = grader.check(fn, dict(options))
+    attempt = attempts(exercise_id) + 1
+    report = summarize(grader, cases, attempt)
+    if record and not report.not_implemented:
+        record_exercise(exercise_id, report.passed)
+    return report

@@ -1,0 +1,90 @@
+"""Exercise 01 (chapter 1): request_metrics(arrival_s, token_times_s) -> {ttft, tpot, itl, e2el}.
+
+vLLM's benchmark definitions, as the engine's RequestMetrics (minimal_engine/engine/sequence.py):
+TTFT = first token - arrival; E2EL = last token - arrival; ITL = the gaps between consecutive tokens;
+TPOT = (E2EL - TTFT) / (n - 1) over tokens 2..n, and None for a single-token request (undefined there:
+RequestMetrics.tpot returns None and the run summary leaves such requests out of the TPOT statistics).
+Graded on hand cases and on random timestamps compared with RequestMetrics, which the learner's code
+cannot look up (the timestamps are drawn here).
+"""
+from __future__ import annotations
+
+import math
+import random
+
+from course.exercises.kit import Case, Grader, call, failed_call_case
+from minimal_engine.engine.sequence import RequestMetrics
+
+KEYS = ("ttft", "tpot", "itl", "e2el")
+
+
+def reference(arrival: float, times: list[float]) -> dict:
+    m = RequestMetrics(arrival_time=arrival, first_token_time=times[0], token_times=list(times))
+    return {"ttft": m.ttft, "tpot": m.tpot, "itl": [b - a for a, b in zip(times, times[1:])], "e2el": m.e2e_latency}
+
+
+def _close(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(b, list):
+        return isinstance(a, (list, tuple)) and len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    try:
+        return math.isclose(float(a), b, rel_tol=1e-9, abs_tol=1e-9)
+    except (TypeError, ValueError):
+        return False
+
+
+def _fmt(d) -> str:
+    if not isinstance(d, dict):
+        return repr(d)
+    def f(v):
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(f(x) for x in v) + "]"
+        return "None" if v is None else (f"{v:.4g}" if isinstance(v, (int, float)) else repr(v))
+    return "{" + ", ".join(f"{k}: {f(d[k])}" for k in KEYS if k in d) + "}"
+
+
+def _case(fn, name: str, arrival: float, times: list[float], timeout_s: float) -> Case:
+    inp = f"arrival_s={arrival:g}, token_times_s={[round(t, 4) for t in times]}"
+    exp = reference(arrival, times)
+    r = call(fn, arrival, list(times), timeout_s=timeout_s)
+    if not r.ok:
+        return failed_call_case(name, inp, _fmt(exp), r)
+    got = r.value
+    if not isinstance(got, dict) or set(KEYS) - set(got):
+        return Case(name, inp, _fmt(exp), _fmt(got), False,
+                    f"戻り値はキー {', '.join(KEYS)} を持つ dict にしてください")
+    wrong = [k for k in KEYS if not _close(got[k], exp[k])]
+    if not wrong:
+        return Case(name, inp, _fmt(exp), _fmt(got), True, "OK")
+    msgs = {"ttft": "ttft が違います（到着から最初のトークンまでです）",
+            "tpot": ("tpot が違います（1トークンだけのときは None です）" if len(times) == 1 else
+                     "tpot が違います（2トークン目から最後までの平均で、(E2EL − TTFT) ÷ (n − 1) です）"),
+            "itl": "itl が違います（連続する2トークンの間隔の list で、長さは n − 1 です）",
+            "e2el": "e2el が違います（到着から最後のトークンまでです）"}
+    return Case(name, inp, _fmt(exp), _fmt(got), False, " / ".join(msgs[k] for k in wrong))
+
+
+def check(fn, ctx: dict) -> list[Case]:
+    t = ctx.get("timeout_s", 5.0)
+    cases = [_case(fn, "3トークン（手計算できる例）", 0.0, [0.5, 0.7, 1.0], t),
+             _case(fn, "到着が 0 でない", 10.0, [10.2, 10.3, 10.45, 10.6], t),
+             _case(fn, "1トークンだけ", 2.0, [2.25], t),
+             _case(fn, "間隔がばらばら", 1.0, [1.8, 1.81, 2.5, 2.51, 2.52], t)]
+    rng = random.Random(ctx.get("seed", 27))
+    for k in range(3):   # random requests the learner's code cannot know in advance
+        arrival = rng.uniform(0, 100)
+        times, now = [], arrival + rng.uniform(0.05, 2.0)
+        for _ in range(rng.randint(2, 12)):
+            times.append(now)
+            now += rng.uniform(0.005, 0.2)
+        cases.append(_case(fn, f"ランダムなリクエスト {k + 1}（RequestMetrics と比較）", arrival, times, t))
+    return cases
+
+
+GRADER = Grader(
+    id="01_request_metrics", chapter=1, title_ja="リクエストの TTFT・TPOT・ITL・E2EL",
+    check=check,
+    hints=["TTFT と E2EL はどちらも「到着」から測ります。TPOT は最初のトークンを除いた平均です。",
+           "tpot = (e2el − ttft) / (n − 1) です。n == 1 のときは割り算できないので None を返してください。",
+           "itl は [token_times_s[i+1] − token_times_s[i] for i in range(n − 1)] です。"])

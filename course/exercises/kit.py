@@ -1,0 +1,163 @@
+"""The exercise kit: cases, reports and a safe way to call a learner's function.
+
+    case = Case(name="1トークンだけ", input="...", expected="...", got="...", passed=False, message="...")
+    report = Report("01_request_metrics", passed=False, cases=[case], summary="...", attempt=1)
+    result = call(fn, 1, 2, timeout_s=5)      # never raises: CallResult(value, error, status)
+
+A grader (``Grader``) turns a learner's function into a list of ``Case``; ``grade`` in ``__init__.py`` adds the
+hint for the attempt number and records the result. ``call`` reports a stub (NotImplementedError) as 未実装,
+an exception with its type and message, and a call that runs past ``timeout_s`` as a timeout.
+"""
+from __future__ import annotations
+
+import html
+import signal
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+NOT_IMPLEMENTED = "未実装"
+
+
+@dataclass
+class Case:
+    name: str            # short Japanese description of the case
+    input: str
+    expected: str
+    got: str
+    passed: bool
+    message: str         # Japanese: what was wrong (or "OK")
+    hint: str = ""
+
+
+@dataclass
+class CallResult:
+    value: object = None
+    error: str | None = None          # Japanese description of what went wrong, None when it returned
+    status: str = "ok"                # "ok" | "not_implemented" | "error" | "timeout"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class _Timeout(BaseException):
+    """Raised by the alarm inside the learner's function (a BaseException, so `except Exception` cannot eat it)."""
+
+
+def call(fn: Callable, *args, timeout_s: float = 10.0, **kwargs) -> CallResult:
+    """fn(*args, **kwargs), never raising: the value, or what went wrong (stub, exception, timeout)."""
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s は正の秒数で指定してください（今は {timeout_s!r}）")
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def alarm(signum, frame):
+            raise _Timeout()
+        old = signal.signal(signal.SIGALRM, alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        try:
+            return CallResult(fn(*args, **kwargs))
+        except _Timeout:
+            return CallResult(None, f"{timeout_s:g} 秒以内に終わりませんでした（無限ループになっていませんか）", "timeout")
+        except NotImplementedError:
+            return CallResult(None, NOT_IMPLEMENTED, "not_implemented")
+        except Exception as e:   # noqa: BLE001 - the learner's error is the report
+            return CallResult(None, _describe(e), "error")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    box: dict = {}
+
+    def target():
+        try:
+            box["r"] = CallResult(fn(*args, **kwargs))
+        except NotImplementedError:
+            box["r"] = CallResult(None, NOT_IMPLEMENTED, "not_implemented")
+        except Exception as e:   # noqa: BLE001
+            box["r"] = CallResult(None, _describe(e), "error")
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        return CallResult(None, f"{timeout_s:g} 秒以内に終わりませんでした（無限ループになっていませんか）", "timeout")
+    return box["r"]
+
+
+def _describe(e: Exception) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f"（{tb[-1].lineno} 行目付近）" if tb else ""
+    return f"例外 {type(e).__name__}: {e}{where}"
+
+
+def failed_call_case(name: str, input: str, expected: str, result: CallResult) -> Case:
+    """The case for a call that did not return."""
+    msg = ("関数がまだ実装されていません（raise NotImplementedError のままです）" if result.status == "not_implemented"
+           else result.error)
+    return Case(name, input, expected, NOT_IMPLEMENTED if result.status == "not_implemented" else "—", False, msg)
+
+
+@dataclass
+class Grader:
+    id: str
+    chapter: int
+    title_ja: str
+    check: Callable                 # check(fn, ctx) -> list[Case]
+    hints: list[str] = field(default_factory=list)   # general -> specific
+
+    def hint(self, attempt: int) -> str:
+        if not self.hints:
+            return ""
+        return self.hints[min(max(attempt, 1), len(self.hints)) - 1]
+
+
+@dataclass
+class Report:
+    exercise_id: str
+    passed: bool
+    cases: list[Case]
+    summary: str
+    attempt: int = 1
+
+    @property
+    def not_implemented(self) -> bool:
+        return any(c.got == NOT_IMPLEMENTED for c in self.cases)
+
+    def __str__(self) -> str:
+        lines = [self.summary, ""]
+        for c in self.cases:
+            lines.append(f"{'✓' if c.passed else '✗'} {c.name}")
+            lines.append(f"    入力: {c.input}")
+            lines.append(f"    期待: {c.expected}")
+            lines.append(f"    あなたの関数: {c.got}")
+            lines.append(f"    メッセージ: {c.message}")
+            if c.hint:
+                lines.append(f"    ヒント: {c.hint}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        rows = "".join(
+            f"<tr><td>{'✓' if c.passed else '✗'}</td><td>{e(c.name)}</td><td><code>{e(c.input)}</code></td>"
+            f"<td><code>{e(c.expected)}</code></td><td><code>{e(c.got)}</code></td>"
+            f"<td>{e(c.message)}{'<br><b>ヒント:</b> ' + e(c.hint) if c.hint else ''}</td></tr>"
+            for c in self.cases)
+        return (f"<div class='exercise-report' data-passed='{str(self.passed).lower()}'><p><b>{e(self.summary)}</b></p>"
+                "<table><tr><th>結果</th><th>ケース</th><th>入力</th><th>期待</th><th>あなたの関数</th>"
+                f"<th>メッセージ</th></tr>{rows}</table></div>")
+
+
+def summarize(grader: Grader, cases: list[Case], attempt: int) -> Report:
+    """The report for these cases: passed when every case passed; the hint escalates with the attempt."""
+    passed = bool(cases) and all(c.passed for c in cases)
+    hint = grader.hint(attempt)
+    for c in cases:
+        if not c.passed and not c.hint and c.got != NOT_IMPLEMENTED:
+            c.hint = hint
+    n_ok = sum(c.passed for c in cases)
+    if passed:
+        summary = f"合格です（{grader.title_ja}）：{len(cases)} ケースすべて正解です。"
+    elif any(c.got == NOT_IMPLEMENTED for c in cases):
+        summary = f"未実装です（{grader.title_ja}）：関数の中の raise NotImplementedError を書き換えてから、もう一度実行してください。"
+    else:
+        summary = f"不合格です（{grader.title_ja}、{attempt} 回目）：{len(cases)} ケース中 {n_ok} ケースが正解です。"
+    return Report(grader.id, passed, cases, summary, attempt)

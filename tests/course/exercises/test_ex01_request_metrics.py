@@ -1,0 +1,63 @@
+"""Exercise 01: the model solution passes; typical mistakes fail with the message their hint promises."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from course.exercises import grade
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def load_solution(name: str, fn: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "exercises" / "solutions" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, fn)
+
+
+def test_solution_passes():
+    report = grade("01_request_metrics", load_solution("ex01_request_metrics", "request_metrics"))
+    assert report.passed, str(report)
+    assert "合格" in report.summary and "<table>" in report._repr_html_()
+
+
+def tpot_over_all_tokens(a, t):        # divides by n instead of n - 1
+    return {"ttft": t[0] - a, "tpot": (t[-1] - a) / len(t), "itl": [y - x for x, y in zip(t, t[1:])], "e2el": t[-1] - a}
+
+
+def ttft_from_zero(a, t):              # forgets the arrival time
+    return {"ttft": t[0], "tpot": (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else None,
+            "itl": [y - x for x, y in zip(t, t[1:])], "e2el": t[-1]}
+
+
+def single_token_zero(a, t):           # TPOT 0 for one token, and itl with a leading gap from arrival
+    return {"ttft": t[0] - a, "tpot": (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else 0.0,
+            "itl": [y - x for x, y in zip([a] + t, t)], "e2el": t[-1] - a}
+
+
+@pytest.mark.parametrize("fn, promised", [(tpot_over_all_tokens, "tpot が違います"),
+                                          (ttft_from_zero, "ttft が違います"),
+                                          (single_token_zero, "1トークンだけのときは None")])
+def test_wrong_solutions_fail_with_their_message(fn, promised):
+    report = grade("01_request_metrics", fn)
+    assert not report.passed
+    assert any(promised in c.message for c in report.cases if not c.passed), str(report)
+
+
+def test_stub_raising_and_looping_are_reported():
+    def stub(a, t):
+        raise NotImplementedError("ここを実装してください")
+
+    def raising(a, t):
+        return {"ttft": t[5]}
+
+    def looping(a, t):
+        while True:
+            pass
+    r = grade("01_request_metrics", stub)
+    assert not r.passed and "未実装" in r.summary
+    r = grade("01_request_metrics", raising)
+    assert not r.passed and any("IndexError" in c.message for c in r.cases)
+    r = grade("01_request_metrics", looping, timeout_s=0.2)
+    assert not r.passed and any("秒以内に終わりませんでした" in c.message for c in r.cases)

@@ -1,0 +1,51 @@
+"""The exercise kit: call() never raises, reports escalate hints, progress survives a corrupt file."""
+import json
+import time
+
+from course.exercises import grade, progress
+from course.exercises.kit import call
+
+
+def test_call_reports_stub_exception_and_timeout():
+    def stub():
+        raise NotImplementedError("ここを実装してください")
+
+    def boom():
+        raise KeyError("x")
+
+    def loop():
+        while True:
+            time.sleep(0.01)
+
+    assert call(stub).status == "not_implemented"
+    r = call(boom)
+    assert r.status == "error" and "KeyError" in r.error
+    r = call(loop, timeout_s=0.3)
+    assert r.status == "timeout" and "0.3 秒" in r.error
+    assert call(lambda x: x + 1, 1).value == 2
+
+
+def test_progress_records_and_recovers(tmp_path, monkeypatch):
+    path = tmp_path / "p.json"
+    monkeypatch.setenv("COURSE_PROGRESS_FILE", str(path))
+    path.write_text("{not json", encoding="utf-8")
+    assert progress.attempts("01_request_metrics") == 0            # corrupt file set aside, fresh start
+    assert list(tmp_path.glob("p.json.broken-*"))
+    assert progress.record_exercise("01_request_metrics", False) == 1
+    assert progress.record_exercise("01_request_metrics", True) == 2
+    progress.record_quiz("01", 4, 5)
+    row = progress.rows(["01_request_metrics"])[0]
+    assert row == {"章": 1, "クイズの得点": "4/5", "合格した演習": "1/1"}
+    assert json.loads(path.read_text(encoding="utf-8"))["exercises"]["01_request_metrics"]["passed"] is True
+
+
+def test_hint_escalates_with_attempts():
+    def wrong(arrival, times):
+        return {"ttft": 0.0, "tpot": 0.0, "itl": [], "e2el": 0.0}
+    from course.exercises import get_grader
+    hints = get_grader("01_request_metrics").hints
+    first = grade("01_request_metrics", wrong)
+    second = grade("01_request_metrics", wrong)
+    assert first.attempt == 1 and second.attempt == 2
+    assert any(c.hint == hints[0] for c in first.cases)
+    assert any(c.hint == hints[1] for c in second.cases)
