@@ -12,12 +12,16 @@ Measured part: the course's default model in float32 with ``tensor_parallel_size
 processes that talk through gloo, minimal_engine/features/tensor_parallel/model.py). For each, the median over ``repeats`` of
 a prefill step of ``prompt_len`` tokens (one request) and of a decode step of ``batch_size`` requests, and for
 TP the part of each step spent in communication (all-reduce waits plus sending the step to the workers).
-TP=1 runs with ``threads`` threads; TP=N gives each of its N processes threads // N: the same cores in total.
+Threads are made equal in total: TP=N gives each of its N processes max(1, threads // N) torch threads (the
+engine's rule), and TP=1 is measured with N x that many, so both use the same number of cores (with threads=1,
+TP=2 runs 1 thread x 2 processes and TP=1 runs 2 threads). ``res["threads_per_config"]`` records them.
 """
 from __future__ import annotations
 
 import statistics
 import time
+
+import torch
 
 from course.labkit.history import to_csv
 from course.labkit.load import check_load
@@ -50,13 +54,13 @@ def default_repeats() -> int:
     return 1 if is_quick() else 3
 
 
-def _engine(tp: int, device: str) -> LLM:
+def _engine(tp: int, device: str, threads: int = 0) -> LLM:
     def make():
         llm = LLM(None, dtype="float32", device=device, tensor_parallel_size=tp, max_num_seqs=BATCH_RANGE[1])
         llm.generate(["今日は"], SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)   # warm-up
         return llm
     # course.runtime's one engine cache: its workers stay up until the engine is dropped from it or close_all()
-    return cached_llm(("lab7", tp, device), make)
+    return cached_llm(("lab7", tp, device, threads), make)   # TP=N's per-rank threads are fixed at construction
 
 
 def close_all() -> None:
@@ -87,21 +91,28 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
     d = defaults()
     p = check_int(d["prompt_len"] if prompt_len is None else prompt_len, "prompt_len", "プロンプト長", *PROMPT_LEN_RANGE)
     b = check_int(d["batch_size"] if batch_size is None else batch_size, "batch_size", "バッチサイズ", *BATCH_RANGE)
-    n = check_int(d["tp"] if tp is None else tp, "tp", "TP の並列数", *TP_RANGE)
+    n = check_int(d["tp"] if tp is None else tp, "tp", "TP の大きさ（並列度）", *TP_RANGE)
     device, repeats = check_device(device), check_repeats(default_repeats() if repeats is None else repeats)
     threads = apply_thread_policy(threads)
     load = check_load(threads) if load_check else None
+    tp_model = _engine(n, device, threads).engine.runner.model        # features/tensor_parallel/model.py
+    per_rank = tp_model.per_rank             # torch threads of each rank: max(1, threads // n)
+    tp1_threads = n * per_rank               # TP=1 gets the same total, so neither side has more cores
     samples = {k: [] for k in (1, n)}
     for rep in range(repeats):               # TP=1, TP=N, TP=1, ...: both meet the same load
         for k in samples:
-            llm = _engine(k, device)
-            pre = prefill_step(llm, p, seed=rep)
-            dec = decode_step_time(llm, b, p, num_steps=num_steps, seed=rep)
+            llm = _engine(k, device, threads)
+            torch.set_num_threads(tp1_threads if k == 1 else threads)
+            try:
+                pre = prefill_step(llm, p, seed=rep)
+                dec = decode_step_time(llm, b, p, num_steps=num_steps, seed=rep)
+            finally:
+                torch.set_num_threads(threads)
             samples[k].append((pre["ms"], pre["comm_ms"], dec["median_step_ms"], dec.get("comm_ms", 0.0)))
     greedy = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
-    tokens = {k: [o.token_ids for o in _engine(k, device).generate(CHECK_PROMPTS, greedy, use_tqdm=False)]
+    tokens = {k: [o.token_ids for o in _engine(k, device, threads).generate(CHECK_PROMPTS, greedy, use_tqdm=False)]
               for k in samples}
-    cfg = _engine(1, device).model_config
+    cfg = _engine(1, device, threads).model_config
     runs = {}
     for k, rows in samples.items():
         med = [statistics.median(col) for col in zip(*rows)]
@@ -109,9 +120,14 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
                    "prefill_comm_share": med[1] / med[0], "decode_comm_share": med[3] / med[2],
                    "decode_ms_min": min(r[2] for r in rows), "decode_ms_max": max(r[2] for r in rows)}
     res = {"prompt_len": p, "batch_size": b, "tp": n, "device": device, "repeats": repeats, "threads": threads,
+           "threads_per_config": {1: (tp1_threads, 1), n: (per_rank, n)},   # (torch threads per process, processes)
            "runs": runs, "load": load, "same_tokens": tokens[1] == tokens[n],
            "decode_speedup": runs[1]["decode_ms"] / runs[n]["decode_ms"],
            "prefill_speedup": runs[1]["prefill_ms"] / runs[n]["prefill_ms"],
+           # the part of TP=N's step that is not communication, over TP=1's whole step: about 1 when a fixed
+           # per-layer time that every rank pays in full dominates; about 1/N when the split work dominates
+           "decode_compute_ratio": (runs[n]["decode_ms"] - runs[n]["decode_comm_ms"]) / runs[1]["decode_ms"],
+           "prefill_compute_ratio": (runs[n]["prefill_ms"] - runs[n]["prefill_comm_ms"]) / runs[1]["prefill_ms"],
            "allreduces_per_step": 2 * cfg.num_layers,
            "decode_allreduce_bytes": tp_allreduce_bytes(cfg.num_layers, cfg.hidden_size, b, 4),
            "prefill_allreduce_bytes": tp_allreduce_bytes(cfg.num_layers, cfg.hidden_size, p, 4)}
@@ -166,18 +182,27 @@ def _v(x, fmt=".1f") -> str:
     return "—" if x is None or x != x else format(x, fmt)
 
 
+def threads_ja(res: dict) -> str:
+    """「TP=1 は 2 スレッド、TP=2 は 1 スレッド × 2 プロセス（合計が同じ）」."""
+    parts = [f"TP={k} は {t} スレッド" + (f" × {p} プロセス" if p > 1 else "")
+             for k, (t, p) in res["threads_per_config"].items()]
+    return "、".join(parts) + "（合計のスレッド数は同じ）"
+
+
 def readout_html(res: dict) -> str:
     n = res["tp"]
     rows = []
     for k, r in res["runs"].items():
         rows.append((f"TP={k}", _v(r["prefill_ms"]), "—" if k == 1 else f"{100 * r['prefill_comm_share']:.0f}%",
                      _v(r["decode_ms"]), "—" if k == 1 else f"{100 * r['decode_comm_share']:.0f}%"))
-    head = (f"構成", f"プリフィル {res['prompt_len']} トークン [ms]", "うち通信", f"デコード（バッチ {res['batch_size']}）[ms]",
+    head = (f"構成", f"Prefill {res['prompt_len']} トークン [ms]", "うち通信", f"Decode（バッチ {res['batch_size']}）[ms]",
             "うち通信")
-    note = (f"<div>TP={n} / TP=1 の速さ: プリフィル {res['prefill_speedup']:.2f} 倍、デコード {res['decode_speedup']:.2f} 倍"
-            f"（1 より小さければ遅くなっています）。貪欲トークンの一致: {'○' if res['same_tokens'] else '×'}。"
-            f" 1ステップの all-reduce: {res['allreduces_per_step']} 回、デコード {res['decode_allreduce_bytes']:,} B、"
-            f"プリフィル {res['prefill_allreduce_bytes']:,} B。</div>")
+    note = (f"<div>{threads_ja(res)}。TP={n} / TP=1 の速さ: Prefill {res['prefill_speedup']:.2f} 倍、Decode {res['decode_speedup']:.2f} 倍"
+            f"（1 より小さければ遅くなっています）。TP={n} の通信以外の時間 ÷ TP=1 の1ステップ: Prefill "
+            f"{res['prefill_compute_ratio']:.2f}、Decode {res['decode_compute_ratio']:.2f}（1/{n} に近ければ仕事が分かれて減り、"
+            f"1 に近ければ各ランクが固定の時間をそのまま払っています）。貪欲トークンの一致: {'○' if res['same_tokens'] else '×'}。"
+            f" 1ステップの all-reduce: {res['allreduces_per_step']} 回、Decode {res['decode_allreduce_bytes']:,} B、"
+            f"Prefill {res['prefill_allreduce_bytes']:,} B。</div>")
     reps = f"<div style='color:#555'>繰り返し {res['repeats']} 回の中央値</div>" if res["repeats"] > 1 else ""
     return reps + table_html(rows, head, right={1, 2, 3, 4}) + note + warnings_html(res["warnings"])
 
@@ -198,7 +223,7 @@ def add_run(history: list[dict], res: dict) -> list[dict]:
 
 
 def history_html(history: list[dict], last: int = 24) -> str:
-    head = ("#", "TP", "プロンプト長", "バッチサイズ", "プリフィル [ms]", "通信の割合", "デコード [ms]", "通信の割合")
+    head = ("#", "TP", "プロンプト長", "バッチサイズ", "Prefill [ms]", "通信の割合", "Decode [ms]", "通信の割合")
     rows = [(r["run"], r["tp_size"], r["prompt_len"], r["batch_size"], _v(r["prefill_ms"]),
              f"{100 * r['prefill_comm_share']:.0f}%", _v(r["decode_ms"]), f"{100 * r['decode_comm_share']:.0f}%")
             for r in history[-last:]]
@@ -213,8 +238,8 @@ def plot_run(res: dict):
     """Step time of TP=1 and TP=N, split into computation and communication (prefill left, decode right)."""
     from course.labkit.charts import figure
     fig, axes = figure(10, 3.6, 1, 2)
-    for a, (kind, title) in zip(axes, (("prefill", f"プリフィル（{res['prompt_len']} トークン）"),
-                                       ("decode", f"デコード（バッチ {res['batch_size']}）"))):
+    for a, (kind, title) in zip(axes, (("prefill", f"Prefill（{res['prompt_len']} トークン）"),
+                                       ("decode", f"Decode（バッチ {res['batch_size']}）"))):
         labels = [f"TP={k}" for k in res["runs"]]
         comm = [r[f"{kind}_comm_ms"] for r in res["runs"].values()]
         total = [r[f"{kind}_ms"] for r in res["runs"].values()]
@@ -224,11 +249,11 @@ def plot_run(res: dict):
         a.set_ylim(0, max(total) * 1.2)
         a.set_title(title, fontsize=10)
         a.legend(fontsize=7)
-    fig.suptitle(f"このマシンでの TP=1 と TP={res['tp']}（実測、{res['threads']} スレッドを分け合う）", fontsize=10)
+    fig.suptitle(f"このマシンでの TP=1 と TP={res['tp']}（実測。{threads_ja(res)}）", fontsize=10)
     return fig
 
 
 __all__ = ["BATCH_RANGE", "HISTORY_FIELDS", "LINKS", "PROMPT_LEN_RANGE", "TP_RANGE", "add_run",
            "allreduce_bytes_per_token", "close_all", "default_repeats", "defaults", "history_csv",
-           "history_html", "plot_run", "prefill_step", "readout_html", "ring_allreduce_us", "run_tp_lab",
+           "history_html", "plot_run", "prefill_step", "readout_html", "ring_allreduce_us", "run_tp_lab", "threads_ja",
            "tp_dp_html", "tp_dp_table"]

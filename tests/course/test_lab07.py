@@ -64,3 +64,12 @@ def test_panel_has_the_browser_contract(res):
     assert app.sliders["prompt_len"].description == "プロンプト長" and app.run_button.description == "実行"
     assert app.on_run() is not None
     assert [r["prompt_len"] for r in app.history] == [16, 16]
+
+
+def test_tp1_and_tpn_use_the_same_total_threads(res):
+    tp1_threads, tp1_procs = res["threads_per_config"][1]
+    per_rank, procs = res["threads_per_config"][2]
+    assert tp1_procs == 1 and procs == 2
+    assert tp1_threads == per_rank * procs == 2 * max(1, res["threads"] // 2)
+    assert "合計のスレッド数は同じ" in lab07.readout_html(res)
+    assert 0 < res["decode_compute_ratio"] and 0 < res["prefill_compute_ratio"]
