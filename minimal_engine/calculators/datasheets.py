@@ -91,23 +91,25 @@ class GpuSpec:
 # Dense BF16 TFLOPS (without sparsity), per GPU: SemiAnalysisAI/InferenceX-app packages/app/src/lib/gpu-specs.ts
 # (HEAD 77ca49a; "TFLOPS are dense... without sparsity"), as gathered in docs/published_points.md §G.
 _DENSE = "InferenceX-app gpu-specs.ts (dense, no sparsity)"
+_X = "SemiAnalysisAI/InferenceX-app packages/app/src/lib/gpu-specs.ts @77ca49a (2026-04-03); docs/published_points.md §G"
 
 
 GPU_SPECS = {g.name: g for g in [
-    GpuSpec("H100", 80, 3.35, "NVIDIA H100 SXM datasheet, nvidia.com/en-us/data-center/h100/",
+    GpuSpec("H100", 80, 3.35, "NVIDIA H100 SXM datasheet, https://www.nvidia.com/en-us/data-center/h100/; same figures in " + _X,
             bf16_tflops=989, flops_source=_DENSE),
-    GpuSpec("H200", 141, 4.8, "NVIDIA H200 SXM datasheet, nvidia.com/en-us/data-center/h200/",
+    GpuSpec("H200", 141, 4.8, "NVIDIA H200 SXM datasheet, https://www.nvidia.com/en-us/data-center/h200/; same figures in " + _X,
             bf16_tflops=989, flops_source=_DENSE),
     GpuSpec("B200", 180, 8.0, "NVIDIA DGX B200 datasheet: 1,440 GB and 64 TB/s for 8 GPUs "
-            "(GTC 2024 announced 192 GB; drivers report 7.68 TB/s peak)",
+            "(GTC 2024 announced 192 GB; drivers report 7.68 TB/s peak); per-GPU figures in " + _X,
             bf16_tflops=2250, flops_source=_DENSE),
-    GpuSpec("GB200", 186, 8.0, "NVIDIA GB200 NVL72: 13.4 TB HBM3e and 576 TB/s for 72 GPUs",
+    GpuSpec("GB200", 186, 8.0, "NVIDIA GB200 NVL72: 13.4 TB HBM3e and 576 TB/s for 72 GPUs; 186 GB in the MLPerf v5.1 system JSON "
+            "(mlcommons inference_results_v5.1 closed/NVIDIA/systems/GB200-*.json); " + _X,
             bf16_tflops=2500, flops_source=_DENSE),
-    GpuSpec("MI300X", 192, 5.3, "AMD Instinct MI300X datasheet, amd.com",
+    GpuSpec("MI300X", 192, 5.3, "AMD Instinct MI300X datasheet (amd.com; page URL not recorded); " + _X,
             bf16_tflops=1307, flops_source=_DENSE),
-    GpuSpec("MI355X", 288, 8.0, "AMD Instinct MI355X datasheet, amd.com",
+    GpuSpec("MI355X", 288, 8.0, "AMD Instinct MI355X datasheet (amd.com; page URL not recorded); " + _X,
             bf16_tflops=2516, flops_source=_DENSE),
-    GpuSpec("A100", 80, 2.039, "NVIDIA A100 SXM 80GB datasheet (via glennklockwood.com/garden/processors/A100)",
+    GpuSpec("A100", 80, 2.039, "NVIDIA A100 SXM 80GB datasheet (via https://www.glennklockwood.com/garden/processors/A100); " + _X,
             bf16_tflops=312, flops_source=_DENSE + "; 624 with sparsity"),
 ]}
 
@@ -121,6 +123,8 @@ class GpuCost:
     neocloud: float
     rental_3yr: float
     all_in_kw: float
+    source: str = ("SemiAnalysisAI/InferenceX-app packages/app/src/lib/constants.ts (costh, costn, costr, all-in kW) "
+                   "@77ca49a (2026-04-03); docs/published_points.md §F")
 
 
 GPU_COSTS = {c.name: c for c in [
@@ -155,6 +159,13 @@ INFERENCEX_R1_MI355X_ROW = {
     "model": "DeepSeek-R1-0528 FP4", "engine": "ATOM", "tp": 8, "concurrency": 32, "date": "2026-02-25",
     "total_tok_s_per_gpu": 518.82, "output_tok_s_per_gpu": 259.82,
     "median_tpot_ms": 14.92, "median_ttft_ms": 70.5,
+}
+
+# Where each published row comes from (tests/calculators/test_datasheet_sources.py checks every entry).
+ROW_SOURCES = {
+    "INFERENCEX_MI355X_ROW": "NOT TRACED: no public source found (review_ch1_3.md #5, 2026-12-04); kept for old notebooks only",
+    "INFERENCEX_R1_MI355X_ROW": ("SemiAnalysisAI/InferenceX-app packages/app/cypress/fixtures/api/benchmarks.json @3a600f1d, "
+                                 "run of 2026-02-25; docs/published_points.md §F1 row 86"),
 }
 
 # ---------------------------------------------------------------- lookups
