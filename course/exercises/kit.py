@@ -110,7 +110,7 @@ class Grader:
         return self.hints[min(max(attempt, 1), len(self.hints)) - 1]
 
 
-@dataclass
+@dataclass(repr=False)
 class Report:
     exercise_id: str
     passed: bool
@@ -121,6 +121,9 @@ class Report:
     @property
     def not_implemented(self) -> bool:
         return any(c.got == NOT_IMPLEMENTED for c in self.cases)
+
+    def __repr__(self) -> str:
+        return str(self)
 
     def __str__(self) -> str:
         lines = [self.summary, ""]
