@@ -51,10 +51,11 @@ def choices_feedback_html(q: Question, response) -> str:
 class QuizWidget:
     """An ipywidgets view of a bank. Buttons call ``submit(i, response)`` / ``reveal(i)``."""
 
-    def __init__(self, questions: list[Question], title: str = "", intro: str = ""):
+    def __init__(self, questions: list[Question], title: str = "", intro: str = "", chapter: str = ""):
         import ipywidgets as w
 
         self.questions, self.results = questions, {}
+        self.title, self.intro, self.chapter = title, intro, chapter
         self.inputs, self.feedback, self.buttons, self.images = [], [], [], {}
         self.score_label = w.HTML()
         self.score_label.add_class("quiz-score")
@@ -97,7 +98,7 @@ class QuizWidget:
     @classmethod
     def from_bank(cls, name: str | Path) -> QuizWidget:
         data = load_bank_data(name)
-        return cls(load_bank(name), data.get("title", ""), data.get("intro", ""))
+        return cls(load_bank(name), data.get("title", ""), data.get("intro", ""), chapter=Path(str(name)).stem)
 
     def _read(self, i: int):
         q, field_ = self.questions[i], self.inputs[i]
@@ -128,7 +129,20 @@ class QuizWidget:
         else:
             self.feedback[i].value = f"<div style='color:{GREEN if correct else RED}'>{_html(text)}</div>"
         self._update_score()
+        self._record()
         return correct, text
+
+    def _record(self) -> None:
+        """Save the score for the guide's progress table (course.exercises.progress), if that module exists."""
+        if not self.chapter:
+            return
+        try:
+            from course.exercises.progress import record_quiz
+        except ImportError:
+            return
+        right, total = score(self.questions, self.results)
+        if total > 0:
+            record_quiz(self.chapter, int(right), int(total))
 
     def reveal(self, i: int) -> str:
         text = reveal_answer(self.questions[i])
@@ -143,8 +157,13 @@ class QuizWidget:
         self.score_label.value = f"<b>{_html(self.score_text())}</b>"
 
     def _repr_mimebundle_(self, **kwargs):
-        from course.tooling.notebooks import QUIZ_PLACEHOLDER, widget_bundle
-        return widget_bundle(self.widget, QUIZ_PLACEHOLDER, **kwargs)
+        """The widget view, with every question as static text/html and text/plain (no answers) for a reader
+        without a kernel; ``course.tooling.notebooks.strip_widget_views`` keeps those when saving."""
+        from course.quiz.static import static_html, static_text
+        from course.tooling.notebooks import widget_bundle
+        data = widget_bundle(self.widget, static_text(self.questions, self.title), **kwargs)
+        data["text/html"] = static_html(self.questions, self.title, self.intro)
+        return data
 
 
 def show_quiz(name: str):

@@ -76,8 +76,11 @@ def strip_widget_views(nb) -> int:
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             if WIDGET_MIME in data:
-                text = _placeholder_text(out)
-                out["data"] = {"text/html": placeholder_html(text), "text/plain": text}
+                if "text/html" in data:                   # a static fallback (a quiz's questions): keep it
+                    out["data"] = {k: data[k] for k in ("text/html", "text/plain") if k in data}
+                else:
+                    text = _placeholder_text(out)
+                    out["data"] = {"text/html": placeholder_html(text), "text/plain": text}
                 replaced += 1
     nb.metadata.pop("widgets", None)
     return replaced

@@ -63,3 +63,31 @@ def test_currency_dollars_are_escaped_in_markdown(path):
         for line in cell.source.splitlines():
             if not line.strip().startswith("$$"):
                 assert not CURRENCY_DOLLAR.search(line), f"cell {i}: write currency as \\$: {line[:80]!r}"
+
+
+QUIZ_NOTEBOOKS = sorted(Path(__file__).resolve().parents[2].glob("quizzes/*_quiz.ipynb"))
+
+
+def _saved_text(nb) -> str:
+    out = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            for key in ("text/plain", "text/html"):
+                v = o.get("data", {}).get(key, "")
+                out.append("".join(v) if isinstance(v, list) else v)
+            out.append("".join(o.get("text", "")))
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("path", QUIZ_NOTEBOOKS, ids=lambda p: p.name)
+def test_saved_quiz_notebook_shows_every_question_and_no_answer(path):
+    """Readable without a kernel: every question's text from the YAML is in the saved outputs, and no
+    explanation (which holds the answer). Passes once the quiz notebooks are re-saved by course.tooling.notebooks."""
+    from course.quiz.bank import load_bank
+    text = _saved_text(nbformat.read(path, as_version=4))
+    for q in load_bank(path.stem.removesuffix("_quiz")):
+        first = q.prompt.strip().splitlines()[0][:30]
+        assert first in text, f"{path.name}: question {q.id} not in the saved outputs"
+        secrets = [c.explanation for c in q.choices] + [q.explanation]
+        for s in (s.strip() for s in secrets if s and len(s.strip()) > 15):
+            assert s[:40] not in text, f"{path.name}: {q.id}'s explanation is in the saved outputs"
