@@ -47,7 +47,7 @@ $(TEST_STAMP): $(STAMP) requirements-test.txt
 # COURSE_QUICK=1: ラボの掃引を小さくする (CI でも手元でも同じコマンド)
 test: $(TEST_STAMP)
 	COURSE_QUICK=1 $(BIN)/python -m pytest tests
-	COURSE_QUICK=1 $(BIN)/python -m pytest --nbval lessons quizzes
+	COURSE_QUICK=1 $(BIN)/python -m pytest --nbval lessons quizzes exercises
 	COURSE_QUICK=1 $(BIN)/python -m pytest --nbval-lax labs
 
 # GPU のあるマシンで 1 回だけ実行する確認 (venv 不要: そのマシンの python3 と torch を使う)。結果は OUT (既定 results/gpu_check) に
