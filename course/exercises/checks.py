@@ -7,15 +7,9 @@ TIMEOUT_S = 20.0
 
 
 def run(fn, *args, timeout_s: float = TIMEOUT_S):
-    """(ok, value, message): kit.call's result read the same way whatever shape it has (it never raises)."""
+    """(ok, value, message): kit.call's CallResult unpacked (it never raises; message is its Japanese error)."""
     res = call(fn, *args, timeout_s=timeout_s)
-    if isinstance(res, tuple) and len(res) == 2 and isinstance(res[0], bool):
-        return (True, res[1], "") if res[0] else (False, None, str(res[1]))
-    ok = getattr(res, "ok", None)
-    if ok is None:
-        ok = getattr(res, "error", None) is None and getattr(res, "message", None) in (None, "")
-    value = getattr(res, "value", None)
-    return (bool(ok), value if ok else None, "" if ok else str(getattr(res, "message", None) or getattr(res, "error", "")))
+    return (True, res.value, "") if res.ok else (False, None, str(res.error))
 
 
 def case(name: str, inp: str, expected: str, got: str, passed: bool, message: str) -> Case:

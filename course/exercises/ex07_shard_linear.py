@@ -1,6 +1,6 @@
 """Exercise 7 (chapter 7): shard_columns, shard_rows and combine for a tensor-parallel SwiGLU MLP.
 
-The learner passes an object (a dict or a module) with the three functions. Weights are [out, in] like nn.Linear:
+The learner passes shard_columns with shard_rows= and combine= as options (or an object/dict with the three). Weights are [out, in] like nn.Linear:
 column split = output features (dim 0), row split = input features (dim 1); an uneven split gives the first ranks one
 more, as the engine's minimal_engine/features/tensor_parallel/sharding.split_sizes does. The grader checks each shard
 against split_sizes, then runs a sharded MLP with the learner's functions for world 1, 2, 3 (3 splits the
@@ -18,7 +18,11 @@ from minimal_engine.features.tensor_parallel.sharding import split_sizes
 NAMES = ("shard_columns", "shard_rows", "combine")
 
 
-def _parts(obj):
+def _parts(obj, ctx):
+    """grade("07_shard_linear", shard_columns, shard_rows=..., combine=...) or an object/dict with the three."""
+    if callable(obj) and not hasattr(obj, "shard_rows"):
+        ctx = ctx if isinstance(ctx, dict) else {}
+        return {"shard_columns": obj, "shard_rows": ctx.get("shard_rows"), "combine": ctx.get("combine")}
     get = obj.get if isinstance(obj, dict) else (lambda k: getattr(obj, k, None))
     return {k: get(k) for k in NAMES}
 
@@ -40,11 +44,11 @@ def _mlp_sharded(fns, x, gate, up, down, world):
 
 
 def check(fn, ctx=None) -> list:
-    fns = _parts(fn)
+    fns = _parts(fn, ctx)
     missing = [k for k, v in fns.items() if not callable(v)]
     if missing:
-        return [case("関数がそろっているか", "grade(..., {名前: 関数})", ", ".join(NAMES), "足りない: " + ", ".join(missing),
-                     False, f"{', '.join(missing)} が見つかりません。dict か、3つの関数を持つオブジェクトを渡してください。")]
+        return [case("関数がそろっているか", "grade(\"07_shard_linear\", shard_columns, shard_rows=…, combine=…)", ", ".join(NAMES), "足りない: " + ", ".join(missing),
+                     False, f"{', '.join(missing)} が見つかりません。grade に shard_rows=shard_rows, combine=combine も渡してください。")]
     out = []
     w = torch.arange(5 * 4, dtype=torch.float32).reshape(5, 4)
     for kind, dim in (("shard_columns", 0), ("shard_rows", 1)):

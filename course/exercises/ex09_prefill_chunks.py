@@ -7,7 +7,7 @@ the last fills the room), and that an impossible budget is refused with a ValueE
 """
 from __future__ import annotations
 
-from course.exercises.checks import case, failed_call, run
+from course.exercises.checks import TIMEOUT_S, case, failed_call, run
 from course.exercises.kit import Grader
 
 CASES = [(1000, 8, 256), (512, 0, 128), (100, 4, 512), (2048, 31, 64), (7, 6, 7), (33, 1, 17)]
@@ -53,12 +53,13 @@ def engine_chunks(prompt_len: int, decode_batch: int, token_budget: int) -> tupl
 
 def check(fn, ctx=None) -> list:
     ctx = ctx if isinstance(ctx, dict) else {}
+    limit = float(ctx.get("timeout_s", TIMEOUT_S))      # seconds each call of the learner's function may take
     out = []
     for args in CASES:
         L, d, b = args
         inp = f"prompt_len={L}, decode_batch={d}, token_budget={b}"
         want = reference(*args)
-        ok, got, msg = run(fn, *args)
+        ok, got, msg = run(fn, *args, timeout_s=limit)
         if not ok:
             out.append(failed_call("計画を作る", inp, str(want), msg))
             continue
@@ -79,7 +80,7 @@ def check(fn, ctx=None) -> list:
                         shown, ints and got == want, message))
     for L, d, b in REFUSED:
         inp = f"prompt_len={L}, decode_batch={d}, token_budget={b}"
-        ok, got, msg = run(fn, L, d, b)
+        ok, got, msg = run(fn, L, d, b, timeout_s=limit)
         refused = not ok and "ValueError" in msg
         out.append(case("予算が Decode だけで尽きる", inp, "ValueError", msg if not ok else repr(got)[:100], refused,
                         "予算が Decode の分以下だと Prefill が進みません。ValueError で、何が足りないかを伝えてください。"))

@@ -59,3 +59,18 @@ def test_the_solutions_plan_is_what_the_engine_does():
     cases = _grader().check(_solution(), None)
     engine = [c for c in cases if "エンジン" in c.name]
     assert len(engine) == 1 and engine[0].passed, engine
+
+
+def test_looping_solution_is_reported_as_a_timeout():
+    def loops(*args):
+        while True:
+            pass
+    cases = _grader().check(loops, {"engine": False, "timeout_s": 0.2})
+    assert cases and not any(c.passed for c in cases)
+    timed_out = [c for c in cases if "秒以内に終わりませんでした" in c.message]
+    assert len(timed_out) == len(_grader_module().CASES), [c.message for c in cases]
+
+
+def _grader_module():
+    import importlib
+    return importlib.import_module("course.exercises.ex09_prefill_chunks")
