@@ -97,10 +97,8 @@ def _bad_words(cell: str) -> list[tuple[str, bool]]:
             if qual.group(1) not in LINTED_QUALIFIERS:
                 continue                                  # needs judgement: not linted
             raw = raw[:qual.start()].strip()
-        for part in raw.split(" / ") if " / " in raw else [raw]:
-            part = part.strip()
-            if len(part) >= 2 and part != "—":
-                words.append((part, code))
+        if len(raw) >= 2 and raw != "—":                 # "キー / バリュー" as a whole (キー alone is a dict key)
+            words.append((raw, code))
     return words
 
 

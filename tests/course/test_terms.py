@@ -23,7 +23,8 @@ def test_rules_are_read_from_terms_md():
     rules, exceptions = terms.load_rules()
     words = {r.word for r in rules}
     assert {"プリフィル", "デコード", "同時ユーザー数", "トークン/秒", "KVキャッシュ"} <= words
-    assert "鍵" not in words and "値" not in words           # qualified （初出の説明の括弧内を除く） / one letter
+    assert "鍵 / 値" not in words                            # qualified （初出の説明の括弧内を除く）
+    assert "キー / バリュー" in words and "キー" not in words  # a pair is one phrase (キー alone: a dict key)
     assert any(r.regex and r.pattern.search("何人入るか") for r in rules)
     assert ("acceptance length", "lessons/08_speculative_decoding.ipynb") in exceptions
 
@@ -40,7 +41,7 @@ def test_known_offenders_are_reported_with_cell_and_term(tmp_path):
 
 def test_code_urls_and_adopted_terms_are_not_violations(tmp_path):
     text = ("投機的デコード。`デコード` と\n```\nプリフィル\n```\n[link](https://x.org/デコード) "
-            "1人あたりの速さ、デコーダーの層、キーワード")
+            "1人あたりの速さ、デコーダーの層、キーワード、dict のキー")
     assert _lint_text(tmp_path, text) == []
 
 
