@@ -3,7 +3,7 @@
     python -m course.tooling.terms [paths...]      # one line per violation, exit 1 if any
     python -m course.tooling.terms --structure     # the structure check (course.tooling.structure)
 
-The rules come from TERMS.md itself: every table row's 使わない表記 column (words separated by 、; a word
+The rules come from TERMS.md itself: every table row's 使わない表記 column (words separated by 、, "A / B" read as one phrase; a word
 with a qualifier in （）is linted only when the qualifier is in ``LINTED_QUALIFIERS``, because the others,
 such as （初出の説明を除く）, need a reader's judgement), plus the regular expressions of its ``## 規則``
 section and minus the lines of its ``## lint の例外`` section.
