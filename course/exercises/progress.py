@@ -71,7 +71,7 @@ def rows(exercise_ids: list[str] | None = None) -> list[dict]:
     """One row per chapter: 章, クイズの得点, 合格した演習."""
     data = load()
     if exercise_ids is None:
-        from course.exercises import EXERCISE_IDS
+        from course.exercises.registry import EXERCISE_IDS
         exercise_ids = EXERCISE_IDS
     out = []
     for ch in range(1, 11):

@@ -19,13 +19,15 @@ from minimal_engine.engine.sequence import Sequence
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False, block_hashes=None):
+        """block_hashes: None (the built-in chained hash) or a function (token_ids, block_size) -> the chained
+        hashes of the full blocks, given to the prefix cache (prefix_cache.py; exercise 04 plugs one in)."""
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # front = evicted first
         self.ref_counts = [0] * num_blocks
         self.seqs: dict[str, Sequence] = {}      # request id -> sequence holding blocks (for snapshot())
-        self.cache = PrefixCache(block_size) if enable_prefix_caching else None
+        self.cache = PrefixCache(block_size, block_hashes) if enable_prefix_caching else None
 
     @property
     def num_free_blocks(self) -> int:

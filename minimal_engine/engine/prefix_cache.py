@@ -18,8 +18,11 @@ ROOT = 0   # the "previous hash" of a prompt's first block
 
 
 class PrefixCache:
-    def __init__(self, block_size: int):
+    def __init__(self, block_size: int, block_hashes=None):
+        """block_hashes: None, or a function (token_ids, block_size) -> hashes of the full blocks, chained as above
+        (any hashable values); used instead of the built-in hash."""
         self.block_size = block_size
+        self.block_hashes = block_hashes
         self.cached: dict[int, int] = {}        # block hash -> block id holding those tokens' K/V
         self.block_hash: dict[int, int] = {}    # block id -> its hash (the inverse, for eviction)
         self.seq_hashes: dict[object, list[int]] = {}   # sequence -> hashes of its full blocks so far
@@ -35,6 +38,10 @@ class PrefixCache:
         """The chained hashes of seq's first `num_blocks` full blocks (computed once, then extended)."""
         out = self.seq_hashes.setdefault(seq, [])
         bs = self.block_size
+        if self.block_hashes is not None and len(out) < num_blocks:
+            out[:] = list(self.block_hashes(list(seq.token_ids[:num_blocks * bs]), bs))[:num_blocks]
+            if len(out) != num_blocks:
+                raise ValueError(f"block_hashes returned {len(out)} hashes for {num_blocks} full blocks")
         while len(out) < num_blocks:
             i = len(out)
             out.append(hash((out[-1] if out else ROOT, tuple(seq.token_ids[i * bs:(i + 1) * bs]))))

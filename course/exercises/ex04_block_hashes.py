@@ -1,0 +1,103 @@
+"""Exercise 04 (chapter 4): block_hashes(token_ids, block_size) -> chained hashes of the full blocks only.
+
+The hash of block i covers block i-1's hash and block i's tokens, so equal hashes mean equal whole prefixes.
+Graded on behaviour, not on hash values (any hash function works): the count (full blocks only), equal
+prefixes give equal hashes, a change in an early block changes every later hash, equal blocks after different
+prefixes differ; then the engine's prefix cache (BlockManager(block_hashes=...)) runs on the learner's hashes
+over a set of prompts and must find exactly the cached tokens it finds with its built-in hash.
+"""
+from __future__ import annotations
+
+import random
+
+from course.exercises.kit import Case, Grader, call, failed_call_case
+from minimal_engine.engine.block_manager import BlockManager
+from minimal_engine.engine.sequence import Sequence
+from minimal_engine.sampling_params import SamplingParams
+
+
+def _get(fn, ids, bs, t):
+    r = call(fn, list(ids), bs, timeout_s=t)
+    if r.ok:
+        try:
+            vals = list(r.value)
+            [hash(v) for v in vals]
+        except TypeError:
+            return r, None
+        return r, vals
+    return r, None
+
+
+def _bad(name, inp, exp, r, vals):
+    if not r.ok:
+        return failed_call_case(name, inp, exp, r)
+    return Case(name, inp, exp, repr(r.value)[:80], False,
+                "戻り値はハッシュできる値（int や tuple）の list にしてください")
+
+
+def check(fn, ctx: dict) -> list[Case]:
+    t = ctx.get("timeout_s", 5.0)
+    rng = random.Random(ctx.get("seed", 4))
+    bs = 4
+    a = [rng.randrange(1000) for _ in range(18)]         # 4 full blocks + 2 tokens
+    cases = []
+    inp = f"token_ids=（長さ 18）, block_size={bs}"
+    r, h = _get(fn, a, bs, t)
+    if h is None:
+        return [_bad("満杯のブロックの数", inp, "4 個", r, h)]
+    cases.append(Case("満杯のブロックの数", inp, "4 個", f"{len(h)} 個", len(h) == 4,
+                      "OK" if len(h) == 4 else "満杯のブロックだけをハッシュしてください（端数の 2 トークンは含めません）"))
+    b = a[:12] + [x + 1 for x in a[12:]]
+    r, hb = _get(fn, b, bs, t)
+    same = hb is not None and len(hb) >= 3 and hb[:3] == h[:3]
+    cases.append(Case("先頭の3ブロックが同じ", "token_ids の 13 番目以降だけが違う", "先頭3つのハッシュが一致",
+                      "一致" if same else "不一致", same,
+                      "OK" if same else "同じ先頭のブロックには同じハッシュを返してください（乱数や id() を使っていませんか）"))
+    c = [a[0] + 1] + a[1:]
+    r, hc = _get(fn, c, bs, t)
+    all_diff = hc is not None and len(hc) == len(h) and all(x != y for x, y in zip(h, hc))
+    cases.append(Case("最初のブロックだけが違う", "token_ids[0] だけを変える", "4つのハッシュがすべて変わる",
+                      "すべて変わった" if all_diff else "変わらないハッシュがある", all_diff,
+                      "OK" if all_diff else "1つ前のブロックのハッシュを、次のブロックのハッシュに含めてください（連鎖）"))
+    d = a[4:8] + a[4:8]                                   # the same block twice: positions differ by prefix
+    r, hd = _get(fn, d, bs, t)
+    chained = hd is not None and len(hd) == 2 and hd[0] != hd[1]
+    cases.append(Case("同じトークンのブロックが2回続く", f"token_ids={d}", "2つのハッシュが違う",
+                      repr(hd)[:60], chained,
+                      "OK" if chained else "ブロックのトークンだけでなく、前のブロックのハッシュも含めてください"))
+    cases.append(_engine_case(fn, rng, t))
+    return cases
+
+
+def _engine_case(fn, rng, t) -> Case:
+    """The engine's prefix cache on the learner's hashes: the same cached tokens as with its own hash."""
+    bs = 4
+    base = [rng.randrange(1000) for _ in range(16)]
+    prompts = [base + [rng.randrange(1000) for _ in range(k)] for k in (3, 6, 1)]
+    prompts += [base[:8] + [7] * 9, [base[0] + 1] + base[1:] + [5]]
+    inp = f"{len(prompts)} 個のプロンプト（共通の先頭 16 トークンなど）、block_size={bs}"
+
+    def run(hasher):
+        bm = BlockManager(64, bs, True, block_hashes=hasher)
+        hits = []
+        for i, p in enumerate(prompts):
+            seq = Sequence(str(i), None, p, SamplingParams())
+            hits.append(bm.take_cached(seq))
+            bm.allocate(seq, len(p))
+            bm.free(seq)
+        return hits
+    expected = run(None)
+    r = call(run, fn, timeout_s=t)
+    if not r.ok:
+        return failed_call_case("エンジンのプレフィックスキャッシュで使う", inp, str(expected), r)
+    ok = r.value == expected
+    return Case("エンジンのプレフィックスキャッシュで使う", inp, f"キャッシュから得たトークン数 {expected}",
+                f"{r.value}", ok, "OK" if ok else "エンジンのキャッシュの当たり方が、組み込みのハッシュのときと違います")
+
+
+GRADER = Grader(
+    id="04_block_hashes", chapter=4, title_ja="プレフィックスキャッシュのハッシュの連鎖",
+    check=check,
+    hints=["ハッシュするのは満杯のブロック（len(token_ids) // block_size 個）だけです。",
+           "ブロック i のハッシュは (ブロック i−1 のハッシュ, ブロック i のトークンの tuple) から作ります。",
+           "prev = 0; for i in range(n): prev = hash((prev, tuple(token_ids[i*B:(i+1)*B]))); out.append(prev)"])

@@ -1,0 +1,56 @@
+"""Exercise 04: the model solution passes (also inside the engine's prefix cache); typical mistakes fail."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from course.exercises import grade
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def solution():
+    spec = importlib.util.spec_from_file_location("s04", ROOT / "exercises/solutions/ex04_block_hashes.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.block_hashes
+
+
+def test_solution_passes():
+    r = grade("04_block_hashes", solution())
+    assert r.passed, str(r)
+
+
+def not_chained(ids, bs):
+    return [hash(tuple(ids[i * bs:(i + 1) * bs])) for i in range(len(ids) // bs)]
+
+
+def hashes_partial(ids, bs):
+    out, prev = [], 0
+    for i in range(0, len(ids), bs):
+        prev = hash((prev, tuple(ids[i:i + bs])))
+        out.append(prev)
+    return out
+
+
+def unhashable(ids, bs):
+    return [list(ids[i * bs:(i + 1) * bs]) for i in range(len(ids) // bs)]
+
+
+@pytest.mark.parametrize("fn, promised", [(not_chained, "前のブロックのハッシュも含め"),
+                                          (hashes_partial, "満杯のブロックだけ"),
+                                          (unhashable, "ハッシュできる値")])
+def test_wrong_solutions_fail_with_their_message(fn, promised):
+    r = grade("04_block_hashes", fn)
+    assert not r.passed
+    assert any(promised in c.message for c in r.cases if not c.passed), str(r)
+
+
+def test_raising_and_looping_are_reported():
+    def looping(ids, bs):
+        while True:
+            pass
+    r = grade("04_block_hashes", lambda ids, bs: 1 / 0)
+    assert not r.passed and any("ZeroDivisionError" in c.message for c in r.cases)
+    r = grade("04_block_hashes", looping, timeout_s=0.2)
+    assert not r.passed and any("秒以内に終わりませんでした" in c.message for c in r.cases)
