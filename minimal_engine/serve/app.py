@@ -139,7 +139,8 @@ class ServerThread:
         import uvicorn
         limits = getattr(app.state, "limits", ServeLimits())
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                                    http=header_timeout_protocol(limits.header_timeout_s)))
+                                                    http=header_timeout_protocol(limits.header_timeout_s),
+                                                    timeout_graceful_shutdown=limits.shutdown_timeout_s))
         self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + timeout_s

@@ -32,6 +32,7 @@ class ServeLimits:
     header_timeout_s: float = 10.0         # the request line and headers must arrive within this
     allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES   # "*" allows any Host (a public server behind a proxy)
     docs: bool = False                     # FastAPI's /docs, /redoc, /openapi.json (off: nothing extra exposed)
+    shutdown_timeout_s: float = 10.0       # SIGTERM: drain this long, then cancel what is left and exit
 
 
 def error_response(e: RequestError) -> JSONResponse:
