@@ -67,7 +67,7 @@ def check(fn, ctx=None) -> list:
     n = int(ctx.get("n_draws", N_DRAWS))
     out = []
     for i, (name, p, q) in enumerate(_dists()):
-        inp = f"p={p.tolist()}, q={q.tolist()}, {n} 回"
+        inp = f"p={[round(v, 3) for v in p.tolist()]}, q={[round(v, 3) for v in q.tolist()]}, {n} 回"
         ok, res, msg = run(_sample_many, fn, p, q, n, 27 + i, timeout_s=120.0)
         if not ok:
             out.append(failed_call(name, inp, "出力の分布 = p", msg))
