@@ -1,0 +1,58 @@
+"""Exercise 03: the model solution passes; typical mistakes fail with the message their hint promises."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from course.exercises import grade
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def solution():
+    spec = importlib.util.spec_from_file_location("s03", ROOT / "exercises/solutions/ex03_attention_decode.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.attention_decode
+
+
+def test_solution_passes():
+    r = grade("03_attention_decode", solution())
+    assert r.passed, str(r)
+
+
+def tiled_heads(q, k, v):           # repeat instead of repeat_interleave: wrong head mapping
+    g = q.shape[0] // k.shape[1]
+    k, v = k.repeat(1, g, 1), v.repeat(1, g, 1)
+    return torch.einsum("ht,thd->hd", (torch.einsum("hd,thd->ht", q, k) / q.shape[1] ** 0.5).softmax(-1), v)
+
+
+def unscaled(q, k, v):
+    g = q.shape[0] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    return torch.einsum("ht,thd->hd", torch.einsum("hd,thd->ht", q, k).softmax(-1), v)
+
+
+def softmax_over_heads(q, k, v):
+    g = q.shape[0] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    return torch.einsum("ht,thd->hd", (torch.einsum("hd,thd->ht", q, k) / q.shape[1] ** 0.5).softmax(0), v)
+
+
+@pytest.mark.parametrize("fn, promised", [(tiled_heads, "repeat_interleave"), (unscaled, "1/√D"),
+                                          (softmax_over_heads, "softmax は T 個の位置の方向")])
+def test_wrong_solutions_fail_with_their_message(fn, promised):
+    r = grade("03_attention_decode", fn)
+    assert not r.passed
+    assert any(promised in c.message for c in r.cases if not c.passed), str(r)
+
+
+def test_raising_and_looping_are_reported():
+    def looping(q, k, v):
+        while True:
+            pass
+    r = grade("03_attention_decode", lambda q, k, v: q @ k)
+    assert not r.passed and any("RuntimeError" in c.message for c in r.cases)
+    r = grade("03_attention_decode", looping, timeout_s=0.2)
+    assert not r.passed and any("秒以内に終わりませんでした" in c.message for c in r.cases)
