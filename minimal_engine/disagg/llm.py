@@ -204,12 +204,25 @@ class DisaggregatedLLM:
             raise RuntimeError(f"the prefill engine process is not running (exit code {self._proc.exitcode})")
         arrival = time.perf_counter() if arrival_time is None else arrival_time
         self._inflight[rid] = (checked, arrival)
-        self._control.send(("add", rid, ids, params, arrival))
+        self._send(("add", rid, ids, params, arrival))
         return rid
+
+    def _send(self, message) -> None:
+        """A command to the prefill process; its death while we write is the documented RuntimeError."""
+        try:
+            self._control.send(message)
+        except (BrokenPipeError, ConnectionError, EOFError, OSError) as e:
+            self._proc.join(1.0)
+            raise RuntimeError(f"the prefill engine process is not running (exit code {self._proc.exitcode}): "
+                               f"{type(e).__name__} while sending it {message[0]!r}") from None
 
     def abort_request(self, request_id: str) -> None:
         if self._inflight.pop(request_id, None) is not None:
-            self._control.send(("abort", request_id))
+            if self._proc.is_alive():        # a dead prefill engine holds nothing to abort: no write to its pipe
+                try:
+                    self._send(("abort", request_id))
+                except RuntimeError:
+                    pass
         else:
             self.engine.abort_request(request_id)
 

@@ -198,3 +198,18 @@ def test_transfer_calculators_by_hand():
                 lambda: transfer_seconds(1, -5), lambda: calc.chunked_prefill_steps(100, 8, 8)):
         with pytest.raises(ValueError):
             bad()
+
+
+def test_a_prefill_process_dying_while_generate_sends_is_a_runtime_error(monkeypatch):
+    """Issue 29 #12: the prefill process died while generate() was still sending: a bare BrokenPipeError,
+    and the cleanup wrote to the dead pipe again."""
+    d = DisaggregatedLLM(max_num_seqs=2, num_kv_blocks=8)
+    try:
+        os.kill(d.pid, signal.SIGKILL)
+        assert _gone(d.pid)
+        monkeypatch.setattr(d._proc, "is_alive", lambda: True)   # it died after add_request's liveness check
+        with pytest.raises(RuntimeError, match="prefill engine"):
+            d.generate([[1, 2, 3], [4, 5, 6]], GREEDY, timeout=60)
+    finally:
+        monkeypatch.undo()
+        d.close()
