@@ -31,6 +31,18 @@ from minimal_engine.engine.stop_strings import check_stop, take_new_text
 from minimal_engine.model.tokenizer import IncrementalDetokenizer, Tokenizer
 
 
+@dataclass(frozen=True)
+class StepStats:
+    """What the latest step did, for per-step counters (vLLM's SchedulerStats / IterationStats): the tokens it
+    ran, the requests it preempted, and the prefix-cache lookups of requests scheduled for the first time
+    (in prompt tokens; zero without prefix caching)."""
+
+    num_scheduled_tokens: int = 0
+    num_preempted: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+
+
 @dataclass
 class RequestOutput:
     """What a request has produced so far (or in total, when finished)."""
@@ -78,6 +90,7 @@ class LLMEngine:
         self._ids = itertools.count()
         self.speculator = speculator          # LLM(speculative_config=...) (chapter 8)
         self.grammars = grammars              # structured outputs
+        self.last_step = StepStats()          # what the latest step() did (the server's /metrics reads it)
         self.finish_listeners: list = []      # add_finish_listener: called before a finished request's blocks go
 
     def add_finish_listener(self, listener) -> None:
@@ -149,11 +162,16 @@ class LLMEngine:
             self.speculator.propose(self.scheduler.running)
         sched = self.scheduler.schedule()        # (drafts it does not schedule, it takes back)
         if sched.is_empty:
+            self.last_step = StepStats(num_preempted=len(sched.preempted))
             return []
         now = time.perf_counter()
+        queries = hits = 0
         for s in sched.scheduled:
             if s.seq.metrics.first_scheduled_time is None:
                 s.seq.metrics.first_scheduled_time = now
+                if self.config.enable_prefix_caching:
+                    queries, hits = queries + s.seq.num_prompt_tokens, hits + (s.seq.num_cached_tokens or 0)
+        self.last_step = StepStats(sched.num_tokens, len(sched.preempted), queries, hits)
         sampled = self.runner.run(sched)
         now = time.perf_counter()
         outputs = []

@@ -45,8 +45,8 @@ log = logging.getLogger("minimal_engine.serve.app")
 def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, limits: ServeLimits | None = None):
     """The FastAPI app; app.state.engine_loop is the EngineLoop (started and stopped with the app)."""
     limits = limits or ServeLimits()
-    loop = EngineLoop(llm)
-    metrics = ServerMetrics(served_model_name or llm.model_name)   # its own registry: several apps may coexist
+    metrics = ServerMetrics(served_model_name or llm.model_name, llm.config.max_model_len)  # its own registry
+    loop = EngineLoop(llm, on_step=metrics.observe_step)
     routes = Completions(llm, loop, metrics, limits, max_queue, served_model_name)
     model_name, max_len, max_chars, pool = routes.model_name, routes.max_len, routes.max_chars, routes.pool
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -129,6 +130,7 @@ class Completions:
         return jobs, sum(len(c.token_ids) for c in checked), req, echoes
 
     async def handle(self, request: Request, chat: bool):
+        arrival = time.perf_counter()           # TTFT counts from here (parsing, tokenizing), as vLLM's front end
         try:
             check_json(request)
             self.full()                              # refuse cheaply, before reading or tokenizing anything
@@ -142,10 +144,11 @@ class Completions:
         except ClientDisconnect:                # left while sending the body: nobody reads an answer
             return Response(status_code=499)
         self.unfinished += len(jobs)
-        subs = [self.loop.submit(job) for job in jobs]       # one engine request per choice
+        subs = [self.loop.submit(job, arrival) for job in jobs]       # one engine request per choice
         rid = subs[0][0]
         prefix = "chatcmpl-" if chat else "cmpl-"
         finished: set[int] = set()
+        done: dict = {}                           # choice index -> its finished output (for /metrics)
         merged: asyncio.Queue = asyncio.Queue()   # (choice index, item) from every choice's queue
 
         async def forward(i: int, q: asyncio.Queue):
@@ -153,7 +156,12 @@ class Completions:
                 kind, out = await q.get()
                 if kind == "output" and out.finished:
                     finished.add(i)
-                    self.metrics.observe_finished(out)
+                    done[i] = out
+                    self.metrics.observe_finished(out, params.max_tokens)
+                    first = i - i % params.n        # the n choices of one prompt are one request to vLLM
+                    group = [done.get(j) for j in range(first, first + params.n)]
+                    if all(group):
+                        self.metrics.observe_request(params.n, group)
                 await merged.put((i, (kind, out)))
                 if kind == "error" or out.finished:
                     return

@@ -31,8 +31,10 @@ def engine_dead(engine) -> str | None:
 
 
 class EngineLoop:
-    def __init__(self, llm):
+    def __init__(self, llm, on_step=None):
+        """on_step(step_stats, outputs): called on the loop thread after every step (the server's /metrics)."""
         self.llm, self.engine = llm, llm.engine
+        self.on_step = on_step
         self._commands: queue.Queue = queue.Queue()
         self.dead: str | None = None              # set when the engine can never step again (a worker died)
         self._streams: dict[str, tuple] = {}      # request id -> (event loop, asyncio.Queue); loop thread only
@@ -51,11 +53,13 @@ class EngineLoop:
         self._commands.put(None)
         self._thread.join(timeout)
 
-    def submit(self, checked) -> tuple[str, asyncio.Queue]:
-        """Queue a request checked by LLMEngine.check; its outputs arrive on the returned asyncio.Queue."""
+    def submit(self, checked, arrival_time: float | None = None) -> tuple[str, asyncio.Queue]:
+        """Queue a request checked by LLMEngine.check; its outputs arrive on the returned asyncio.Queue.
+        arrival_time (time.perf_counter()): when the HTTP request came in, so TTFT includes parsing and
+        tokenizing, as vLLM's front end counts it; by default, when the engine takes the request."""
         rid = f"req-{next(self._ids)}"
         q: asyncio.Queue = asyncio.Queue()
-        self._commands.put(("add", rid, checked, asyncio.get_running_loop(), q))
+        self._commands.put(("add", rid, checked, asyncio.get_running_loop(), q, arrival_time))
         return rid, q
 
     def abort(self, request_id: str) -> None:
@@ -74,10 +78,10 @@ class EngineLoop:
 
     def _handle(self, cmd) -> None:
         if cmd[0] == "add":
-            _, rid, checked, loop, q = cmd
+            _, rid, checked, loop, q, arrival = cmd
             self._streams[rid] = (loop, q)
             try:
-                self.engine.add_request(checked, request_id=rid)
+                self.engine.add_request(checked, request_id=rid, arrival_time=arrival)
             except (ValueError, TypeError) as e:
                 self._push(rid, ("error", (str(e), 400)))
                 del self._streams[rid]
@@ -106,6 +110,9 @@ class EngineLoop:
                         self._push(rid, ("error", (f"engine step failed: {type(e).__name__}: {e}", 500)))
                     self._streams.clear()
                     outputs = []
+                else:
+                    if self.on_step is not None:
+                        self.on_step(self.engine.last_step, outputs)
                 for out in outputs:
                     if out.request_id in self._streams:
                         item = ("error", (out.error, 500)) if out.error else ("output", out)

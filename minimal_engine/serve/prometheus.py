@@ -1,23 +1,62 @@
-"""/metrics for the server: Prometheus text format with vLLM's metric names, through prometheus_client.
+"""/metrics for the server: Prometheus text format with vLLM V1's metric names and semantics (prometheus_client).
 
-Each app has its own CollectorRegistry (no module-global registry), so tests and notebooks can run several
-servers in one process. Gauges are read from the engine loop's snapshot at scrape time; counters and
-histograms move when a request finishes (its RequestMetrics: TTFT, gaps between tokens, end-to-end latency,
-prompt and generated tokens, preemptions, and prefix-cache hits when prefix caching is on).
+Read against vLLM's ``vllm/v1/metrics/loggers.py`` (PrometheusStatLogger) and ``docs/design/metrics.md``:
+
+- labels ``model_name`` and ``engine`` (``"0"``: one engine per server) on every series;
+- gauges read at scrape time: running / waiting requests, KV-cache usage (0-1);
+- per step (the engine loop calls :meth:`ServerMetrics.observe_step` after every ``engine.step()``): the
+  counters ``prompt_tokens`` (a request's prompt, counted when its prefill completes, i.e. its first token),
+  ``generation_tokens``, ``num_preemptions``, ``prefix_cache_queries`` / ``prefix_cache_hits`` (prompt tokens of
+  requests scheduled for the first time; only with prefix caching), the histogram ``iteration_tokens_total``
+  (prompt + generation tokens of the step, as vLLM adds them), TTFT (arrival -> first token; the server sets the
+  arrival when the HTTP request comes in, as vLLM's front end does) and ITL (one gap per request per step: several
+  tokens of one step, e.g. accepted drafts, make one gap, as in vLLM);
+- per finished request (:meth:`observe_finished`): ``request_success{finished_reason}``, E2E latency, queue time
+  (arrival -> first scheduled), prefill time (first scheduled -> first token), decode time (first -> last token),
+  inference time (first scheduled -> last token), the request's own TPOT
+  (``request_time_per_output_token_seconds``), prompt / generation token counts and ``max_tokens``; per API
+  request (:meth:`observe_request`): ``request_params_n`` and ``request_max_num_generation_tokens``.
+
+Counters appear with the ``_total`` suffix; no ``*_created`` series (vLLM switches them off too). Each app has
+its own CollectorRegistry (no module-global registry), so tests and notebooks can run several servers.
 """
 from __future__ import annotations
 
+import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                   10.0, 20.0, 40.0, 80.0)
+# vLLM's buckets (loggers.py)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+               80.0)
+REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                   480.0, 960.0, 1920.0, 7680.0)
+ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+N_BUCKETS = (1, 2, 5, 10, 20)
+FINISH_REASONS = ("stop", "length", "abort", "error")
+
+prometheus_client.disable_created_metrics()     # as vLLM: no *_created series
+
+
+def buckets_1_2_5(max_value: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to max_value (vLLM's build_1_2_5_buckets, for token counts)."""
+    out, exp = [], 0
+    while True:
+        for m in (1, 2, 5):
+            v = m * 10 ** exp
+            if v > max_value:
+                return tuple(out)
+            out.append(v)
+        exp += 1
 
 
 class ServerMetrics:
-    def __init__(self, model_name: str):
+    def __init__(self, model_name: str, max_model_len: int = 2048):
         r = self.registry = CollectorRegistry()
-        self.label = {"model_name": model_name}
-        names = ["model_name"]
+        self.label = {"model_name": model_name, "engine": "0"}
+        names = list(self.label)
+        tokens = buckets_1_2_5(max_model_len)
 
         def gauge(name, doc):
             return Gauge(name, doc, names, registry=r).labels(**self.label)
@@ -25,40 +64,92 @@ class ServerMetrics:
         def counter(name, doc):
             return Counter(name, doc, names, registry=r).labels(**self.label)
 
-        def hist(name, doc):
-            return Histogram(name, doc, names, buckets=LATENCY_BUCKETS, registry=r).labels(**self.label)
+        def hist(name, doc, buckets):
+            return Histogram(name, doc, names, buckets=buckets, registry=r).labels(**self.label)
 
-        self.running = gauge("vllm:num_requests_running", "Requests in the running batch.")
-        self.waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.")
-        self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage: 1 = every block in use.")
-        self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token (s).")
-        self.itl = hist("vllm:inter_token_latency_seconds", "Gaps between consecutive output tokens (s).")
-        self.tpot = hist("vllm:time_per_output_token_seconds", "Time per output token after the first (s).")
-        self.e2e = hist("vllm:e2e_request_latency_seconds", "Arrival to last token (s).")
-        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens of finished requests.")
-        self.generation_tokens = counter("vllm:generation_tokens", "Generated tokens of finished requests.")
-        self.preemptions = counter("vllm:num_preemptions", "Preemptions (counted when the request finishes).")
-        self.success = Counter("vllm:request_success", "Finished requests by finish reason.",
-                               names + ["finished_reason"], registry=r)
-        self.prefix_queries = counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.")
-        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.")
+        self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
+        self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        self.prefix_queries = counter("vllm:prefix_cache_queries",
+                                      "Prefix cache queries, in terms of number of queried tokens.")
+        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                          names + ["finished_reason"], registry=r)
+        self.success = {why: success.labels(finished_reason=why, **self.label) for why in FINISH_REASONS}
+        self.request_prompt = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens)
+        self.request_generation = hist("vllm:request_generation_tokens", "Number of generation tokens processed.",
+                                       tokens)
+        self.iteration_tokens = hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+                                     ITERATION_BUCKETS)
+        self.max_generation = hist("vllm:request_max_num_generation_tokens",
+                                   "Histogram of maximum number of requested generation tokens.", tokens)
+        self.params_n = hist("vllm:request_params_n", "Histogram of the n request parameter.", N_BUCKETS)
+        self.params_max_tokens = hist("vllm:request_params_max_tokens",
+                                      "Histogram of the max_tokens request parameter.", tokens)
+        self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                         TTFT_BUCKETS)
+        self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                        ITL_BUCKETS)
+        self.tpot = hist("vllm:request_time_per_output_token_seconds",
+                         "Histogram of time_per_output_token_seconds per request.", ITL_BUCKETS)
+        self.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                        REQUEST_BUCKETS)
+        self.queue = hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+                          REQUEST_BUCKETS)
+        self.inference = hist("vllm:request_inference_time_seconds",
+                              "Histogram of time spent in RUNNING phase for request.", REQUEST_BUCKETS)
+        self.prefill = hist("vllm:request_prefill_time_seconds",
+                            "Histogram of time spent in PREFILL phase for request.", REQUEST_BUCKETS)
+        self.decode = hist("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+                           REQUEST_BUCKETS)
 
-    def observe_finished(self, out) -> None:
-        """A finished RequestOutput: move the counters and histograms."""
+    def observe_step(self, step, outputs) -> None:
+        """After one engine step (engine loop thread): step is ``LLMEngine.last_step``, outputs what it returned."""
+        prompt = generated = 0
+        for out in outputs:
+            k = len(out.new_token_ids)
+            if not k:
+                continue
+            times = out.metrics.token_times
+            generated += k
+            if len(times) == k:               # this step made the request's first token: its prefill is done
+                prompt += len(out.prompt_token_ids)
+                self.ttft.observe(out.metrics.ttft)
+            else:                             # one gap per request and step (accepted drafts arrive together)
+                self.itl.observe(times[-1] - times[-1 - k])
+        self.prompt_tokens.inc(prompt)
+        self.generation_tokens.inc(generated)
+        self.iteration_tokens.observe(prompt + generated)
+        self.preemptions.inc(step.num_preempted)
+        self.prefix_queries.inc(step.prefix_cache_queries)
+        self.prefix_hits.inc(step.prefix_cache_hits)
+
+    def observe_finished(self, out, max_tokens: int | None = None) -> None:
+        """A finished engine request (one choice)."""
         m = out.metrics
-        self.prompt_tokens.inc(len(out.prompt_token_ids))
-        self.generation_tokens.inc(len(out.token_ids))
-        self.preemptions.inc(m.num_preemptions)
-        self.success.labels(finished_reason=out.finish_reason or "abort", **self.label).inc()
-        self.prefix_queries.inc(len(out.prompt_token_ids))
-        self.prefix_hits.inc(getattr(out, "num_cached_tokens", 0) or 0)
-        if m.ttft is not None:
-            self.ttft.observe(m.ttft)
+        self.success[out.finish_reason if out.finish_reason in self.success else "abort"].inc()
+        self.request_prompt.observe(len(out.prompt_token_ids))
+        self.request_generation.observe(len(out.token_ids))
+        if max_tokens:
+            self.params_max_tokens.observe(max_tokens)
+        if m.e2e_latency is not None:
             self.e2e.observe(m.e2e_latency)
-        for gap in m.itl:
-            self.itl.observe(gap)
+        if m.first_scheduled_time is not None:
+            self.queue.observe(m.first_scheduled_time - m.arrival_time)
+            if m.first_token_time is not None:
+                self.prefill.observe(m.first_token_time - m.first_scheduled_time)
+                self.inference.observe(m.token_times[-1] - m.first_scheduled_time)
+                self.decode.observe(m.token_times[-1] - m.first_token_time)
         if m.tpot is not None:
             self.tpot.observe(m.tpot)
+
+    def observe_request(self, n: int, outputs: list) -> None:
+        """An API request whose n choices have all finished."""
+        self.params_n.observe(n)
+        self.max_generation.observe(max(len(o.token_ids) for o in outputs))
 
     def render(self, stats: dict) -> bytes:
         """Text format; stats: the engine loop's snapshot (running, waiting, free/total blocks)."""
