@@ -14,6 +14,10 @@ are already cached, takes those blocks, and is scheduled as if they were an alre
 batching="static" (for comparison, chapter 5): requests are taken in groups of max_num_seqs; no request
 joins until every member of the running group has finished, so finished members' slots stay idle (StaticGroups).
 
+A policy (chapter 5's exercise) may replace the token counts: Scheduler(config, bm, policy=schedule_step), where
+schedule_step(running, waiting, token_budget, max_num_seqs) gets (request_id, tokens left) pairs and returns the
+(request_id, num_tokens) of this step; blocks, preemption and prefix caching stay the scheduler's (check_plan).
+
 Speculative decoding (features/spec_decode/): a proposer appends draft tokens to running requests before
 schedule(); they are scheduled like a prefill chunk, and the drafts a step does not reach are taken back here.
 """
@@ -80,10 +84,40 @@ class StaticGroups:
             self.left -= 1
 
 
+def check_plan(plan, running: list[tuple[str, int]], waiting: list[tuple[str, int]], budget: int,
+               max_num_seqs: int) -> dict[str, int]:
+    """A policy's plan -> {request_id: num_tokens}, or a ValueError saying what the plan broke."""
+    left = dict(running + waiting)
+    try:
+        pairs = [(rid, n) for rid, n in plan]
+    except (TypeError, ValueError):
+        raise ValueError(f"the policy must return a list of (request_id, num_tokens) pairs, got {plan!r:.80}") from None
+    out = dict(pairs)
+    if not out and (running or waiting):
+        raise ValueError("the policy scheduled nothing although requests are running or waiting: they would wait forever")
+    if len(out) != len(pairs):
+        raise ValueError("the policy's plan names a request twice")
+    for rid, n in pairs:
+        if rid not in left:
+            raise ValueError(f"the policy's plan names {rid!r}, which is neither running nor waiting")
+        if not isinstance(n, int) or not 1 <= n <= left[rid]:
+            raise ValueError(f"the policy gives {rid!r} {n!r} tokens; it has {left[rid]} left (1..{left[rid]})")
+    if sum(out.values()) > budget:
+        raise ValueError(f"the policy's plan has {sum(out.values())} tokens, more than the budget of {budget}")
+    admitted = [rid for rid, _ in waiting if rid in out]
+    if admitted != [rid for rid, _ in waiting[:len(admitted)]]:
+        raise ValueError("the policy must admit waiting requests in arrival order (first come, first served)")
+    if len(running) + len(admitted) > max_num_seqs:
+        raise ValueError(f"the policy's plan admits {len(admitted)} requests beside {len(running)} running: more "
+                         f"than max_num_seqs={max_num_seqs}")
+    return out
+
+
 class Scheduler:
-    def __init__(self, config: EngineConfig, block_manager: BlockManager):
+    def __init__(self, config: EngineConfig, block_manager: BlockManager, policy=None):
         self.config = config
         self.block_manager = block_manager
+        self.policy = policy                  # None: the rule below; else schedule_step(...) (check_plan)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []     # oldest first: the last one is preempted first
         self.groups = StaticGroups(config.max_num_seqs) if config.batching == "static" else None
@@ -98,12 +132,16 @@ class Scheduler:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
         bm = self.block_manager
+        plan = None if self.policy is None else self._plan(budget)
 
         # 1) running requests: one decode token each, or the next chunk of an unfinished prefill
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            n = min(seq.num_uncomputed_tokens, budget)
+            n = min(seq.num_uncomputed_tokens, budget) if plan is None else plan.get(seq.request_id, 0)
+            if n == 0:                                  # the policy leaves it out of this step
+                i += 1
+                continue
             while not bm.can_allocate(seq, seq.num_computed_tokens + n) and self.running[-1] is not seq:
                 self._preempt(self.running.pop(), out)
             if not bm.can_allocate(seq, seq.num_computed_tokens + n):
@@ -122,7 +160,9 @@ class Scheduler:
                and len(self.running) < self.config.max_num_seqs and (groups is None or groups.may_admit())):
             seq = self.waiting[0]
             cached = bm.num_cached_tokens(seq)           # prefix caching: a chunk that is already computed
-            n = min(len(seq) - cached, budget)
+            n = min(len(seq) - cached, budget) if plan is None else plan.get(seq.request_id, 0)
+            if n == 0:
+                break
             if not bm.can_allocate(seq, cached + n):
                 break
             self.waiting.popleft()
@@ -138,6 +178,15 @@ class Scheduler:
             budget -= n
         self._take_back_drafts(out)
         return out
+
+    def _plan(self, budget: int) -> dict[str, int]:
+        """Ask the policy; it sees what each running request has left and what each waiting one would compute."""
+        running = [(s.request_id, s.num_uncomputed_tokens) for s in self.running]
+        waiting = [(s.request_id, len(s) - self.block_manager.num_cached_tokens(s)) for s in self.waiting]
+        if self.groups is not None:
+            raise ValueError("a scheduling policy replaces continuous batching; it does not take batching='static'")
+        return check_plan(self.policy(list(running), list(waiting), budget, self.config.max_num_seqs), running,
+                          waiting, budget, self.config.max_num_seqs)
 
     def _take_back_drafts(self, out: SchedulerOutput) -> None:
         """Speculative decoding: drafts this step does not compute (token budget, preemption) leave the request."""

@@ -1,4 +1,6 @@
 """Block manager and scheduler rules, without a model."""
+import re
+
 import pytest
 
 from minimal_engine.engine.block_manager import BlockManager
@@ -98,3 +100,60 @@ def test_finish_frees_blocks():
     sched.schedule()
     sched.finish(a, "abort")
     assert bm.num_free_blocks == 10 and not sched.has_unfinished() and a.finish_reason == "abort"
+
+
+def _rule(running, waiting, budget, max_num_seqs):
+    """The scheduler's own rule written as a policy (exercise 05's model solution)."""
+    plan = []
+    for rid, left in running:
+        if budget == 0:
+            break
+        plan.append((rid, min(left, budget)))
+        budget -= plan[-1][1]
+    for rid, left in waiting[:max(0, max_num_seqs - len(running))]:
+        if budget == 0:
+            break
+        plan.append((rid, min(left, budget)))
+        budget -= plan[-1][1]
+    return plan
+
+
+def test_a_scheduling_policy_with_the_engines_rule_gives_the_same_tokens_and_steps():
+    from minimal_engine import LLM, SamplingParams
+    prompts = ["吾輩は猫である。名前はまだ無い。", "どこで生れたか", "とんと見当がつかぬ。何でも薄暗い"] * 2
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    steps = []
+
+    def counted(*args):
+        steps.append(args)
+        return _rule(*args)
+    base = LLM(max_num_batched_tokens=8, max_num_seqs=3).generate(prompts, params, use_tqdm=False)
+    mine = LLM(max_num_batched_tokens=8, max_num_seqs=3, scheduler_policy=counted).generate(prompts, params,
+                                                                                            use_tqdm=False)
+    assert [o.token_ids for o in mine] == [o.token_ids for o in base]
+    assert len(steps) > len(prompts) and all(a[2] == 8 and a[3] == 3 for a in steps)
+
+
+@pytest.mark.parametrize("plan, says", [
+    ([("nobody", 1)], "neither running nor waiting"),
+    ("not a plan", "list of (request_id, num_tokens) pairs"),
+    ([], "scheduled nothing"),
+    ([("0", 10 ** 6)], "tokens; it has"),
+])
+def test_a_policys_bad_plan_is_a_clear_error_and_the_engine_stays_usable(plan, says):
+    from minimal_engine import LLM, SamplingParams
+    llm = LLM(max_num_batched_tokens=8, max_num_seqs=3, scheduler_policy=lambda *a: plan)
+    with pytest.raises(ValueError, match=re.escape(says)):
+        llm.engine.add_request("吾輩は", SamplingParams(max_tokens=2), request_id="0")
+        llm.engine.step()
+    assert llm.engine.block_manager.num_free_blocks == llm.engine.block_manager.num_blocks
+
+
+def test_check_plan_refuses_over_budget_out_of_order_and_too_many_sequences():
+    from minimal_engine.engine.scheduler import check_plan
+    with pytest.raises(ValueError, match="more than the budget"):
+        check_plan([("a", 1), ("b", 8)], [("a", 1)], [("b", 20)], 8, 4)
+    with pytest.raises(ValueError, match="arrival order"):
+        check_plan([("c", 1)], [], [("b", 2), ("c", 2)], 8, 4)
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        check_plan([("a", 1), ("b", 1)], [("a", 1)], [("b", 2)], 8, 1)
