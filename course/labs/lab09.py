@@ -26,11 +26,11 @@ import statistics
 import time
 
 from course.labkit.arrivals import arrival_plan, check_arrivals, check_rate
-from course.labkit.charts import figure
 from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
+from course.labs.lab09_plots import plot_budget, plot_itl, plot_pareto
 from course.runtime import (apply_thread_policy, cached_llm, check_device, check_int, check_model, clear_llm_cache,
                             engine_model_arg, get_llm, is_quick, max_model_len, random_prompts)
 from minimal_engine import LLM, SamplingParams
@@ -237,65 +237,6 @@ def history_html(history: list[dict], last: int = 24) -> str:
 
 def history_csv(history: list[dict], learner: str = "") -> str:
     return to_csv(history, learner, fields=("learner",) + HISTORY_FIELDS)
-
-
-# ---------------------------------------------------------------- charts
-def _color(name: str, i: int) -> str:
-    # red is Disaggregation's; the others skip C3 (= tab:red) so no setup wears its colour
-    others = ("C0", "C1", "C2", "C4", "C5", "C6", "C7", "C8", "C9")
-    return "tab:red" if name == "disagg" else others[i % len(others)]
-
-
-def plot_itl(res: dict):
-    """ITL of the short requests over time, one panel per setup; dashed lines: a long prompt arrives."""
-    names = list(res["setups"])
-    fig, axes = figure(10, 1.7 * len(names) + 0.6, len(names), 1, sharex=True, sharey=True, squeeze=False)
-    axes = axes[:, 0]
-    for i, (a, name) in enumerate(zip(axes, names)):
-        r = res["setups"][name]
-        xs, ys = zip(*r["itl_points"]) if r["itl_points"] else ((), ())
-        a.scatter(xs, ys, s=6, color=_color(name, i))
-        for t in r["long_arrivals_s"]:
-            a.axvline(t, color="k", linestyle="--", linewidth=0.8)
-        a.set_title(f"{r['label']}: ITL p99 {r['p99_itl_ms']:.1f} ms", fontsize=9, loc="left")
-        a.set_ylabel("ITL [ms]", fontsize=8)
-        a.grid(alpha=0.3)
-    axes[-1].set_xlabel("開始からの時刻 [s]（破線: 長いプロンプトの到着）")
-    return fig
-
-
-def plot_budget(res: dict):
-    """p99 ITL (left) and the long prompts' TTFT (right) against the chunk budget; Disaggregation as a line."""
-    fig, (a1, a2) = figure(10, 3.4, 1, 2)
-    single = [r for r in res["setups"].values() if r["budget"] is not None]
-    for a, key, title in ((a1, "p99_itl_ms", "Decode の ITL p99 [ms]"), (a2, "long_ttft_ms", "長いプロンプトの TTFT [ms]")):
-        a.plot([r["budget"] for r in single], [r[key] for r in single], "o-", label="1エンジン（チャンク予算）")
-        if "disagg" in res["setups"]:
-            a.axhline(res["setups"]["disagg"][key], color="tab:red", linestyle="--", label="Disaggregation")
-        a.set_xscale("log", base=2)
-        a.set_xlabel("max_num_batched_tokens（チャンク予算）")
-        a.set_ylabel(title)
-        a.set_ylim(bottom=0)
-        a.grid(alpha=0.3)
-        a.legend(fontsize=7)
-    fig.suptitle(f"長いプロンプト {res['prompt_len']} トークン × {res['num_long']}・Decode 中 {res['num_decodes']} 件",
-                 fontsize=10)
-    return fig
-
-
-def plot_pareto(res: dict):
-    """Where each setup lands: output tok/s against tok/s/user."""
-    fig, ax = figure(6.5, 4)
-    for i, (name, r) in enumerate(res["setups"].items()):
-        ax.scatter([r["tok_s_per_user"]], [r["tok_s"]], s=50, color=_color(name, i), label=r["label"])
-    pts = [(r["tok_s_per_user"], r["tok_s"]) for r in res["setups"].values()]
-    ax.set_xlim(0, max(x for x, _ in pts) * 1.15)
-    ax.set_ylim(0, max(y for _, y in pts) * 1.15)
-    ax.set_xlabel("tok/s/user（1人が体感する速さ）")
-    ax.set_ylabel("出力 tok/s（システム全体）")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return fig
 
 
 plot_run = plot_budget               # the panel's chart: p99 ITL and TTFT against the budget

@@ -22,27 +22,19 @@ Command line: ``python -m course.tooling.workspace sync|update|status|reset NOTE
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FOLDERS = ("lessons", "labs", "quizzes", "exercises")
-WORK_DIR = "work"
-BACKUP_DIR = "backups"
-MANIFEST = ".course-sync.json"      # which tracked version each copy was made from (sha256)
-# Folders the notebooks link into (``../course/TERMS.md``, ``../minimal_engine/model/attention.py``): ``work/`` gets a
-# symbolic link to each, so the same relative links work from the copies as from the originals.
-LINKED = ("course", "minimal_engine", "benchmarks", "docs", "exercises/solutions")
+from course.tooling.copies import (BACKUP_DIR, FOLDERS, LINKED, MANIFEST, WORK_DIR, WorkspaceError, backup_file,
+                                   new_backup_folder, course_notebooks, link_folders, read_manifest, sha, work_dir,
+                                   write_manifest)
 
-
-class WorkspaceError(RuntimeError):
-    """Something the learner must sort out; the message says what, in Japanese."""
+__all__ = ["BACKUP_DIR", "FOLDERS", "LINKED", "MANIFEST", "WORK_DIR", "SyncResult", "WorkspaceError",
+           "course_notebooks", "default_root", "modified_tracked", "reset_copy", "resolve_notebook",
+           "save_and_restore", "sync", "update", "work_dir"]
 
 
 @dataclass
@@ -60,47 +52,21 @@ def default_root() -> Path:
     return here if (here / "lessons").is_dir() else Path.cwd()
 
 
-def work_dir(root: Path) -> Path:
-    return Path(root) / WORK_DIR
-
-
-def course_notebooks(root: Path) -> list[str]:
-    """Relative paths (``labs/x.ipynb``) of the course's notebooks in ``lessons/``, ``labs/``, ``quizzes/``, ``exercises/``."""
-    root = Path(root)
-    return sorted(p.relative_to(root).as_posix() for folder in FOLDERS for p in (root / folder).glob("*.ipynb"))
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _read_manifest(work: Path) -> dict:
-    try:
-        return json.loads((work / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_manifest(work: Path, manifest: dict) -> None:
-    work.mkdir(parents=True, exist_ok=True)        # `make update` may come before any `make lab`
-    (work / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
-
-
 def sync(root: Path, work: Path | None = None) -> SyncResult:
     """Copy each course notebook that has no copy in ``work`` yet, and refresh copies the learner has not
     changed since they were made. A changed copy is never overwritten."""
     root = Path(root)
     work = Path(work) if work else work_dir(root)
-    manifest, result = _read_manifest(work), SyncResult()
+    manifest, result = read_manifest(work), SyncResult()
     originals = course_notebooks(root)
     for rel in originals:
         src, dst = root / rel, work / rel
         if dst.exists():
-            made_from, now = manifest.get(rel), _sha(src)
+            made_from, now = manifest.get(rel), sha(src)
             if made_from is None or made_from == now:
                 result.kept.append(rel)
                 continue
-            if _sha(dst) != made_from:      # the learner's work: keep it, say that a new version exists
+            if sha(dst) != made_from:      # the learner's work: keep it, say that a new version exists
                 result.kept.append(rel)
                 result.changed_upstream.append(rel)
                 continue
@@ -109,49 +75,14 @@ def sync(root: Path, work: Path | None = None) -> SyncResult:
             result.copied.append(rel)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)           # fresh file times: the copy is the learner's from now on
-        manifest[rel] = _sha(src)
+        manifest[rel] = sha(src)
     result.orphaned = sorted(p.relative_to(work).as_posix() for folder in FOLDERS
                              for p in (work / folder).glob("*.ipynb") if p.relative_to(work).as_posix()
                              not in originals)
     if result.copied or result.refreshed:
-        _write_manifest(work, manifest)
-    _link_folders(root, work)
+        write_manifest(work, manifest)
+    link_folders(root, work)
     return result
-
-
-def _link_folders(root: Path, work: Path) -> None:
-    """``work/course`` -> ``../course`` etc. (relative, so the checkout can move). Where the system refuses
-    symbolic links (Windows without developer mode) the links to code are missing, nothing else breaks."""
-    for name in LINKED:
-        link, target = work / name, root / name
-        if target.is_dir() and not link.exists() and not link.is_symlink():
-            try:
-                link.parent.mkdir(parents=True, exist_ok=True)
-                link.symlink_to(os.path.relpath(target, link.parent), target_is_directory=True)
-            except OSError:
-                pass
-
-
-def _backup_folder(work: Path) -> Path:
-    """A new, never used ``work/backups/<YYYYmmdd-HHMMSS>[-k]/`` (created here, so two calls within one
-    second, or two processes at once, never share one: ``mkdir`` without ``exist_ok`` is atomic)."""
-    base, k = work / BACKUP_DIR / time.strftime("%Y%m%d-%H%M%S"), 1
-    base.parent.mkdir(parents=True, exist_ok=True)
-    folder = base
-    while True:
-        try:
-            folder.mkdir()
-            return folder
-        except FileExistsError:
-            k += 1
-            folder = base.with_name(f"{base.name}-{k}")
-
-
-def _backup(work: Path, rel: str, source: Path, folder: Path) -> Path:
-    target = folder / rel
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(source, target)
-    return target
 
 
 def resolve_notebook(root: Path, name: str) -> str:
@@ -175,12 +106,12 @@ def reset_copy(root: Path, name: str, work: Path | None = None) -> Path | None:
     rel = resolve_notebook(root, name)
     dst, backup = work / rel, None
     if dst.exists():
-        backup = _backup(work, rel, dst, _backup_folder(work))
+        backup = backup_file(work, rel, dst, new_backup_folder(work))
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(root / rel, dst)
-    manifest = _read_manifest(work)
-    manifest[rel] = _sha(root / rel)
-    _write_manifest(work, manifest)
+    manifest = read_manifest(work)
+    manifest[rel] = sha(root / rel)
+    write_manifest(work, manifest)
     return backup
 
 
@@ -227,8 +158,8 @@ def save_and_restore(root: Path, work: Path | None = None) -> dict[str, Path | N
             shutil.copy2(src, work / rel)
             saved[rel] = work / rel
         else:                           # (a name HEAD lacks, e.g. the new name of a `git mv`: backups/ too)
-            folder = folder or _backup_folder(work)
-            saved[rel] = _backup(work, rel, src, folder)
+            folder = folder or new_backup_folder(work)
+            saved[rel] = backup_file(work, rel, src, folder)
     new_names = [rel for rel in changed if rel not in in_head]
     if new_names:                       # saved above: unstage them and remove them, as HEAD has them not
         out = _git(root, "rm", "-q", "-f", "--cached", "--ignore-unmatch", "--", *new_names)
@@ -241,9 +172,9 @@ def save_and_restore(root: Path, work: Path | None = None) -> dict[str, Path | N
         if out.returncode != 0:
             raise WorkspaceError(f"変更したノートブックを元に戻せませんでした:\n{out.stderr.strip()}")
     if changed:
-        manifest = _read_manifest(work)     # a new copy was made from the committed version
-        manifest.update({rel: _sha(root / rel) for rel, where in saved.items() if where == work / rel})
-        _write_manifest(work, manifest)
+        manifest = read_manifest(work)     # a new copy was made from the committed version
+        manifest.update({rel: sha(root / rel) for rel, where in saved.items() if where == work / rel})
+        write_manifest(work, manifest)
     return saved
 
 

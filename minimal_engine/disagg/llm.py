@@ -9,7 +9,7 @@ long (chapter 9's interference). Splitting the two phases onto different engines
 Mooncake; vLLM's disaggregated prefill, llm-d, Dynamo) keeps decode steps short, at the price of moving each
 request's KV cache from the prefill engine to the decode engine once.
 
-How a request flows (this file + kv_connector.py + two small hooks in the core):
+How a request flows (this file, prefill_worker.py, kv_connector.py and two small hooks in the core):
 
     client --add_request--> [parent] --("add", ids, params)--> [child: prefill LLMEngine, max_tokens=1]
         prefill engine computes the prompt and samples the first token; before it frees the request's blocks,
@@ -31,14 +31,14 @@ import multiprocessing as mp
 import queue
 import threading
 import time
-import traceback
 import weakref
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
-from minimal_engine.disagg.kv_connector import PipeKVConnector, extract_kv_blocks, inject_kv_blocks, receive_loop, transfer_summary
+from minimal_engine.disagg.kv_connector import PipeKVConnector, inject_kv_blocks, receive_loop, transfer_summary
+from minimal_engine.disagg.prefill_worker import IDLE_POLL_S, prefill_main
 from minimal_engine.llm import LLM
 from minimal_engine.processes import main_guard_hint, stop_processes
 from minimal_engine.sampling_params import SamplingParams
@@ -47,7 +47,6 @@ from minimal_engine.engine.sequence import RequestMetrics
 
 ENGINE_ARGS = {"block_size", "num_kv_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "seed",
                "kv_cache_memory", "cuda_graphs"}
-IDLE_POLL_S = 0.2            # how long an idle side waits for a message before checking the other is alive
 
 
 @dataclass
@@ -57,57 +56,6 @@ class DisaggMetrics(RequestMetrics):
     kv_transfer_bytes: int = 0          # KV blocks moved, all layers, K and V
     kv_transfer_s: float = 0.0          # copy out of the prefill pool + the pipe + write into the decode pool
     prefill_done_time: float | None = None   # when the prefill engine sampled the first token
-
-
-def _prefill_main(model, llm_kwargs: dict, threads: int, control, kv_end) -> None:
-    """The child process: a prefill-only engine. Commands arrive on `control`; KV leaves through `kv_end`."""
-    connector = PipeKVConnector(kv_end)
-    parent = mp.parent_process()
-    try:
-        torch.set_num_threads(threads)
-        engine = LLM(model, **llm_kwargs).engine
-
-        def hand_off(seq) -> None:          # a finish listener: the request's blocks are still held here
-            start = time.perf_counter()
-            kv = extract_kv_blocks(engine.runner, seq.block_table)
-            gen = seq.generator.get_state() if seq.params.seed is not None else None
-            connector.send_kv(seq.request_id, kv, {
-                "first_token": seq.token_ids[-1], "num_computed": seq.num_computed_tokens, "extract_start": start,
-                "first_scheduled_time": seq.metrics.first_scheduled_time, "prefill_done": seq.metrics.token_times[-1],
-                "generator_state": gen})
-
-        engine.add_finish_listener(hand_off)
-        control.send(("ready", engine.block_manager.num_blocks))
-        while True:
-            busy = engine.has_unfinished_requests()
-            if control.poll(0 if busy else IDLE_POLL_S):
-                cmd, *args = control.recv()
-                if cmd == "add":
-                    rid, ids, params, arrival = args
-                    one = replace(params, max_tokens=1, min_tokens=min(params.min_tokens, 1))
-                    engine.add_request(ids, one, rid, arrival)
-                elif cmd == "abort":
-                    engine.abort_request(args[0])
-                elif cmd == "stats":
-                    control.send(("stats", {"num_blocks": engine.block_manager.num_blocks,
-                                            "free_blocks": engine.block_manager.num_free_blocks,
-                                            "unfinished": engine.has_unfinished_requests()}))
-                elif cmd == "close":
-                    return
-            elif busy:
-                for out in engine.step():
-                    if out.finish_reason == "error":
-                        raise RuntimeError(f"request {out.request_id} failed in the prefill engine: {out.error}")
-            elif parent is not None and not parent.is_alive():
-                return                                       # the parent died: nobody to serve
-    except (EOFError, BrokenPipeError, KeyboardInterrupt):
-        return                                               # the parent closed its ends
-    except BaseException:
-        try:
-            connector.send_error(traceback.format_exc())
-            control.send(("error", traceback.format_exc()))
-        except OSError:
-            pass
 
 
 def _ask_to_close(control) -> None:
@@ -135,7 +83,7 @@ class DisaggregatedLLM:
         kv_recv, kv_send = ctx.Pipe(duplex=False)
         kwargs = dict(engine_args, dtype=self.llm.dtype, device=prefill_device or device,
                       num_kv_blocks=engine_args.get("num_kv_blocks") or self.engine.block_manager.num_blocks)
-        self._proc = ctx.Process(target=_prefill_main, args=(model, kwargs, threads, child_control, kv_send),
+        self._proc = ctx.Process(target=prefill_main, args=(model, kwargs, threads, child_control, kv_send),
                                  daemon=True, name="prefill-engine")
         self._proc.start()
         self.pid = self._proc.pid           # the prefill process (tests check that it goes away)
