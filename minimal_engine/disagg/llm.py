@@ -93,8 +93,10 @@ class DisaggregatedLLM:
         self._finalizer = weakref.finalize(self, stop_processes, [self._proc], (self._control, kv_recv),
                                            functools.partial(_ask_to_close, self._control))
         self.prefill_num_blocks = self._wait_control("ready", start_timeout)
-        self._inflight: dict[str, tuple] = {}      # request id -> (CheckedPrompt, arrival): sent, not yet admitted
-        self._arrived: deque = deque()              # (request id, kv, meta) received, waiting for decode blocks
+        self._inflight: dict[str, tuple] = {}      # request id -> (CheckedPrompt, arrival, hand-off key): not yet admitted
+        self._keys = itertools.count()              # each add gets its own key: an aborted id added again never
+                                                    # takes the old request's KV (the prefill side's request id)
+        self._arrived: deque = deque()              # (hand-off key, kv, meta) received, waiting for decode blocks
         self._inbox: queue.Queue = queue.Queue()
         threading.Thread(target=receive_loop, args=(self.connector, self._inbox), daemon=True,
                          name="kv-receiver").start()
@@ -151,8 +153,9 @@ class DisaggregatedLLM:
         if not self._proc.is_alive():
             raise RuntimeError(f"the prefill engine process is not running (exit code {self._proc.exitcode})")
         arrival = time.perf_counter() if arrival_time is None else arrival_time
-        self._inflight[rid] = (checked, arrival)
-        self._send(("add", rid, ids, params, arrival))
+        key = f"{rid}#{next(self._keys)}"
+        self._inflight[rid] = (checked, arrival, key)
+        self._send(("add", key, ids, params, arrival))
         return rid
 
     def _send(self, message) -> None:
@@ -165,10 +168,11 @@ class DisaggregatedLLM:
                                f"{type(e).__name__} while sending it {message[0]!r}") from None
 
     def abort_request(self, request_id: str) -> None:
-        if self._inflight.pop(request_id, None) is not None:
+        entry = self._inflight.pop(request_id, None)
+        if entry is not None:
             if self._proc.is_alive():        # a dead prefill engine holds nothing to abort: no write to its pipe
                 try:
-                    self._send(("abort", request_id))
+                    self._send(("abort", entry[2]))
                 except RuntimeError:
                     pass
         else:
@@ -204,15 +208,16 @@ class DisaggregatedLLM:
         """Decode side of the hand-off: own blocks, the received KV written into them, the first token."""
         outs, bm, sched = [], self.engine.block_manager, self.engine.scheduler
         while self._arrived:
-            rid, kv, meta = self._arrived[0]
-            if rid not in self._inflight:                    # aborted while its prefill ran
+            key, kv, meta = self._arrived[0]
+            rid = key.rsplit("#", 1)[0]
+            if self._inflight.get(rid, (None, None, None))[2] != key:   # aborted while its prefill ran
                 self._arrived.popleft()
                 continue
             n = meta["num_computed"]
             if len(sched.running) >= self.engine.config.max_num_seqs or bm.blocks_needed(n) > bm.num_free_blocks:
                 break                                        # wait until decodes finish and free blocks
             self._arrived.popleft()
-            checked, arrival = self._inflight.pop(rid)
+            checked, arrival, _ = self._inflight.pop(rid)
             self.engine.add_request(checked, request_id=rid, arrival_time=arrival)
             seq = self.engine.seqs[rid]
             if not sched.admit_prefilled(seq, n):

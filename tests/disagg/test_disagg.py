@@ -94,6 +94,29 @@ def test_step_interface_streams_every_token_once(pair):
     assert [len(o.new_token_ids) for o in got] == [1] * 5 and got[-1].finished
 
 
+def test_an_id_added_again_after_abort_never_takes_the_old_requests_kv(pair, single):
+    """Issue 29 #11: abort "x" while its KV hand-off is already on its way, add "x" again with another prompt:
+    the new "x" gets its own prefill (the old hand-off is dropped), its tokens are the single engine's for the new
+    prompt, and no block leaks on either side."""
+    old, new = _prompts(single, [40, 9], seed=3)
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    pair.add_request(old, params, request_id="x")
+    deadline = time.monotonic() + 30
+    while pair._inbox.empty() and time.monotonic() < deadline:   # the old prefill's KV has arrived (unread)
+        time.sleep(0.01)
+    assert not pair._inbox.empty(), "the old request's hand-off did not arrive"
+    pair.abort_request("x")
+    pair.add_request(new, params, request_id="x")
+    got, deadline = [], time.monotonic() + 60
+    while pair.has_unfinished_requests() and time.monotonic() < deadline:
+        got += [o for o in pair.step() if o.request_id == "x"]
+    assert got and got[-1].finished
+    assert got[-1].token_ids == single.generate([new], params, use_tqdm=False)[0].token_ids
+    assert pair.engine.block_manager.num_free_blocks == ENGINE["num_kv_blocks"]
+    stats = pair.prefill_stats()
+    assert stats["free_blocks"] == stats["num_blocks"] and not stats["unfinished"]
+
+
 def test_synthetic_gqa_model_matches():
     kw = dict(dtype="float32", device="cpu", max_num_seqs=4, num_kv_blocks=24, max_model_len=256,
               max_num_batched_tokens=48)
