@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--header-timeout", type=float, default=d.header_timeout_s, help="seconds for request headers")
     parser.add_argument("--shutdown-timeout", type=float, default=d.shutdown_timeout_s,
                         help="seconds to drain running requests on SIGTERM before aborting them and exiting")
+    parser.add_argument("--write-timeout", type=float, default=d.write_timeout_s,
+                        help="seconds a streaming client may take to accept a chunk before its request is aborted")
     parser.add_argument("--body-timeout", type=float, default=d.body_timeout_s, help="seconds for the request body")
     parser.add_argument("--allowed-host", action="append", default=[],
                         help="a Host name clients may use besides the loopback names and --host ('*': any)")
@@ -69,7 +71,8 @@ def main(argv=None) -> int:
     name = args.served_model_name or llm.model_name
     print(f"serving {name!r} on http://{args.host}:{args.port} ({llm.device}, {llm.dtype})")
     limits = ServeLimits(args.max_body_bytes, args.max_prompt_chars, args.body_timeout, args.header_timeout,
-                         (*LOOPBACK_NAMES, args.host, *args.allowed_host), args.docs, args.shutdown_timeout)
+                         (*LOOPBACK_NAMES, args.host, *args.allowed_host), args.docs, args.shutdown_timeout,
+                         args.write_timeout)
     uvicorn.run(build_app(llm, args.max_queue, args.served_model_name, limits), host=args.host, port=args.port,
                 log_level="warning", http=header_timeout_protocol(limits.header_timeout_s),
                 timeout_graceful_shutdown=limits.shutdown_timeout_s)

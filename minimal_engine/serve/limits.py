@@ -33,6 +33,7 @@ class ServeLimits:
     allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES   # "*" allows any Host (a public server behind a proxy)
     docs: bool = False                     # FastAPI's /docs, /redoc, /openapi.json (off: nothing extra exposed)
     shutdown_timeout_s: float = 10.0       # SIGTERM: drain this long, then cancel what is left and exit
+    write_timeout_s: float = 30.0          # a streaming client must take each chunk within this, or is dropped
 
 
 def error_response(e: RequestError) -> JSONResponse:

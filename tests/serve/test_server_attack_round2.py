@@ -81,3 +81,69 @@ def test_many_empty_messages_are_refused_before_templating(healthy):
     r = post(healthy, {"messages": msgs, "max_tokens": 1}, "/v1/chat/completions")
     assert r.status_code == 400, r.text
     assert "100000 messages: at most" in r.json()["error"]["message"], "refused by the count, before templating"
+
+
+def _stalled_stream(url: str, body: dict) -> "socket.socket":
+    """A streaming request from a client that keeps its socket open and never reads (a small receive buffer, so
+    the server's writes back up soon)."""
+    import socket
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    data = json.dumps(body).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+    return sock
+
+
+@pytest.mark.parametrize("write_timeout_s, freed", [(1.0, True), (1e6, False)])
+def test_a_streaming_client_that_never_reads_loses_its_slots_after_the_write_deadline(llama_dir, write_timeout_s,
+                                                                                       freed):
+    """#4: a client that never reads held max_num_seqs + max_queue slots for good (everyone else: 429 while the
+    engine idled). With a write deadline its requests are aborted and the slots and blocks come back. The second
+    case (a deadline that never comes) shows the stall is real: the slots stay taken."""
+    import time
+    llm = LLM(llama_dir, dtype="float32", device="cpu", max_num_seqs=32)
+    app = build_app(llm, max_queue=32, limits=ServeLimits(write_timeout_s=write_timeout_s))
+    with ServerThread(app) as s:      # ~7 MB of events: more than the socket buffers and uvicorn's can hold
+        sock = _stalled_stream(s.url, {"prompt": "a b c", "max_tokens": 240, "n": 64, "stream": True,
+                                       "ignore_eos": True, "temperature": 0, "logprobs": 5})
+        try:
+            probe = {"prompt": "a", "max_tokens": 2}
+            deadline, codes = time.monotonic() + (20 if freed else 6), []
+            while time.monotonic() < deadline:
+                codes.append(httpx.post(s.url + "/v1/completions", json=probe, timeout=30).status_code)
+                if codes[-1] == 200 and 429 in codes:
+                    break
+                time.sleep(0.2)
+            assert 429 in codes, codes                      # the stalled stream did hold every slot
+            assert (codes[-1] == 200) == freed, codes[-12:]
+            if freed:
+                h = wait_idle(s.url)
+                assert h["unfinished_requests"] == 0 and h["free_blocks"] == h["total_blocks"]
+        finally:
+            sock.close()
+
+
+@pytest.mark.parametrize("shutdown_timeout_s", [1.0, None])
+def test_shutdown_has_a_deadline_even_with_a_client_that_never_reads(llama_dir, shutdown_timeout_s):
+    """#5: stopping the server (SIGTERM in the CLI: the same should_exit) drains for shutdown_timeout_s, then
+    cancels what is left and exits. Without a deadline (None, the case before) it waits for the stalled client."""
+    import time
+    llm = LLM(llama_dir, dtype="float32", device="cpu", max_num_seqs=32)
+    limits = ServeLimits(write_timeout_s=1e6, shutdown_timeout_s=shutdown_timeout_s)
+    s = ServerThread(build_app(llm, max_queue=32, limits=limits))
+    sock = _stalled_stream(s.url, {"prompt": "a b c", "max_tokens": 240, "n": 64, "stream": True,
+                                   "ignore_eos": True, "temperature": 0, "logprobs": 5})
+    try:
+        time.sleep(3)                               # the stream has backed up
+        start = time.monotonic()
+        s.stop(timeout_s=6)
+        assert s.thread.is_alive() == (shutdown_timeout_s is None)
+        if shutdown_timeout_s is not None:
+            assert time.monotonic() - start < 6
+    finally:
+        sock.close()
+        s.stop(timeout_s=15)
+        assert not s.thread.is_alive()
