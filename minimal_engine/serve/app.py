@@ -37,7 +37,7 @@ from minimal_engine.serve.engine_loop import EngineLoop
 from minimal_engine.serve.limits import HostCheck, ServeLimits, check_json, error_response, header_timeout_protocol, read_body
 from minimal_engine.serve.prometheus import ServerMetrics
 from minimal_engine.serve.errors import RequestError, server_error
-from minimal_engine.serve.tokens import detokenize_request, tokenize_request
+from minimal_engine.serve.tokens import detokenize_request, tokenize_request, tokenizer_info
 
 log = logging.getLogger("minimal_engine.serve.app")
 
@@ -108,6 +108,10 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
             return error_response(RequestError("the request body is nested too deeply", code="invalid_json"))
         except ClientDisconnect:
             return Response(status_code=499)
+
+    @app.get("/tokenizer_info")
+    async def tokenizer_info_route():
+        return tokenizer_info(llm.tokenizer)
 
     @app.post("/tokenize")
     async def tokenize(request: Request):

@@ -1,4 +1,5 @@
-"""vLLM's POST /tokenize and /detokenize: the server's tokenizer, for clients that count or inspect tokens."""
+"""vLLM's POST /tokenize and /detokenize and GET /tokenizer_info: the server's tokenizer, for clients that count
+or inspect tokens, or build the same tokenizer."""
 from __future__ import annotations
 
 from minimal_engine.serve.errors import RequestError, check_text, flag
@@ -33,3 +34,24 @@ def detokenize_request(body, tokenizer, vocab_size: int) -> dict:
                                             for t in ids) or len(ids) > MAX_TOKENS_IN:
         raise RequestError(f"'tokens' must be a list of token ids in [0, {vocab_size - 1}]", "tokens")
     return {"prompt": tokenizer.decode(ids, skip_special_tokens=False)}
+
+
+def tokenizer_info(tokenizer) -> dict:
+    """GET /tokenizer_info (vLLM's route): the tokenizer's configuration as in tokenizer_config.json, with its
+    class name, so a client (lm-evaluation-harness) can build the same tokenizer instead of downloading one."""
+    hf = tokenizer.hf
+    config = {k: v for k, v in (getattr(hf, "init_kwargs", None) or {}).items() if k not in ("name_or_path", "tokenizer_file")}
+
+    def plain(v):                        # AddedToken and other objects -> JSON values
+        if isinstance(v, (str, int, float, bool)) or v is None:
+            return v
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return getattr(v, "content", None) or str(v)
+    config = {k: plain(v) for k, v in config.items()}
+    config["tokenizer_class"] = type(hf).__name__
+    if getattr(hf, "chat_template", None):
+        config["chat_template"] = hf.chat_template
+    return config

@@ -187,3 +187,14 @@ def test_lm_evaluation_harness_loglikelihood_replay_scores_as_the_engine_does(se
     for got, want in zip(scores, offline):
         assert math.isclose(got, want, rel_tol=1e-4, abs_tol=1e-4)
     assert scores.index(max(scores)) == offline.index(max(offline))
+
+
+def test_tokenizer_info_answers_with_the_tokenizer_config(server, llm):
+    """GET /tokenizer_info (vLLM's route, asked by lm-evaluation-harness when no tokenizer is given): the fields
+    of tokenizer_config.json as plain JSON (no AddedToken objects), and the tokenizer's class (404 before)."""
+    r = httpx.get(server.url + "/tokenizer_info", timeout=10)
+    assert r.status_code == 200
+    info = r.json()
+    assert info["tokenizer_class"] == type(llm.tokenizer.hf).__name__
+    assert info.get("eos_token") == llm.tokenizer.hf.eos_token
+    assert json.loads(json.dumps(info)) == info
