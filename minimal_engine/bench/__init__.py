@@ -16,9 +16,10 @@ from minimal_engine.bench.offline import add_bounds, decode_step_time, run_offli
 from minimal_engine.bench.online import run_online
 from minimal_engine.bench.report import (format_median_ratios, format_ratios, format_table, median_ratios,
                      plot_throughput_vs_interactivity, ratios, save_results)
-from minimal_engine.bench.workload import BenchRequest, dataset_requests, prompt_texts, random_requests
+from minimal_engine.bench.workload import (BenchRequest, dataset_requests, prompt_inputs, prompt_texts,
+                                          random_requests)
 
-__all__ = ["BenchRequest", "random_requests", "dataset_requests", "prompt_texts", "run_offline", "run_sweep",
+__all__ = ["BenchRequest", "random_requests", "dataset_requests", "prompt_inputs", "prompt_texts", "run_offline", "run_sweep",
            "add_bounds", "decode_step_time", "hf_model_for", "run_hf_static", "run_hf_continuous", "run_online",
            "save_results", "format_table", "ratios", "format_ratios", "median_ratios", "format_median_ratios",
            "plot_throughput_vs_interactivity"]

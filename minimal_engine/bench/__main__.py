@@ -10,7 +10,7 @@ import torch
 
 from minimal_engine.bench.roofline import format_machine, measure_machine, step_cost
 from minimal_engine.bench import (dataset_requests, decode_step_time, format_median_ratios, format_ratios, format_table, median_ratios,
-               plot_throughput_vs_interactivity, prompt_texts, random_requests, ratios, run_online, save_results)
+               plot_throughput_vs_interactivity, prompt_inputs, random_requests, ratios, run_online, save_results)
 from minimal_engine.bench.offline import add_bounds, run_offline
 
 
@@ -174,7 +174,7 @@ def run_openai(args, tqdm) -> tuple[list, dict]:
     rows = []
     for c in args.max_concurrency:
         reqs = make_requests(args, c, len(tok), tok)
-        r = run_online(args.base_url, args.model, prompt_texts(reqs, tok), [q.output_len for q in reqs],
+        r = run_online(args.base_url, args.model, prompt_inputs(reqs, tok, endpoint), [q.output_len for q in reqs],
                        max_concurrency=c, request_rate=args.request_rate, endpoint=endpoint, seed=args.seed,
                        use_tqdm=tqdm)
         r.pop("generated_texts")

@@ -1,14 +1,20 @@
 """Online benchmark client: streaming requests to an OpenAI-compatible server (ours, vLLM, SGLang).
 
 Measured on the client, as vLLM's bench client (`vllm bench serve`) does:
-  * a request's clock starts just before it is sent; TTFT = arrival of the first SSE chunk with choices;
-  * ITL = the gaps between consecutive chunks with choices; E2EL = the last such chunk - start;
+  * a request's clock starts just before it is sent; TTFT = arrival of the first SSE chunk with generated text;
+  * ITL = the gaps between consecutive chunks with text; E2EL = the last such chunk - start (a final chunk
+    that carries only finish_reason or usage is no token and adds no time);
   * output tokens come from the server's `usage` (stream_options.include_usage), not from chunk counts,
     and TPOT = (E2EL - TTFT) / (output tokens - 1).
 When a server puts several tokens in one chunk, that chunk is one ITL gap (vLLM does the same), so ITL
 then has fewer entries than tokens and its mean is larger than TPOT; TPOT stays per token. Our server sends
 one chunk per token. Arrivals: at most max_concurrency requests in flight, and (request_rate < inf) start
 times drawn from a Poisson process, as vLLM (exponential gaps, seeded).
+
+A request counts as failed, never as a completed one with zero tokens: an HTTP status other than 200, an
+error event inside the stream (llama-server sends `data: {"error": ...}` in an HTTP 200 stream), a stream
+that ends without `data: [DONE]`, or no generated token. Prompts may be text or token ids (`/v1/completions`
+takes a list of ids, so a random prompt arrives at exactly the requested length; chat needs text).
 """
 from __future__ import annotations
 
@@ -51,20 +57,31 @@ class ClientMetrics:
         return [b - a for a, b in zip(t, t[1:])]
 
 
-def request_body(endpoint: str, model: str, prompt: str, max_tokens: int) -> dict:
+def request_body(endpoint: str, model: str, prompt: str | list[int], max_tokens: int) -> dict:
     body = {"model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": True}
     if endpoint.endswith("chat/completions"):
+        if not isinstance(prompt, str):
+            raise ValueError("chat requests take text: decode token-id prompts first (workload.prompt_inputs)")
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
     return body
 
 
+def chunk_text(chunk: dict) -> str:
+    """The generated text a streamed chunk carries ('' for a role-only, finish-only or usage-only chunk)."""
+    c = (chunk.get("choices") or [{}])[0]
+    delta = c.get("delta") or {}
+    calls = "".join((t.get("function") or {}).get("arguments") or "" for t in delta.get("tool_calls") or [])
+    return (c.get("text") or delta.get("content") or "") + calls
+
+
 async def send_one(client, url: str, body: dict, prompt_len: int = 0, on_chunk=None) -> ClientMetrics:
-    """Stream one request. ``on_chunk(metrics)`` (optional) is called after each chunk with choices
+    """Stream one request. ``on_chunk(metrics)`` (optional) is called after each chunk with generated text
     (the course's labs use it for progress and for arrivals that wait for tokens)."""
     m = ClientMetrics(time.perf_counter(), num_prompt_tokens=prompt_len)
+    done = usage_seen = False
     try:
         async with client.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
@@ -75,21 +92,34 @@ async def send_one(client, url: str, body: dict, prompt_len: int = 0, on_chunk=N
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
+                    done = True
                     break
                 chunk = json.loads(data)
-                if chunk.get("choices"):
+                if chunk.get("error"):                 # an error event inside an HTTP 200 stream
+                    err = chunk["error"]
+                    m.error = "server error in the stream: " + str(err.get("message", err) if isinstance(err, dict)
+                                                                   else err)[:300]
+                    return m
+                text = chunk_text(chunk)
+                if text:
                     m.token_times.append(time.perf_counter())
-                    c = chunk["choices"][0]
-                    m.text += c.get("text") or (c.get("delta") or {}).get("content") or ""
+                    m.text += text
                     if on_chunk is not None:
                         on_chunk(m)
                 if chunk.get("usage"):
+                    usage_seen = True
                     m.num_output_tokens = chunk["usage"].get("completion_tokens", 0)
                     m.num_prompt_tokens = chunk["usage"].get("prompt_tokens", prompt_len)
     except Exception as e:      # a failed request is counted, not fatal to the run
         m.error = f"{type(e).__name__}: {e}"
+    if m.error is None and not done:
+        m.error = "the stream ended without data: [DONE]"
     if m.error is None and not m.token_times:
         m.error = "no tokens received"
+    if m.error is None and usage_seen and m.num_output_tokens == 0:
+        m.error = "the server reported 0 output tokens (usage.completion_tokens)"
+    if not usage_seen:                          # a server without usage: one token per chunk with text
+        m.num_output_tokens = len(m.token_times)
     return m
 
 

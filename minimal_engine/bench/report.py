@@ -7,7 +7,7 @@ import json
 import statistics
 from pathlib import Path
 
-COLUMNS = ["backend", "max_concurrency", "num_prompts", "completed", "duration", "request_throughput",
+COLUMNS = ["backend", "max_concurrency", "num_prompts", "completed", "failed", "duration", "request_throughput",
            "output_throughput", "total_token_throughput", "tok_s_per_user", "median_ttft_ms", "p99_ttft_ms",
            "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms",
            "bound_ttft_ms", "bound_tpot_ms"]
@@ -29,15 +29,18 @@ def save_results(rows: list[dict], out_dir: str | Path, name: str = "bench", met
 
 def format_table(rows: list[dict]) -> str:
     """One line per run: throughput, interactivity, median TTFT/TPOT with their roofline bounds."""
-    head = (f"{'backend':22s} {'C':>4s} {'out tok/s':>10s} {'tok/s/user':>10s} {'TTFT ms':>9s} {'(bound)':>8s} "
+    head = (f"{'backend':22s} {'C':>4s} {'failed':>6s} {'out tok/s':>10s} {'tok/s/user':>10s} {'TTFT ms':>9s} {'(bound)':>8s} "
             f"{'TPOT ms':>9s} {'(bound)':>8s} {'ITL ms':>8s} {'E2EL ms':>9s}")
     lines = [head]
     for r in rows:
         b1, b2 = r.get("bound_ttft_ms"), r.get("bound_tpot_ms")
-        lines.append(f"{r['backend']:22s} {r['max_concurrency']:4d} {r['output_throughput']:10.1f} "
+        lines.append(f"{r['backend']:22s} {r['max_concurrency']:4d} {r.get('failed', 0):6d} {r['output_throughput']:10.1f} "
                      f"{r['tok_s_per_user']:10.1f} {r['median_ttft_ms']:9.1f} "
                      f"{'' if b1 is None else f'{b1:8.1f}':>8s} {r['median_tpot_ms']:9.1f} "
                      f"{'' if b2 is None else f'{b2:8.1f}':>8s} {r['median_itl_ms']:8.1f} {r['median_e2el_ms']:9.1f}")
+        if r.get("failed"):                      # never a silent zero: say what the server answered
+            lines.append(f"  ^ {r['failed']} of {r['num_prompts']} requests failed (not counted above): "
+                         f"{(r.get('errors') or ['?'])[0]}")
     return "\n".join(lines)
 
 

@@ -76,6 +76,15 @@ def dataset_requests(path: str | Path, num: int, tokenizer, output_len: int, out
     return reqs
 
 
+def prompt_inputs(requests: list[BenchRequest], tokenizer, endpoint: str = "/v1/completions") -> list:
+    """What to send for each request: token ids where the endpoint takes them (/v1/completions, as vLLM's bench
+    can), so a random prompt arrives at exactly its input_len (decoded text re-tokenizes to another count:
+    --input-len 64 arrived as ~90 tokens); text for chat and for dataset prompts."""
+    if endpoint.endswith("chat/completions"):
+        return prompt_texts(requests, tokenizer)
+    return [r.prompt_text if r.prompt_text is not None else list(r.prompt_ids) for r in requests]
+
+
 def prompt_texts(requests: list[BenchRequest], tokenizer) -> list[str]:
     """Text for each request (servers take text): the dataset text, or the random ids decoded.
     A decoded random prompt re-tokenizes to a different count; servers report the real count in usage."""
