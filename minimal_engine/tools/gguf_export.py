@@ -14,8 +14,9 @@ What the export does, as llama.cpp's own converter (convert_hf_to_gguf.py) would
     dimensions and transformers rotates the two halves (Qwen2/Qwen3 use the halves in llama.cpp too);
   * Llama 3.x RoPE scaling: a rope_freqs tensor holds, per pair of dimensions, how much slower it turns;
   * norms stay float32 (llama.cpp wants them so); `outtype` applies to the matrices;
-  * a placeholder vocabulary of the model's size (<unk>, <s>, </s>, 256 byte tokens, then tok_N): the
-    benchmarks feed token ids, and llama.cpp needs a vocabulary of the right size to load the file.
+  * the vocabulary (gguf_vocab.py): the model's real tokenizer where it has a GPT-2-style one (the course's default
+    and draft models: llama-server then takes text), else a placeholder of the model's size (synthetic shapes:
+    the benchmarks feed token ids, and llama.cpp needs a vocabulary of the right size to load the file).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import torch
 
 from minimal_engine.model.llama import rope_inv_freq
 from minimal_engine.model.loader import hf_state_dict
+from minimal_engine.tools.gguf_vocab import tokenizer_from_gguf, write_vocab
 
 ARCH = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 LAYER_NAMES = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
@@ -36,6 +38,9 @@ LAYER_NAMES = {"input_layernorm.weight": "attn_norm.weight", "post_attention_lay
                "self_attn.k_norm.weight": "attn_k_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
                "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight"}
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
+VOCAB_CHECK_TEXTS = ("吾輩は猫である。名前はまだ無い。", "どこで生れたかとんと見当がつかぬ。", "Hello, world! 123 + 456 = 579",
+                     "「坊っちゃん」は夏目漱石の小説です。\n改行と  空白、　全角空白。", "ｱｲｳ ①② 😀 é ß",
+                     "def f(x):\n    return x * 2  # コメント")
 
 
 def permute_for_llama_cpp(w: torch.Tensor, heads: int) -> torch.Tensor:
@@ -69,15 +74,6 @@ def gguf_tensors(model) -> dict[str, torch.Tensor]:
     return out
 
 
-def placeholder_vocab(n: int) -> tuple[list[str], list[int]]:
-    import gguf
-    t = gguf.TokenType
-    if n < 259:
-        return [f"tok_{i}" for i in range(n)], [t.NORMAL] * n
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + [f"tok_{i}" for i in range(259, n)]
-    return tokens, [t.UNKNOWN, t.CONTROL, t.CONTROL] + [t.BYTE] * 256 + [t.NORMAL] * (n - 259)
-
-
 def export_gguf(llm, path: str | Path, outtype: str = "bf16") -> Path:
     """Write llm's model (an LLM) to a GGUF file of `outtype`; returns the path."""
     import gguf
@@ -104,14 +100,7 @@ def export_gguf(llm, path: str | Path, outtype: str = "bf16") -> Path:
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)
     w.add_file_type(ftype)
-    tokens, types = placeholder_vocab(cfg.vocab_size)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0] * len(tokens))
-    w.add_token_types(types)
-    if cfg.vocab_size >= 259:
-        w.add_bos_token_id(1)
-        w.add_eos_token_id(2)
+    write_vocab(w, llm.tokenizer.hf if llm.model_path else None, cfg.vocab_size)   # synthetic: placeholder
     for name, t in gguf_tensors(model).items():
         data = t.numpy()
         if data.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:     # norms, biases, rope_freqs: float32
@@ -150,6 +139,14 @@ def verify_gguf(llm, path: str | Path) -> dict:
     for key, value in expected.items():
         assert meta.get(key) == value, f"{key}: {meta.get(key)!r} != {value!r}"
     assert len(meta["tokenizer.ggml.tokens"]) == cfg.vocab_size
+    tokenized = 0
+    if meta.get("tokenizer.ggml.model") == "gpt2":    # the real tokenizer: it must tokenize as the model's own
+        rebuilt = tokenizer_from_gguf(meta)
+        for text in VOCAB_CHECK_TEXTS:
+            ids = llm.tokenizer.encode(text)
+            assert rebuilt.encode(text).ids == ids, f"the file's vocabulary tokenizes {text!r} differently"
+            assert rebuilt.decode(ids) == text
+            tokenized += 1
     ours = gguf_tensors(llm.engine.runner.model)
     assert set(ours) == set(tensors), f"tensor names differ: {sorted(set(ours) ^ set(tensors))[:5]}"
     worst = 0.0
@@ -160,4 +157,4 @@ def verify_gguf(llm, path: str | Path) -> dict:
         err = (got - t).abs().max().item()
         assert err <= 1e-2 * scale, f"{name}: max error {err} (largest weight {scale})"
         worst = max(worst, err)
-    return {"tensors": len(ours), "max_abs_error": worst}
+    return {"tensors": len(ours), "max_abs_error": worst, "texts_tokenized_alike": tokenized}

@@ -109,3 +109,34 @@ def test_llamacpp_bench_export_only(llama_dir, tmp_path, capsys):
     assert "read back" in capsys.readouterr().out
     assert len(list(tmp_path.glob("*-bf16.gguf"))) == 1
 
+
+
+@pytest.mark.parametrize("model", [None, "minimal_engine/draft_model"], ids=["default", "draft"])
+def test_course_models_export_their_real_tokenizer(model, tmp_path):
+    """Issue 32: the default and draft models carry their byte-level BPE tokenizer (model gpt2, pre gpt-2),
+    and a tokenizer rebuilt from the file's keys gives the model's token ids on the fixed texts (a placeholder
+    vocabulary, tok_N, made llama-server send 4x more tokens as text)."""
+    from minimal_engine.tools.gguf_export import VOCAB_CHECK_TEXTS
+    llm = LLM(model, dtype="float32", device="cpu", max_num_seqs=1, num_kv_blocks=4)
+    path = export_gguf(llm, tmp_path / "m.gguf", "f32")
+    report = verify_gguf(llm, path)
+    assert report["texts_tokenized_alike"] == len(VOCAB_CHECK_TEXTS) and report["max_abs_error"] == 0.0
+    meta, _ = read_gguf(path)
+    assert (meta["tokenizer.ggml.model"], meta["tokenizer.ggml.pre"]) == ("gpt2", "gpt-2")
+    assert meta["tokenizer.ggml.eos_token_id"] == llm.tokenizer.hf.eos_token_id
+    assert not any(t.startswith("tok_") for t in meta["tokenizer.ggml.tokens"])
+
+
+def test_a_vocabulary_that_tokenizes_differently_is_caught(tmp_path, monkeypatch):
+    """verify_gguf compares token ids: a file whose merges lost their order fails it."""
+    from minimal_engine.tools import gguf_vocab
+    llm = LLM(dtype="float32", device="cpu", max_num_seqs=1, num_kv_blocks=4)
+    real = gguf_vocab.bpe_vocab
+
+    def shuffled(*args):
+        v = real(*args)
+        return {**v, "merges": v["merges"][::-1]}
+    monkeypatch.setattr(gguf_vocab, "bpe_vocab", shuffled)
+    path = export_gguf(llm, tmp_path / "bad.gguf", "f32")
+    with pytest.raises(AssertionError, match="tokenizes"):
+        verify_gguf(llm, path)
