@@ -36,6 +36,23 @@ ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16
 N_BUCKETS = (1, 2, 5, 10, 20)
 FINISH_REASONS = ("stop", "length", "abort", "error")
 
+# (attribute, vLLM's name, its help text, buckets)
+LATENCY_HISTOGRAMS = (
+    ("ttft", "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS),
+    ("itl", "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS),
+    ("tpot", "vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.",
+     ITL_BUCKETS),
+    ("e2e", "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", REQUEST_BUCKETS),
+    ("queue", "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+     REQUEST_BUCKETS),
+    ("inference", "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+     REQUEST_BUCKETS),
+    ("prefill", "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+     REQUEST_BUCKETS),
+    ("decode", "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+     REQUEST_BUCKETS),
+)
+
 prometheus_client.disable_created_metrics()     # as vLLM: no *_created series
 
 
@@ -89,22 +106,8 @@ class ServerMetrics:
         self.params_n = hist("vllm:request_params_n", "Histogram of the n request parameter.", N_BUCKETS)
         self.params_max_tokens = hist("vllm:request_params_max_tokens",
                                       "Histogram of the max_tokens request parameter.", tokens)
-        self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                         TTFT_BUCKETS)
-        self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                        ITL_BUCKETS)
-        self.tpot = hist("vllm:request_time_per_output_token_seconds",
-                         "Histogram of time_per_output_token_seconds per request.", ITL_BUCKETS)
-        self.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                        REQUEST_BUCKETS)
-        self.queue = hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-                          REQUEST_BUCKETS)
-        self.inference = hist("vllm:request_inference_time_seconds",
-                              "Histogram of time spent in RUNNING phase for request.", REQUEST_BUCKETS)
-        self.prefill = hist("vllm:request_prefill_time_seconds",
-                            "Histogram of time spent in PREFILL phase for request.", REQUEST_BUCKETS)
-        self.decode = hist("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
-                           REQUEST_BUCKETS)
+        for attr, name, doc, buckets in LATENCY_HISTOGRAMS:     # seconds, per token gap or per request
+            setattr(self, attr, hist(name, doc, buckets))
 
     def observe_step(self, step, outputs) -> None:
         """After one engine step (engine loop thread): step is ``LLMEngine.last_step``, outputs what it returned."""
