@@ -5,7 +5,8 @@ what a learner sees before running (the Japanese placeholder, never a raw widget
 the Run menu, waits for the kernel to report idle with every code cell numbered, checks that the panels
 render as live widgets, then uses them: in a lab it sets the prompt-length slider and presses 「実行」 until
 the readout and the run history change; in a quiz it answers the first question and reads the feedback
-and the score. Any browser console error or uncaught page error fails the test.
+and the score. In one exercise it types the model solution into the stub cell, runs it and reads 合格 in the
+grading table. Any browser console error or uncaught page error fails the test.
 
 Completion is read from the page (kernel status and cell prompts), never from timings; the timeouts below
 only stop a hung run. Needs the system's Chromium (Debian: `apt-get install chromium`) and the `playwright`
@@ -99,6 +100,7 @@ def lab_url(tmp_path):
            f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={TOKEN}",
            f"--LabApp.user_settings_dir={dirs['settings']}", f"--LabApp.workspaces_dir={dirs['workspaces']}"]
     env = {**os.environ, "COURSE_QUICK": "1", "JUPYTER_PLATFORM_DIRS": "1",
+           "COURSE_PROGRESS_FILE": str(tmp_path / "progress.json"),
            "JUPYTER_CONFIG_DIR": str(dirs["config"]), "JUPYTER_DATA_DIR": str(dirs["data"]),
            "JUPYTER_RUNTIME_DIR": str(dirs["runtime"])}
     proc = subprocess.Popen(cmd, cwd=course, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -292,6 +294,29 @@ def test_quiz_in_browser(page, rel):
                            arg=[feedback.element_handle(), score.element_handle(), before])
     assert re.search("正解|不正解", feedback.text_content())
     screenshot(page, Path(rel).stem)
+
+
+EXERCISE = "exercises/04_kv_cache_memory_exercise.ipynb"
+
+
+def test_exercise_in_browser(page):
+    """A learner opens an exercise, sees the saved 未実装 report, types the model solution into the stub cell,
+    runs every cell, and the grading table says 合格 (the grader also ran the engine's prefix cache on it)."""
+    panel = open_notebook(page, EXERCISE, "exercise")
+    assert "未実装" in outputs_text(panel)
+    stub = panel.locator(".jp-CodeCell", has_text="raise NotImplementedError").first
+    editor = stub.locator(".cm-content").first
+    editor.click()
+    page.keyboard.press("Control+A")
+    solution = (ROOT / "exercises/solutions/ex04_block_hashes.py").read_text(encoding="utf-8")
+    page.keyboard.insert_text(solution)                  # as pasted: no auto-indent, no auto-closed brackets
+    assert "NotImplementedError" not in editor.text_content()
+    run_all(page, panel)
+    report = panel.locator(".exercise-report").first
+    report.wait_for(state="attached")
+    assert report.get_attribute("data-passed") == "true", outputs_text(panel)[-2000:]
+    assert "合格" in report.text_content() and "エンジンのプレフィックスキャッシュ" in report.text_content()
+    screenshot(page, "exercise_04")
 
 
 def test_ci_installs_chromium_and_never_skips():
