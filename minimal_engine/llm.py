@@ -77,7 +77,7 @@ class LLM:
                  cuda_graphs: bool | None = None, enable_prefix_caching: bool = False, batching: str = "continuous",
                  quantization: str | None = None, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
                  speculative_config: dict | None = None, quantizer=None, rejection_sampler=None,
-                 scheduler_policy=None):
+                 scheduler_policy=None, decode_attention=None):
         config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_memory=kv_cache_memory,
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               max_model_len=max_model_len, cuda_graphs=cuda_graphs,
@@ -126,7 +126,7 @@ class LLM:
         grammars = GrammarBackend(tokenizer, model_config.vocab_size)   # structured outputs (lazy: only if used)
         self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype, self.device, seed,
                                 speculator=speculator, grammars=grammars,
-                                scheduler_policy=scheduler_policy)
+                                scheduler_policy=scheduler_policy, decode_attention=decode_attention)
         self._lock = threading.RLock()            # generate/stream may be called from several threads
         self._inbox: dict[str, deque] = {}        # request id -> its outputs not yet taken by its caller
 

@@ -3,7 +3,9 @@
 One decode token's attention over T cached positions with GQA (Query head h reads KV head h // (H // KVH)),
 scaled dot-product (1 / sqrt(D)) and softmax over the positions. Graded against the computation the engine's
 prefill path uses (torch's scaled_dot_product_attention with enable_gqa, model/attention.py) on random shapes
-drawn here. (Plugging the learner's function into the engine's decode path is not done yet.)
+drawn here. Then the engine generates with the learner's function as its decode attention
+(LLM(decode_attention=fn): every decode row of every step goes through it, model/attention.py's "custom" mode):
+greedy tokens of several prompts decoded together must equal the unmodified engine's.
 """
 from __future__ import annotations
 
@@ -48,13 +50,36 @@ def _case(fn, name, h, kvh, t, d, gen, timeout_s) -> Case:
     return Case(name, inp, "最大誤差 ≤ 1e-4", f"最大誤差 {err:.2e}", False, msg)
 
 
+ENGINE_PROMPTS = ["吾輩は猫である。", "名前はまだ無い。どこで生れたかとんと", "何でも薄暗いじめじめした所で"]
+
+
+def engine_tokens(decode_attention) -> list[list[int]]:
+    """Greedy tokens of the default model (float32) with this decode attention (None: the engine's own)."""
+    from minimal_engine import LLM, SamplingParams
+    llm = LLM(dtype="float32", max_num_seqs=4, max_model_len=128, decode_attention=decode_attention)
+    outs = llm.generate(ENGINE_PROMPTS, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True), use_tqdm=False)
+    return [o.token_ids for o in outs]
+
+
 def check(fn, ctx: dict) -> list[Case]:
     t = ctx.get("timeout_s", 10.0)
     gen = torch.Generator().manual_seed(ctx.get("seed", 3))
-    return [_case(fn, "GQA なし（H = KVH）", 4, 4, 7, 8, gen, t),
-            _case(fn, "GQA（H = 8, KVH = 2）", 8, 2, 13, 16, gen, t),
-            _case(fn, "位置が1つだけ", 4, 2, 1, 8, gen, t),
-            _case(fn, "既定モデルに近い形（H = 8, KVH = 4, D = 64）", 8, 4, 40, 64, gen, t)]
+    cases = [_case(fn, "GQA なし（H = KVH）", 4, 4, 7, 8, gen, t),
+             _case(fn, "GQA（H = 8, KVH = 2）", 8, 2, 13, 16, gen, t),
+             _case(fn, "位置が1つだけ", 4, 2, 1, 8, gen, t),
+             _case(fn, "既定モデルに近い形（H = 8, KVH = 4, D = 64）", 8, 4, 40, 64, gen, t)]
+    if ctx.get("engine") is False or not all(c.passed for c in cases):
+        return cases
+    name = "エンジンの Decode で使う（同梱モデル、3 プロンプトを一緒に 12 トークン）"
+    inp = "LLM(decode_attention=あなたの関数)"
+    base = engine_tokens(None)
+    r = call(engine_tokens, fn, timeout_s=max(t, 120.0))
+    if not r.ok:
+        return cases + [failed_call_case(name, inp, "組み込みの Attention と同じトークン列", r)]
+    same = r.value == base
+    cases.append(Case(name, inp, "組み込みの Attention と同じトークン列", "同じ" if same else "違う", same,
+                      "OK" if same else "エンジンの中で使うと、生成されるトークン列が変わりました"))
+    return cases
 
 
 GRADER = Grader(

@@ -73,16 +73,18 @@ class RequestOutput:
 class LLMEngine:
     def __init__(self, model, model_config: ModelConfig, tokenizer: Tokenizer, config: EngineConfig,
                  num_blocks: int, dtype: torch.dtype, device: torch.device, seed: int = 0, speculator=None,
-                 grammars=None, scheduler_policy=None):
+                 grammars=None, scheduler_policy=None, decode_attention=None):
         """speculator: None, or an object with validate(params), propose(running) and verify(logits, samplers)
         (features/spec_decode/decoder.py: SpecDecoder). grammars: None, or an object whose matcher(constraint)
         compiles SamplingParams.structured_outputs (features/structured_output.py: GrammarBackend).
-        scheduler_policy: None, or schedule_step(running, waiting, token_budget, max_num_seqs) (scheduler.py)."""
+        scheduler_policy: None, or schedule_step(running, waiting, token_budget, max_num_seqs) (scheduler.py).
+        decode_attention: None, or fn(q, k, v) for the decode rows (model_runner.py, model/attention.py)."""
         self.model_config, self.tokenizer, self.config = model_config, tokenizer, config
         self.device = device
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager, scheduler_policy)
-        self.runner = ModelRunner(model, config, num_blocks, dtype, device, verifier=speculator)
+        self.runner = ModelRunner(model, config, num_blocks, dtype, device, verifier=speculator,
+                                  decode_attention=decode_attention)
         self.seqs: dict[str, Sequence] = {}
         self.eos_ids = set(model_config.eos_token_ids)
         if tokenizer.eos_token_id is not None and not model_config.synthetic:

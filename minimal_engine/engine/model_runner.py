@@ -60,9 +60,11 @@ class PreparedStep:
 
 class ModelRunner:
     def __init__(self, model, config: EngineConfig, num_blocks: int, dtype: torch.dtype, device: torch.device,
-                 verifier=None):
+                 verifier=None, decode_attention=None):
         """verifier: speculative decoding's verify(logits, samplers) -> {seq: tokens} (features/spec_decode/);
-        None: the plain sampler. A verifier turns CUDA graphs off (its steps carry draft rows)."""
+        None: the plain sampler. A verifier turns CUDA graphs off (its steps carry draft rows).
+        decode_attention: None, or fn(q [H, Dh], k [L, KVH, Dh], v [L, KVH, Dh]) -> [H, Dh] used for every decode
+        row (chapter 3's exercise: attention.py's "custom" mode; no paged kernel, no CUDA graphs)."""
         cfg = model.config
         self.model, self.config, self.device, self.dtype = model, config, device, dtype
         self.block_size = config.block_size
@@ -78,9 +80,10 @@ class ModelRunner:
         self.kv_quantized = config.kv_cache_dtype != "auto"
         if self.kv_quantized:
             calibrate_kv_scales(model, self.kv_caches, config.block_size)
-        self.paged_decode = use_paged_decode(device, self.kv_quantized)   # through block tables, in place
+        self.decode_attention = decode_attention
+        self.paged_decode = decode_attention is None and use_paged_decode(device, self.kv_quantized)   # in place
         self.verifier = verifier
-        self.set_cuda_graphs(False if verifier is not None else config.cuda_graphs)
+        self.set_cuda_graphs(False if verifier is not None or decode_attention is not None else config.cuda_graphs)
 
     def set_cuda_graphs(self, enabled: bool | None) -> None:
         """None: CUDA graphs on CUDA, off elsewhere. True on the CPU: the static-buffer path, not captured."""
@@ -164,10 +167,10 @@ class ModelRunner:
             width = max(len(s.seq.block_table) for s in decodes)
             decode_rows = block_rows([s.seq.block_table + [0] * (width - len(s.seq.block_table))
                                       for s in decodes])                    # [D * KVH * width]
-            if len(decodes) == 1 and self.lone_decode_sdpa(decodes[0].start + 1):
+            if self.decode_attention is None and len(decodes) == 1 and self.lone_decode_sdpa(decodes[0].start + 1):
                 decode_len, mode = decodes[0].start + 1, "lone"   # one SDPA call over exactly this context
             else:
-                mode = "gathered"
+                mode = "gathered" if self.decode_attention is None else "custom"
                 context = tensor([s.start + 1 for s in decodes])
                 decode_padding = (torch.arange(width * bs, device=dev) >= context[:, None]).view(len(decodes), 1, 1, -1)
         chunks, row = [], len(decodes)
@@ -180,7 +183,7 @@ class ModelRunner:
                              decode_rows=decode_rows, decode_padding=decode_padding, prefills=chunks,
                              logits_indices=tensor(logits_rows), block_size=bs,
                              decode_block_tables=tables, decode_context_lens=lens, decode_len=decode_len,
-                             decode_mode=mode)
+                             decode_mode=mode, decode_attention=self.decode_attention if mode == "custom" else None)
         return PreparedStep(tensor(input_ids), batch, decodes + prefills, prompt_rows)
 
     @torch.inference_mode()

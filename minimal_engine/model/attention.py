@@ -15,6 +15,7 @@ gathering token by token. `ForwardBatch` says where things are, so the model nee
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,7 @@ DECODE_MODES = {
     "paged": ("decode_block_tables", "decode_context_lens"),  # in place, through block tables
     "lone": ("decode_rows", "decode_len"),                  # one request: SDPA over exactly its context
     "gathered": ("decode_rows", "decode_padding"),          # padded to the longest context, masked
+    "custom": ("decode_rows", "decode_padding", "decode_attention"),   # a given function, one request at a time
 }
 
 
@@ -58,6 +60,7 @@ class ForwardBatch:
     decode_context_lens: torch.Tensor | None = None  # [D] int32 context length (0 = a padding row)
     decode_len: int = 0                 # context length of a lone decode request (gathered, no padding mask)
     decode_mode: str = "none"           # a key of DECODE_MODES: how the decode rows attend
+    decode_attention: Callable | None = None   # "custom": fn(q [H, Dh], k [L, KVH, Dh], v [L, KVH, Dh]) -> [H, Dh]
 
     def __post_init__(self):
         if self.decode_mode not in DECODE_MODES:
@@ -100,6 +103,14 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         kd = gather_blocks(k_cache, batch.decode_rows, bs).view(1, kvh, -1, dh)[:, :, :batch.decode_len]
         vd = gather_blocks(v_cache, batch.decode_rows, bs).view(1, kvh, -1, dh)[:, :, :batch.decode_len]
         parts.append(F.scaled_dot_product_attention(q[:1].view(1, kvh, g, dh), kd, vd, scale=scale).view(1, h, dh))
+    elif mode == "custom":
+        # Chapter 3's exercise: the given function attends for one request at a time, over exactly its context,
+        # laid out token-major as [L, KVH, Dh] (the gather gives [KVH, L, Dh] per request).
+        kd = gather_blocks(k_cache, batch.decode_rows, bs).view(d, kvh, -1, dh)
+        vd = gather_blocks(v_cache, batch.decode_rows, bs).view(d, kvh, -1, dh)
+        lens = (~batch.decode_padding.view(d, -1)).sum(-1).tolist()
+        parts.append(torch.stack([batch.decode_attention(q[i], kd[i, :, :n].transpose(0, 1), vd[i, :, :n].transpose(0, 1))
+                                  .to(q.dtype).reshape(h, dh) for i, n in enumerate(lens)]))
     elif mode == "gathered":
         # One query row per request: plain batched matmuls with batch = (request, KV head) and the G query
         # heads of a KV head as the rows. (On the CPU, SDPA with a mask and one query row was ~10x slower

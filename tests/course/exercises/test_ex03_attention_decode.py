@@ -56,3 +56,23 @@ def test_raising_and_looping_are_reported():
     assert not r.passed and any("RuntimeError" in c.message for c in r.cases)
     r = grade("03_attention_decode", looping, timeout_s=0.2)
     assert not r.passed and any("秒以内に終わりませんでした" in c.message for c in r.cases)
+
+
+def test_the_engine_decodes_through_the_given_attention():
+    """LLM(decode_attention=fn): every decode row goes through fn (counted), the tokens equal the engine's own with
+    a correct fn, and an attention that ignores the scores changes them (so the engine case can catch one)."""
+    from course.exercises.ex03_attention_decode import ENGINE_PROMPTS, engine_tokens
+    calls = []
+
+    def counted(q, k, v):
+        calls.append(k.shape[0])
+        return solution()(q, k, v)
+
+    def uniform(q, k, v):                     # averages V: no scores at all
+        g = q.shape[0] // k.shape[1]
+        return v.float().mean(0).repeat_interleave(g, 0)
+    assert engine_tokens(counted) == engine_tokens(None)
+    from minimal_engine.config import DEFAULT_MODEL, ModelConfig
+    layers = ModelConfig.from_folder(DEFAULT_MODEL).num_layers
+    assert len(calls) == len(ENGINE_PROMPTS) * 11 * layers     # 11 decode steps after each first token, every layer
+    assert engine_tokens(uniform) != engine_tokens(None)
