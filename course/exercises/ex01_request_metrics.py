@@ -4,8 +4,9 @@ vLLM's benchmark definitions, as the engine's RequestMetrics (minimal_engine/eng
 TTFT = first token - arrival; E2EL = last token - arrival; ITL = the gaps between consecutive tokens;
 TPOT = (E2EL - TTFT) / (n - 1) over tokens 2..n, and None for a single-token request (undefined there:
 RequestMetrics.tpot returns None and the run summary leaves such requests out of the TPOT statistics).
-Graded on hand cases and on random timestamps compared with RequestMetrics, which the learner's code
-cannot look up (the timestamps are drawn here).
+Graded on hand cases, on random timestamps compared with RequestMetrics, which the learner's code
+cannot look up (the timestamps are drawn here), and on three real requests of the default model: their
+timestamps go to the learner's function and the answer must equal what the engine's RequestMetrics reports.
 """
 from __future__ import annotations
 
@@ -44,9 +45,10 @@ def _fmt(d) -> str:
     return "{" + ", ".join(f"{k}: {f(d[k])}" for k in KEYS if k in d) + "}"
 
 
-def _case(fn, name: str, arrival: float, times: list[float], timeout_s: float) -> Case:
-    inp = f"arrival_s={arrival:g}, token_times_s={[round(t, 4) for t in times]}"
-    exp = reference(arrival, times)
+def _case(fn, name: str, arrival: float, times: list[float], timeout_s: float, exp: dict | None = None,
+          inp: str | None = None) -> Case:
+    inp = inp or f"arrival_s={arrival:g}, token_times_s={[round(t, 4) for t in times]}"
+    exp = exp or reference(arrival, times)
     r = call(fn, arrival, list(times), timeout_s=timeout_s)
     if not r.ok:
         return failed_call_case(name, inp, _fmt(exp), r)
@@ -79,7 +81,29 @@ def check(fn, ctx: dict) -> list[Case]:
             times.append(now)
             now += rng.uniform(0.005, 0.2)
         cases.append(_case(fn, f"ランダムなリクエスト {k + 1}（RequestMetrics と比較）", arrival, times, t))
+    if ctx.get("engine") is False or not all(c.passed for c in cases):
+        return cases
+    for i, m in enumerate(engine_requests()):     # the engine's own timestamps and its own RequestMetrics
+        cases.append(_engine_case(fn, i, m, t))
     return cases
+
+
+def engine_requests() -> list:
+    """RequestMetrics of three real requests: the default model generating (greedy, 8 tokens, two at once)."""
+    from minimal_engine import LLM, SamplingParams
+    llm = LLM(max_num_seqs=2, max_model_len=128)
+    outs = llm.generate(["吾輩は猫である。", "名前はまだ無い。", "どこで生れたか"],
+                        SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+    return [o.metrics for o in outs]
+
+
+def _engine_case(fn, i: int, m, timeout_s: float) -> Case:
+    """The learner's function on a real request's timestamps against what the engine itself reports."""
+    exp = {"ttft": m.ttft, "tpot": m.tpot, "itl": [b - a for a, b in zip(m.token_times, m.token_times[1:])],
+           "e2el": m.e2e_latency}
+    return _case(fn, f"エンジンの実際のリクエスト {i + 1}（エンジンの RequestMetrics と比較）", m.arrival_time,
+                 list(m.token_times), timeout_s, exp,
+                 f"同梱モデルで生成した {len(m.token_times)} トークンの時刻（perf_counter の秒）")
 
 
 GRADER = Grader(

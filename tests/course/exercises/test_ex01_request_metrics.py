@@ -61,3 +61,10 @@ def test_stub_raising_and_looping_are_reported():
     assert not r.passed and any("IndexError" in c.message for c in r.cases)
     r = grade("01_request_metrics", looping, timeout_s=0.2)
     assert not r.passed and any("秒以内に終わりませんでした" in c.message for c in r.cases)
+
+
+def test_the_solution_is_checked_on_real_engine_requests():
+    """The last cases take real requests' timestamps from the engine and expect its own RequestMetrics."""
+    r = grade("01_request_metrics", load_solution("ex01_request_metrics", "request_metrics"), record=False)
+    engine = [c for c in r.cases if "エンジンの実際のリクエスト" in c.name]
+    assert len(engine) == 3 and all(c.passed for c in engine), str(r)
