@@ -3,7 +3,9 @@
 The roofline lower bound of one decode step: max(FLOPs / peak FLOP/s, (weight + KV bytes) / bandwidth).
 Graded on hand cases on both sides of the ridge point and on datasheet shapes: bytes and FLOPs from
 ``minimal_engine.calculators.roofline`` (decode_step_bytes, decode_step_flops) for a model, a GPU, and batch
-sizes below and above the ridge, compared with the same formula computed here.
+sizes below and above the ridge, compared with the same formula computed here; then on this machine: its
+peaks measured (bench.roofline.measure_machine), the default model's decode steps at batch 1 and 8 timed, and
+the learner's bound shown next to each measured step.
 """
 from __future__ import annotations
 
@@ -58,7 +60,48 @@ def check(fn, ctx: dict) -> list[Case]:
         f = roofline.decode_step_flops(model, batch=batch, context=1024)
         cases.append(_case(fn, f"{model} on {gpu}、バッチ {batch}（データシートの値からの予測）",
                            (b["weight_bytes"], b["kv_bytes"], f, peak, bw), t))
+    if ctx.get("engine") is False or not all(c.passed for c in cases):
+        return cases
+    r = call(measured_steps, timeout_s=max(t, 180.0))
+    if not r.ok:
+        return cases + [failed_call_case("このマシンで計測した Decode ステップ", "同梱モデル", "計測", r)]
+    for row in r.value:
+        cases.append(_measured_case(fn, row, t))
     return cases
+
+
+def measured_steps(batches=(1, 8), context: int = 64) -> list[dict]:
+    """This machine's peaks (bench.roofline.measure_machine, quick) and the default model's decode steps at each
+    batch (median of 8 steps): bytes and FLOPs of the step (bench.roofline.step_cost) and the measured time."""
+    import torch
+
+    from minimal_engine import LLM
+    from minimal_engine.bench.offline import decode_step_time
+    from minimal_engine.bench.roofline import measure_machine, step_cost
+    machine = measure_machine("cpu", quick=True)
+    llm = LLM(max_num_seqs=max(batches), max_model_len=256)
+    size = torch.finfo(llm.dtype).bits // 8
+    rows = []
+    for b in batches:
+        cost = step_cost(llm.model_config, size, decode_contexts=[context + 2] * b)
+        key = "flops_bf16" if size == 2 else "flops_fp32"
+        rows.append({"batch": b, "args": (cost["weight_bytes"], cost["kv_bytes"], cost["flops"], machine[key],
+                                          machine["bandwidth"]),
+                     "measured_s": decode_step_time(llm, b, context, num_steps=8)["median_step_ms"] / 1000})
+    return rows
+
+
+def _measured_case(fn, row: dict, timeout_s: float) -> Case:
+    """The learner's bound on this machine's measured peaks, next to the step time measured here."""
+    case = _case(fn, f"このマシン：同梱モデルの Decode、バッチ {row['batch']}（計測と比べる）", row["args"], timeout_s)
+    if case.passed:
+        bound = reference(*row["args"])
+        case.got += f"（計測 {row['measured_s'] * 1000:.2f} ms、下限の {row['measured_s'] / bound:.1f} 倍）"
+        case.message = ("OK。計測したステップは下限より長く、差は小さな演算や Python の処理など、ルーフラインに入って"
+                        "いない固定の時間です" if row["measured_s"] >= bound else
+                        "OK。計測したステップが下限より短くなりました。重みの一部が CPU のキャッシュに収まり、"
+                        "測った帯域より速く読めたためです")
+    return case
 
 
 GRADER = Grader(

@@ -52,3 +52,9 @@ def test_raising_and_looping_are_reported():
     assert not r.passed and any("ZeroDivisionError" in c.message for c in r.cases)
     r = grade("02_decode_step_bound", looping, timeout_s=0.2)
     assert not r.passed and any("秒以内に終わりませんでした" in c.message for c in r.cases)
+
+
+def test_the_solution_is_shown_next_to_steps_measured_on_this_machine():
+    r = grade("02_decode_step_bound", solution(), record=False)
+    measured = [c for c in r.cases if c.name.startswith("このマシン")]
+    assert len(measured) == 2 and all(c.passed and "計測" in c.got and "ms" in c.got for c in measured), str(r)
