@@ -1,9 +1,10 @@
 """Online benchmark client: streaming requests to an OpenAI-compatible server (ours, vLLM, SGLang).
 
 Measured on the client, as vLLM's bench client (`vllm bench serve`) does:
-  * a request's clock starts just before it is sent; TTFT = arrival of the first SSE chunk with generated text;
-  * ITL = the gaps between consecutive chunks with text; E2EL = the last such chunk - start (a final chunk
-    that carries only finish_reason or usage is no token and adds no time);
+  * a request's clock starts just before it is sent; TTFT = arrival of the first SSE chunk with a token;
+  * ITL = the gaps between consecutive such chunks; E2EL = the last such chunk - start. A chunk with choices
+    carries a token, even when its text is empty (a token whose bytes do not yet make a character), except a
+    final chunk with finish_reason and no text (llama-server's, with the usage): it is no token and adds no time;
   * output tokens come from the server's `usage` (stream_options.include_usage), not from chunk counts,
     and TPOT = (E2EL - TTFT) / (output tokens - 1).
 When a server puts several tokens in one chunk, that chunk is one ITL gap (vLLM does the same), so ITL
@@ -69,6 +70,14 @@ def request_body(endpoint: str, model: str, prompt: str | list[int], max_tokens:
     return body
 
 
+def carries_token(chunk: dict) -> bool:
+    """Whether a streamed chunk stands for a generated token (see the module docstring)."""
+    choices = chunk.get("choices")
+    if not choices:
+        return False
+    return bool(chunk_text(chunk)) or choices[0].get("finish_reason") is None
+
+
 def chunk_text(chunk: dict) -> str:
     """The generated text a streamed chunk carries ('' for a role-only, finish-only or usage-only chunk)."""
     c = (chunk.get("choices") or [{}])[0]
@@ -78,7 +87,7 @@ def chunk_text(chunk: dict) -> str:
 
 
 async def send_one(client, url: str, body: dict, prompt_len: int = 0, on_chunk=None) -> ClientMetrics:
-    """Stream one request. ``on_chunk(metrics)`` (optional) is called after each chunk with generated text
+    """Stream one request. ``on_chunk(metrics)`` (optional) is called after each chunk with a token
     (the course's labs use it for progress and for arrivals that wait for tokens)."""
     m = ClientMetrics(time.perf_counter(), num_prompt_tokens=prompt_len)
     done = usage_seen = False
@@ -100,10 +109,9 @@ async def send_one(client, url: str, body: dict, prompt_len: int = 0, on_chunk=N
                     m.error = "server error in the stream: " + str(err.get("message", err) if isinstance(err, dict)
                                                                    else err)[:300]
                     return m
-                text = chunk_text(chunk)
-                if text:
+                if carries_token(chunk):
                     m.token_times.append(time.perf_counter())
-                    m.text += text
+                    m.text += chunk_text(chunk)
                     if on_chunk is not None:
                         on_chunk(m)
                 if chunk.get("usage"):

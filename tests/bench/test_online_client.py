@@ -34,12 +34,14 @@ def fetch(body: bytes, status: int = 200):
     return asyncio.run(go())
 
 
-def test_a_normal_stream_counts_its_text_chunks_only():
+def test_a_normal_stream_counts_its_token_chunks_only():
     finish_only = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
                    "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
     m = fetch(sse(token("a"), token("b"), token("c"), finish_only))
     assert m.error is None and m.text == "abc" and m.num_output_tokens == 3
-    assert len(m.token_times) == 3          # the usage-only final chunk is no token and adds no time
+    assert len(m.token_times) == 3          # the finish- and usage-only final chunk is no token and adds no time
+    held = fetch(sse(token("a"), token(""), token("c", "length"), USAGE))   # a token whose bytes make no character yet
+    assert held.error is None and len(held.token_times) == 3
 
 
 @pytest.mark.parametrize("body, status, says", [
