@@ -140,3 +140,37 @@ def test_a_vocabulary_that_tokenizes_differently_is_caught(tmp_path, monkeypatch
     path = export_gguf(llm, tmp_path / "bad.gguf", "f32")
     with pytest.raises(AssertionError, match="tokenizes"):
         verify_gguf(llm, path)
+
+
+def test_llamacpp_bench_fits_the_default_model_and_records_the_machine():
+    """Issue 32 #2: the long prompt leaves room for one token (512 positions: 511, which failed in round 1)."""
+    bench = load_benchmark("llamacpp_bench")
+    assert bench.prefill_len(512) == 511 and bench.prefill_len(2048) == 512
+    llm = LLM(device="cpu", max_num_seqs=2)
+    row = bench.engine_round(llm, llm.model_config.vocab_size, seed=0, batch=2, io=(8, 8))
+    assert all(row[k] > 0 for k in bench.METRICS)
+    m = bench.machine_info()
+    assert m["cpu"] and isinstance(m["flags"], list) and m["torch_cpu_capability"]
+
+
+def test_llamacpp_bench_runs_rounds_with_the_int8_pair(llama_dir, tmp_path, monkeypatch, capsys):
+    """The whole loop against a stand-in llama-bench (prints llama-bench's JSON): ratios per type, the INT8 engine
+    against Q8_0 as its own column, the long prompt's length passed as -p, the machine and load in the JSON."""
+    import json
+    import os
+    fake = tmp_path / "bin" / "llama-bench"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "$@" >> "$(dirname "$0")/args"\n'
+                    'echo \'[{"n_prompt": 255, "n_gen": 0, "avg_ts": 1000.0}, {"n_prompt": 0, "n_gen": 128, "avg_ts": 100.0}]\'\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    bench = load_benchmark("llamacpp_bench")
+    out = tmp_path / "out"
+    assert bench.main(["--model", str(llama_dir), "--dtype", "float32", "--outtype", "f32", "--threads", "1",
+                       "--rounds", "1", "--int8", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "INT8 vs Q8_0" in text and "CPU:" in text
+    res = json.loads((out / "llamacpp_bench.json").read_text())
+    assert res["prefill_len"] == 255 and "-p 255" in (fake.parent / "args").read_text()
+    assert set(res["rounds"][0]) >= {"engine", "engine_int8", "f32", "q8_0", "ratio_int8_q8_0", "loadavg"}
+    assert res["machine"]["cpu"] and res["median_min_max_ratios"]["tpot_ms/int8/q8_0"][0] > 0
