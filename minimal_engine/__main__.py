@@ -1,7 +1,9 @@
-"""Command line: stream an answer to the terminal, then print its timings.
+"""Command line: stream an answer to the terminal, then print its timings; or serve, or benchmark.
 
     python -m minimal_engine generate "吾輩は"                       # the default model
     python -m minimal_engine generate --model PATH --max-tokens 64 --temperature 0.8 "東京の空は"
+    python -m minimal_engine serve --port 8000                      # = python -m minimal_engine.serve ...
+    python -m minimal_engine bench --max-concurrency 1 4            # = python -m minimal_engine.bench ...
 """
 from __future__ import annotations
 
@@ -13,8 +15,17 @@ from minimal_engine.sampling_params import SamplingParams
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["serve"]:                    # the OpenAI-compatible server, with its own arguments
+        from minimal_engine.serve.cli import main as serve_main
+        return serve_main(argv[1:])
+    if argv[:1] == ["bench"]:                    # the benchmark client, with its own arguments
+        from minimal_engine.bench.__main__ import main as bench_main
+        return bench_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m minimal_engine")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="the OpenAI-compatible server (python -m minimal_engine serve --help)")
+    sub.add_parser("bench", help="the benchmark (python -m minimal_engine bench --help)")
     g = sub.add_parser("generate", help="stream one answer and print TTFT, TPOT, tok/s")
     g.add_argument("prompt")
     g.add_argument("--model", default=None, help="model folder, hub id or synthetic:NAME (default: the course model)")

@@ -105,3 +105,13 @@ def test_llm_stream_yields_pieces_that_add_up(llama_dir):
     gen.close()                                # the caller stops early: the request is aborted
     bm = llm.engine.block_manager
     assert bm.num_free_blocks == bm.num_blocks and not llm.engine.has_unfinished_requests()
+
+
+@pytest.mark.parametrize("command, usage", [("serve", "python -m minimal_engine.serve"),
+                                            ("bench", "python -m minimal_engine.bench")])
+def test_the_top_level_command_reaches_serve_and_bench(command, usage, capsys):
+    """python -m minimal_engine serve|bench ... is the same as python -m minimal_engine.serve|bench ..."""
+    from minimal_engine.__main__ import main
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0 and usage in capsys.readouterr().out
