@@ -253,7 +253,7 @@ def plot_pareto(history: list[dict]):
         ax.set_ylim(0, max(r["tok_s"] for r in history) * 1.15)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title("方式ごとのパレートフロンティア（点の数字は同時リクエスト数）", fontsize=10)
+    ax.set_title("方式ごとの同時リクエスト数のスイープ（点の数字は同時リクエスト数）", fontsize=10)
     return fig
 
 

@@ -11,8 +11,9 @@ so the rounding error of each weight is at most scale[n] / 2, and the layer read
 token is bound by how fast the weights stream from memory, so fewer bytes per weight can make it faster; whether
 it does depends on the kernel (the lesson and lab of chapter 6 measure it).
 
-Kernels: on the CPU, PyTorch's `torch.ops.aten._weight_int8pack_mm(x, W_q, scale)` (the op gpt-fast uses) for
-float32 and bfloat16 activations, for steps of at most INT8PACK_MAX_ROWS rows (decode); elsewhere (more rows,
+Kernels: on the CPU, PyTorch's `torch.ops.aten._weight_int8pack_mm(x, W_q, scale)` (the op torchchat and torchao
+use on the CPU; gpt-fast dequantizes and matmuls, fused by torch.compile) for float32 and bfloat16
+activations, for steps of at most INT8PACK_MAX_ROWS rows (decode); elsewhere (more rows,
 CUDA, other dtypes, a CPU or PyTorch where the op fails its probe) a plain dequantize-and-matmul: `F.linear(x, W_q.to(x.dtype)) * scale`.
 Both compute the same product. (On the course's CPU, one thread, `_weight_int8pack_mm`'s time grew about in
 proportion to the rows: from ~16 rows up the dequantize path was faster; course/labs/lab06.py's kernel_times measures it.)
