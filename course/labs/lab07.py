@@ -199,8 +199,9 @@ def readout_html(res: dict) -> str:
             "うち通信")
     note = (f"<div>{threads_ja(res)}。TP={n} / TP=1 の速さ: Prefill {res['prefill_speedup']:.2f} 倍、Decode {res['decode_speedup']:.2f} 倍"
             f"（1 より小さければ遅くなっています）。TP={n} の通信以外の時間 ÷ TP=1 の1ステップ: Prefill "
-            f"{res['prefill_compute_ratio']:.2f}、Decode {res['decode_compute_ratio']:.2f}（1/{n} に近ければ仕事が分かれて減り、"
-            f"1 に近ければ各ランクが固定の時間をそのまま払っています）。貪欲トークンの一致: {'○' if res['same_tokens'] else '×'}。"
+            f"{res['prefill_compute_ratio']:.2f}、Decode {res['decode_compute_ratio']:.2f}（合計のスレッド数をそろえているので、"
+            f"仕事がきれいに分かれれば 1 に近くなります。1 を超えた分は、分けても減らない時間です: 各プロセスの層ごとの"
+            f"固定の時間と、プロセスどうしの待ち合わせ）。貪欲トークンの一致: {'○' if res['same_tokens'] else '×'}。"
             f" 1ステップの all-reduce: {res['allreduces_per_step']} 回、Decode {res['decode_allreduce_bytes']:,} B、"
             f"Prefill {res['prefill_allreduce_bytes']:,} B。</div>")
     reps = f"<div style='color:#555'>繰り返し {res['repeats']} 回の中央値</div>" if res["repeats"] > 1 else ""

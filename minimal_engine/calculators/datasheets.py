@@ -109,8 +109,11 @@ GPU_SPECS = {g.name: g for g in [
             bf16_tflops=1307, flops_source=_DENSE),
     GpuSpec("MI355X", 288, 8.0, "AMD Instinct MI355X datasheet (amd.com; page URL not recorded); " + _X,
             bf16_tflops=2516, flops_source=_DENSE),
-    GpuSpec("A100", 80, 2.039, "NVIDIA A100 SXM 80GB datasheet (via https://www.glennklockwood.com/garden/processors/A100); " + _X,
-            bf16_tflops=312, flops_source=_DENSE + "; 624 with sparsity"),
+    GpuSpec("A100", 80, 2.039, "NVIDIA A100 SXM 80GB: https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/"
+            "pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf, as cited by "
+            "https://glennklockwood.com/garden/processors/A100 (read 2026-12-04; 2.039 TB/s, BF16 312 dense); "
+            "not in InferenceX-app's gpu-specs.ts; docs/published_points.md §G",
+            bf16_tflops=312, flops_source="NVIDIA A100 SXM 80GB datasheet (dense BF16; 624 with sparsity)"),
 ]}
 
 

@@ -16,8 +16,9 @@ so a request of n prompt tokens moves ceil(n / block_size) x block_size x (KV by
 `KVConnector` is the interface; `PipeKVConnector` is the one transport built here: a multiprocessing pipe
 between two processes on one machine (the tensor's raw bytes, no pickling of the data). Real systems plug other
 transports in at exactly this place: vLLM's KVConnector API (`NixlConnector` over NIXL/UCX with RDMA,
-`P2pNcclConnector`, `LMCacheConnectorV1`, `MooncakeConnector`) moves the same blocks GPU-to-GPU over NVLink or
-InfiniBand without touching the CPU. vLLM splits the interface into a scheduler side (`request_finished`,
+`P2pNcclConnector`, `LMCacheConnectorV1`, `MooncakeConnector`) moves the same blocks, each its own way: NIXL and
+P2pNccl GPU-to-GPU over NVLink or InfiniBand without the CPU; LMCache through CPU memory, disk or a remote store;
+Mooncake's store with DRAM and SSD tiers. vLLM splits the interface into a scheduler side (`request_finished`,
 which may delay freeing the blocks until they are sent) and a worker side (`save_kv_layer`, `start_load_kv`,
 layer by layer so the transfer overlaps the forward pass); here one call moves all layers at once.
 """
