@@ -1,19 +1,13 @@
 """Exercise 01: the model solution passes; typical mistakes fail with the message their hint promises."""
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from course.exercises import grade
-
-ROOT = Path(__file__).resolve().parents[3]
+from solution_loader import load
 
 
 def load_solution(name: str, fn: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "exercises" / "solutions" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return getattr(mod, fn)
+    return load(name, fn)
 
 
 def test_solution_passes():

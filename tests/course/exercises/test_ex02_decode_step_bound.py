@@ -1,19 +1,13 @@
 """Exercise 02: the model solution passes; typical mistakes fail with the message their hint promises."""
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from course.exercises import grade
-
-ROOT = Path(__file__).resolve().parents[3]
+from solution_loader import load
 
 
 def solution():
-    spec = importlib.util.spec_from_file_location("s02", ROOT / "exercises/solutions/ex02_decode_step_bound.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.decode_step_bound
+    return load("ex02_decode_step_bound", "decode_step_bound")
 
 
 def test_solution_passes():

@@ -1,20 +1,14 @@
 """Exercise 03: the model solution passes; typical mistakes fail with the message their hint promises."""
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
 from course.exercises import grade
-
-ROOT = Path(__file__).resolve().parents[3]
+from solution_loader import load
 
 
 def solution():
-    spec = importlib.util.spec_from_file_location("s03", ROOT / "exercises/solutions/ex03_attention_decode.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.attention_decode
+    return load("ex03_attention_decode", "attention_decode")
 
 
 def test_solution_passes():

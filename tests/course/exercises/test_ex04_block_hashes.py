@@ -1,19 +1,13 @@
 """Exercise 04: the model solution passes (also inside the engine's prefix cache); typical mistakes fail."""
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from course.exercises import grade
-
-ROOT = Path(__file__).resolve().parents[3]
+from solution_loader import load
 
 
 def solution():
-    spec = importlib.util.spec_from_file_location("s04", ROOT / "exercises/solutions/ex04_block_hashes.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.block_hashes
+    return load("ex04_block_hashes", "block_hashes")
 
 
 def test_solution_passes():

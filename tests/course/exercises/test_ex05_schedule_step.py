@@ -1,20 +1,14 @@
 """Exercise 05: the model solution passes (also as the engine's scheduling policy); typical mistakes fail with the
 message their case promises; a stub, an exception and a loop are reported."""
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from course.exercises import grade
-
-ROOT = Path(__file__).resolve().parents[3]
+from solution_loader import load
 
 
 def solution():
-    spec = importlib.util.spec_from_file_location("s05", ROOT / "exercises/solutions/ex05_schedule_step.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.schedule_step
+    return load("ex05_schedule_step", "schedule_step")
 
 
 def test_solution_passes_and_runs_the_engine():
