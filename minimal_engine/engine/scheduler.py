@@ -117,6 +117,8 @@ class Scheduler:
     def __init__(self, config: EngineConfig, block_manager: BlockManager, policy=None):
         self.config = config
         self.block_manager = block_manager
+        if policy is not None and config.batching == "static":
+            raise ValueError("a scheduling policy replaces continuous batching; it does not take batching='static'")
         self.policy = policy                  # None: the rule below; else schedule_step(...) (check_plan)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []     # oldest first: the last one is preempted first
@@ -183,8 +185,6 @@ class Scheduler:
         """Ask the policy; it sees what each running request has left and what each waiting one would compute."""
         running = [(s.request_id, s.num_uncomputed_tokens) for s in self.running]
         waiting = [(s.request_id, len(s) - self.block_manager.num_cached_tokens(s)) for s in self.waiting]
-        if self.groups is not None:
-            raise ValueError("a scheduling policy replaces continuous batching; it does not take batching='static'")
         return check_plan(self.policy(list(running), list(waiting), budget, self.config.max_num_seqs), running,
                           waiting, budget, self.config.max_num_seqs)
 

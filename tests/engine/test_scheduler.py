@@ -157,3 +157,9 @@ def test_check_plan_refuses_over_budget_out_of_order_and_too_many_sequences():
         check_plan([("c", 1)], [], [("b", 2), ("c", 2)], 8, 4)
     with pytest.raises(ValueError, match="max_num_seqs"):
         check_plan([("a", 1), ("b", 1)], [("a", 1)], [("b", 2)], 8, 1)
+
+
+def test_a_scheduling_policy_does_not_take_static_batching():
+    from minimal_engine import LLM
+    with pytest.raises(ValueError, match="static"):
+        LLM(batching="static", scheduler_policy=_rule)
