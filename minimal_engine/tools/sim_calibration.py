@@ -53,7 +53,7 @@ def _served(row, source, split, setup, **metrics):
 
 def _ix(row, gpu, tp, conc, tput_out, tpot, ttft, split):
     setup = dict(model="deepseek-r1", gpu=gpu, num_gpus=tp, tp=tp, weight_dtype="fp4", kv_dtype="fp8",
-                 input_len=922, output_len=1024, concurrency=conc)   # ISL uniform in 80-100% of 1,024
+                 input_len=922, output_len=922, concurrency=conc)   # ISL and OSL each uniform in 80-100% of 1,024
     return _served(row, _IX, split, setup, tpot_ms=tpot, ttft_ms=ttft, output_tok_s_per_gpu=tput_out)
 
 
@@ -252,7 +252,8 @@ def markdown(constants: SimConstants = DEFAULT_CONSTANTS) -> str:
     lines += [f"| {r['row']} | {r['group']} | {r['setup']} | {r['metric']} | {_fmt(r['measured'])} | "
               f"{_fmt(r['predicted'])} | {r['error']:+.0%} | {r['source']} |" for r in rows]
     lines += ["", "Offline points (`c=max`) run at the largest concurrency that fits (at most 2,048). gpt-fast TPOT is "
-              "1000 / its batch-1 tok/s. InferenceX ISL is drawn in 80-100% of 1,024 (mean 922 used). NIM's "
+              "1000 / its batch-1 tok/s. InferenceX draws ISL and OSL each in 80-100% of 1,024 and ignores EOS (its `bench_serving` "
+              "`sample_random_requests`, `random-range-ratio` 0.8): mean 922 used for both. NIM's "
               "\"ITL\" is compared with TPOT. Batch-1 TTFT (§B2) is the engine alone (no HTTP), output length 1.", "", "## What it cannot predict", ""]
     lines += [f"- {x}" for x in CANNOT_PREDICT]
     return "\n".join(lines) + "\n"
