@@ -11,7 +11,10 @@ The same prompts go through three engines of the default model, one after anothe
 
 * ``none``: no speculation (the baseline);
 * ``ngram``: ``speculative_config={"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 3}``;
-* ``draft_model``: the shipped draft model (``minimal_engine/draft_model``) proposes k tokens.
+* ``draft_model``: the shipped draft model (``minimal_engine/draft_model``, distilled from the default model) proposes
+  k tokens;
+* ``draft_model_lm`` (only when asked for in ``methods``): the earlier draft (``minimal_engine/draft_model_lm``,
+  trained on the corpus alone, not distilled): the counter-example whose acceptance is too low to pay for it.
 
 ``text``: ``"repetitive"`` (each prompt is one sentence repeated: the continuation copies it, where n-gram
 lookup shines) or ``"ordinary"`` (a different passage per request, no repetition in the prompt). Every request
@@ -23,11 +26,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
+from course.labs.lab08_plots import METHODS, TEXTS, plot_run   # the labels live with the figure
 from course.runtime import apply_thread_policy, cached_llm, check_device, check_int, is_quick
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.features.spec_decode.decoder import expected_speedup, expected_tokens_per_step
@@ -36,8 +41,8 @@ PROMPT_LEN_RANGE = (8, 256)
 K_RANGE = (1, 8)
 CONCURRENCY_RANGE = (1, 16)
 OUTPUT_LEN_RANGE = (8, 192)
-METHODS = {"none": "投機なし", "ngram": "n-gram（プロンプト参照）", "draft_model": "ドラフトモデル"}
-TEXTS = {"repetitive": "繰り返しの多い文章", "ordinary": "ふつうの文章"}
+DEFAULT_METHODS = ("none", "ngram", "draft_model")
+DRAFT_LM = Path(__file__).resolve().parents[2] / "minimal_engine" / "draft_model_lm"
 # 青空文庫（パブリックドメイン）の冒頭の一節: 夏目漱石「吾輩は猫である」「草枕」「坊っちゃん」、太宰治「走れメロス」
 PASSAGES = [
     "吾輩は猫である。名前はまだ無い。どこで生れたかとんと見当がつかぬ。何でも薄暗いじめじめした所でニャーニャー"
@@ -66,6 +71,8 @@ def spec_config(method: str, k: int) -> dict | None:
         return None
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 3}
+    if method == "draft_model_lm":
+        return {"method": "draft_model", "num_speculative_tokens": k, "model": str(DRAFT_LM)}
     return {"method": "draft_model", "num_speculative_tokens": k}
 
 
@@ -101,6 +108,8 @@ def make_prompts(llm: LLM, text: str, prompt_len: int, concurrency: int) -> list
 
 
 def _run(llm: LLM, prompts, output_len: int, temperature: float, seed: int) -> dict:
+    spec = llm.engine.speculator
+    before = None if spec is None else (spec.steps, list(spec.accepted_at))
     sp = [SamplingParams(temperature=temperature, max_tokens=output_len, ignore_eos=True,
                          seed=None if temperature == 0 else seed + i) for i in range(len(prompts))]
     t0 = time.perf_counter()
@@ -115,11 +124,14 @@ def _run(llm: LLM, prompts, output_len: int, temperature: float, seed: int) -> d
             "proposed": proposed, "accepted": accepted,
             "acceptance_rate": accepted / proposed if proposed else float("nan"),
             "mean_accepted_length": 1 + accepted / steps if steps else float("nan"),
+            "acceptance_by_position": [] if spec is None else [        # this run's share per draft position
+                (a - a0) / (spec.steps - before[0]) if spec.steps > before[0] else float("nan")
+                for a, a0 in zip(spec.accepted_at, before[1])],
             "tokens": [o.token_ids for o in outs]}
 
 
 def run_spec_lab(prompt_len=None, k=None, concurrency=None, output_len=None, text="repetitive", temperature=0.0,
-                 methods=tuple(METHODS), device="cpu", repeats=None, threads=None, seed=0, load_check=True) -> dict:
+                 methods=DEFAULT_METHODS, device="cpu", repeats=None, threads=None, seed=0, load_check=True) -> dict:
     d = defaults()
     p = check_int(d["prompt_len"] if prompt_len is None else prompt_len, "prompt_len", "プロンプト長", *PROMPT_LEN_RANGE)
     k = check_int(d["k"] if k is None else k, "k", "投機トークン数 k", *K_RANGE)
@@ -150,7 +162,7 @@ def run_spec_lab(prompt_len=None, k=None, concurrency=None, output_len=None, tex
         out[m] = {"label": METHODS[m], "tok_s": statistics.median(tok), "tok_s_min": min(tok), "tok_s_max": max(tok),
                   "tpot_ms": statistics.median(r["tpot_ms"] for r in rs),
                   **{f: rs[-1][f] for f in ("proposed", "accepted", "acceptance_rate", "mean_accepted_length",
-                                            "tokens")}}
+                                            "acceptance_by_position", "tokens")}}
     for m, r in out.items():
         r["speedup"] = r["tok_s"] / out["none"]["tok_s"]
         r["tpot_ratio"] = r["tpot_ms"] / out["none"]["tpot_ms"]
@@ -186,13 +198,16 @@ def trace_steps(method: str = "ngram", k: int = 4, prompt: str | None = None, ma
     return rows
 
 
-def measure_draft_cost(prompt_len: int = 32, device: str = "cpu", num_steps: int = 10) -> dict:
+def measure_draft_cost(prompt_len: int = 32, device: str = "cpu", num_steps: int = 10,
+                       method: str = "draft_model") -> dict:
     """Median time of one target decode step and of one draft model step (batch 1), and their ratio c: the
-    draft's cost in the speedup formula."""
+    draft's cost in the speedup formula. ``method``: "draft_model" (the distilled draft) or "draft_model_lm"."""
+    if method not in ("draft_model", "draft_model_lm"):
+        raise ValueError(f"method must be 'draft_model' or 'draft_model_lm', got {method!r}")
     from minimal_engine.bench.offline import decode_step_time
     from minimal_engine.engine.sequence import Sequence
     t_target = decode_step_time(_engine("none", 1, 1, device), 1, prompt_len, num_steps=num_steps)["median_step_ms"]
-    draft = _engine("draft_model", 1, 1, device).engine.speculator.draft
+    draft = _engine(method, 1, 1, device).engine.speculator.draft
     ids = list(range(1, prompt_len + num_steps + 1))
     seq = Sequence("cost", None, ids[:prompt_len], SamplingParams(temperature=0))
     draft.bm.allocate(seq, len(ids))
@@ -206,6 +221,18 @@ def measure_draft_cost(prompt_len: int = 32, device: str = "cpu", num_steps: int
     draft.bm.free(seq)
     t_draft = statistics.median(times) * 1000
     return {"target_step_ms": t_target, "draft_step_ms": t_draft, "c": t_draft / t_target}
+
+
+def break_even_alpha(k: int, c: float) -> float:
+    """The acceptance rate at which the formula's speedup (1 - a^(k+1)) / ((1 - a)(kc + 1)) is exactly 1: below it a
+    draft with cost c loses to no speculation (bisection; the speedup rises with a)."""
+    lo, hi = 0.0, 1.0
+    if expected_speedup(1.0 - 1e-12, k, c) < 1:
+        return float("nan")                     # even a draft that is always right does not pay for itself
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_speedup(mid, k, c) < 1 else (lo, mid)
+    return (lo + hi) / 2
 
 
 def expected_table(alphas=(0.5, 0.7, 0.9), ks=(1, 2, 4, 8), c: float = 0.1) -> list[dict]:
@@ -224,9 +251,10 @@ def readout_html(res: dict) -> str:
     for m, r in res["methods"].items():
         span = f"（{r['tok_s_min']:.1f}〜{r['tok_s_max']:.1f}）" if res["repeats"] > 1 else ""
         rows.append((r["label"], f"{r['tok_s']:.1f}{span}", _v(r["tpot_ms"], ".1f"), _v(r["speedup"]),
-                     _v(r["acceptance_rate"]), _v(r["mean_accepted_length"]), _v(r["expected_length"])))
-    head = ("方式", "出力 tok/s", "TPOT [ms]", "速度比（対 投機なし）", "受理率 α", "平均受理長 [トークン/ステップ]",
-            "式 (1−α^(k+1))/(1−α)")
+                     _v(r["acceptance_rate"]), " / ".join(_v(a) for a in r["acceptance_by_position"]) or "—",
+                     _v(r["mean_accepted_length"]), _v(r["expected_length"])))
+    head = ("方式", "出力 tok/s", "TPOT [ms]", "速度比（対 投機なし）", "受理率 α", "位置ごとの受理（1番目 / 2番目 / …）",
+            "平均受理長 [トークン/ステップ]", "式 (1−α^(k+1))/(1−α)")
     note = (f"<div style='color:#555'>{TEXTS[res['text']]}・k = {res['k']}・同時リクエスト数 {res['concurrency']}・"
             f"温度 {res['temperature']}" + (f"・繰り返し {res['repeats']} 回の中央値（最小〜最大）" if res["repeats"] > 1
                                           else "") + "</div>")
@@ -256,34 +284,7 @@ def history_csv(history: list[dict], learner: str = "") -> str:
     return to_csv(history, learner, fields=("learner",) + HISTORY_FIELDS)
 
 
-COLORS = {"none": "tab:gray", "ngram": "tab:green", "draft_model": "tab:blue"}
-
-
-def plot_run(res: dict):
-    """Left: output tok/s per method. Right: acceptance rate and mean accepted length."""
-    from course.labkit.charts import figure
-    fig, (a1, a2) = figure(10, 3.6, 1, 2)
-    ms = list(res["methods"])
-    a1.bar([METHODS[m] for m in ms], [res["methods"][m]["tok_s"] for m in ms], color=[COLORS[m] for m in ms])
-    a1.set_ylabel("出力 tok/s")
-    a1.grid(alpha=0.3, axis="y")
-    spec = [m for m in ms if m != "none"]
-    if spec:
-        x = range(len(spec))
-        a2.bar([i - 0.2 for i in x], [res["methods"][m]["mean_accepted_length"] for m in spec], 0.4,
-               color=[COLORS[m] for m in spec], label="平均受理長 [トークン/ステップ]")
-        a2.bar([i + 0.2 for i in x], [res["methods"][m]["acceptance_rate"] for m in spec], 0.4, color="tab:orange",
-               label="受理率 α")
-        a2.set_xticks(list(x), [METHODS[m] for m in spec])
-        a2.axhline(res["k"] + 1, color="k", linestyle="--", linewidth=1, label=f"上限 k+1 = {res['k'] + 1}")
-        a2.legend(fontsize=7)
-        a2.grid(alpha=0.3, axis="y")
-    fig.suptitle(f"{TEXTS[res['text']]}・プロンプト {res['prompt_len']}・出力 {res['output_len']}・k = {res['k']}・"
-                 f"同時リクエスト数 {res['concurrency']}", fontsize=10)
-    return fig
-
-
-__all__ = ["CONCURRENCY_RANGE", "HISTORY_FIELDS", "K_RANGE", "METHODS", "OUTPUT_LEN_RANGE", "PASSAGES",
+__all__ = ["CONCURRENCY_RANGE", "DEFAULT_METHODS", "DRAFT_LM", "break_even_alpha", "HISTORY_FIELDS", "K_RANGE", "METHODS", "OUTPUT_LEN_RANGE", "PASSAGES",
            "PROMPT_LEN_RANGE", "TEXTS", "add_run", "default_repeats", "defaults", "expected_table",
            "history_csv", "history_html", "make_prompts", "measure_draft_cost", "plot_run", "readout_html",
            "run_spec_lab", "spec_config", "trace_steps"]

@@ -42,8 +42,8 @@ import torch
 from minimal_engine.tools.model_card import PROMPTS, fill_card, plot_curve  # noqa: F401  (PROMPTS: used by tests)
 from minimal_engine.tools.train_data import (EOS, bigram_nats_per_char, encode_stream, fit_bigram,  # noqa: F401
                                              load_works, split_works, train_tokenizer, wrap_tokenizer)
-from minimal_engine.tools.train_model import (cpu_name, evaluate_folder, held_out_metrics, lm_loss, make_model,
-                                              make_optimizers, model_nats_per_char)
+from minimal_engine.tools.train_model import (cpu_name, distill_loss, evaluate_folder, held_out_metrics,
+                                              load_teacher, lm_loss, make_model, make_optimizers, model_nats_per_char)
 
 # (EOS, split_works, fit_bigram, bigram_nats_per_char, encode_stream, model_nats_per_char: importable from here, as
 # tests and notebooks call them `train.<name>`)
@@ -83,6 +83,10 @@ def build_parser():
     ap.add_argument("--compile", action="store_true", help="torch.compile the loss (about 1.2x on CPU)")
     ap.add_argument("--init-from", help="a finished run's output folder: continue from its weights and history "
                                         "with a fresh optimizer and schedule")
+    ap.add_argument("--distill-from", help="a teacher model folder: train on KL(teacher || student) instead of the "
+                                           "corpus's next token (a draft model for speculative decoding)")
+    ap.add_argument("--init-layers", help="with --distill-from: start from the teacher's embedding, final norm and "
+                                          "these layers (comma-separated indices, e.g. 0,5)")
     return ap
 
 
@@ -191,9 +195,13 @@ def main(argv=None):
     bar = tqdm(total=a.steps if not budget else int(budget), unit="step" if not budget else "s", initial=0)
     model.train()
     last_eval, t0 = elapsed, time.time() - elapsed
+    loss_fn = torch.compile(lm_loss) if a.compile else lm_loss
+    if a.distill_from:
+        layers = [int(i) for i in a.init_layers.split(",")] if a.init_layers and step == 0 else None
+        teacher = load_teacher(a.distill_from, layers, model)
+        loss_fn = lambda m, x: distill_loss(m, teacher, x)  # noqa: E731
     if step == 0 and not a.init_from:
         evaluate()
-    loss_fn = torch.compile(lm_loss) if a.compile else lm_loss
     while progress() < 1:
         p = progress()
         lr = a.lr * min(1.0, (step + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))

@@ -32,6 +32,43 @@ def lm_loss(model, x):
     return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
 
 
+def distill_loss(model, teacher, x):
+    """Distillation: KL(teacher || student) per token of a [B, T+1] batch's first T positions, both under bf16
+    autocast (the softmaxes in float32). The student learns the target's whole next-token distribution, not only
+    the corpus's next token: what a speculative-decoding draft needs (its proposals are kept when they agree with
+    the target, DistillSpec, Zhou et al. 2023)."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        t_logits = teacher(x[:, :-1]).logits
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        s_logits = model(x[:, :-1]).logits
+    v = s_logits.size(-1)
+    return torch.nn.functional.kl_div(torch.log_softmax(s_logits.float().reshape(-1, v), -1),
+                                      torch.log_softmax(t_logits.float().reshape(-1, v), -1),
+                                      log_target=True, reduction="batchmean")
+
+
+def load_teacher(path, layers=None, student=None):
+    """The distillation teacher (an HF folder), frozen. With ``layers`` (teacher layer indices) and ``student``,
+    the student starts from the teacher's embedding (tied with the output layer), final norm and those layers, so
+    it must have the teacher's width, heads and FFN size and ``len(layers)`` layers."""
+    from transformers import AutoModelForCausalLM
+    teacher = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    teacher.requires_grad_(False)
+    if layers:
+        tc, sc = teacher.config, student.config
+        shape = ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size")
+        bad = [f"{k} {getattr(sc, k)} != {getattr(tc, k)}" for k in shape if getattr(sc, k) != getattr(tc, k)]
+        if bad or len(layers) != sc.num_hidden_layers or max(layers) >= tc.num_hidden_layers:
+            raise ValueError(f"--init-layers {layers}: the student must have the teacher's shape and one layer per "
+                             f"index below {tc.num_hidden_layers} ({', '.join(bad) or 'layer count'})")
+        student.model.embed_tokens.load_state_dict(teacher.model.embed_tokens.state_dict())
+        student.model.norm.load_state_dict(teacher.model.norm.state_dict())
+        for i, j in enumerate(layers):
+            student.model.layers[i].load_state_dict(teacher.model.layers[j].state_dict())
+        student.tie_weights()
+    return teacher
+
+
 def make_optimizers(model, kind="adamw", lr=2e-3):
     """AdamW for everything, or Muon for the 2-D weights inside the decoder layers and AdamW for the
     embedding (tied with the output layer) and the norm weights."""

@@ -18,6 +18,11 @@ def test_calculators_by_hand():
     assert small == pytest.approx(calc.spec_tokens_per_step(0.8, 4)) and big < 1
     with pytest.raises(ValueError):
         calc.spec_tokens_per_step(1.5, 2)
+    # break-even acceptance: k = 2 solves a^2 + a - 2c = 0; a draft that costs a whole step never pays off
+    for c in (0.1, 0.3):
+        assert lab08.break_even_alpha(2, c) == pytest.approx((-1 + (1 + 8 * c) ** 0.5) / 2, abs=1e-9)
+        assert calc.spec_speedup(lab08.break_even_alpha(4, c), 4, c) == pytest.approx(1)
+    assert lab08.break_even_alpha(2, 1.5) != lab08.break_even_alpha(2, 1.5)   # nan: slower even when always right
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +41,23 @@ def test_three_methods_on_the_same_prompts(res):
         assert 1 <= m[k]["mean_accepted_length"] <= res["k"] + 1
         assert m[k]["speedup"] == pytest.approx(m[k]["tok_s"] / m["none"]["tok_s"])
     assert m["none"]["proposed"] == 0 and m["none"]["speedup"] == 1
+
+
+def test_acceptance_by_position_and_the_undistilled_draft():
+    r = lab08.run_spec_lab(prompt_len=24, k=2, concurrency=1, output_len=12, text="ordinary", repeats=1,
+                           methods=("none", "draft_model", "draft_model_lm"), load_check=False)
+    assert r["same_tokens"] and set(r["methods"]) == {"none", "draft_model", "draft_model_lm"}
+    for m in ("draft_model", "draft_model_lm"):
+        x = r["methods"][m]
+        by_pos = x["acceptance_by_position"]
+        assert len(by_pos) == 2 and 1 >= by_pos[0] >= by_pos[1] >= 0   # a later draft counts only after the earlier
+        assert sum(by_pos) == pytest.approx(x["mean_accepted_length"] - 1)  # per step: the accepted drafts
+    assert r["methods"]["none"]["acceptance_by_position"] == []
+    assert lab08.spec_config("draft_model_lm", 2)["model"] == str(lab08.DRAFT_LM)
+    cost = lab08.measure_draft_cost(method="draft_model_lm", num_steps=3)
+    assert cost["draft_step_ms"] > 0 and cost["c"] == pytest.approx(cost["draft_step_ms"] / cost["target_step_ms"])
+    with pytest.raises(ValueError):
+        lab08.measure_draft_cost(method="ngram")
 
 
 def test_prompts_have_the_asked_length_and_kind():

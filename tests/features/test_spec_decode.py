@@ -32,6 +32,12 @@ def test_greedy_tokens_identical_on_the_default_model(reference, spec):
     st = llm.engine.speculator.stats()
     assert st["proposed"] > 0 and 0 < st["accepted"] <= st["proposed"]
     assert sum(o.metrics.num_draft_tokens for o in outs) == st["proposed"]
+    # per draft position: the i-th draft is kept only if every one before it was, so the shares never rise with i,
+    # and their sum over positions is the accepted drafts per step (mean accepted length - 1)
+    by_pos = [x for x in st["acceptance_by_position"] if x is not None]
+    assert len(st["acceptance_by_position"]) == spec["num_speculative_tokens"] and by_pos[0] > 0
+    assert all(a >= b for a, b in zip(by_pos, by_pos[1:]))
+    assert sum(by_pos) == pytest.approx(st["mean_accepted_length"] - 1)
     m = outs[0].metrics                          # the repetitive prompt: drafts are accepted, steps gain tokens
     if spec["method"] == "ngram":                # (the shipped draft model is weak: its rate is lower)
         assert m.acceptance_rate > 0.3 and m.mean_accepted_length > 1.5

@@ -193,3 +193,34 @@ def test_smoke_training_run(tmp_path):
     card = (out / "README.md").read_text(encoding="utf-8")
     assert card.startswith("前\n") and card.endswith("後\n") and "古い" not in card
     assert all(f"「{p}」" in card for p in train.PROMPTS) and "nats/文字" in card
+
+
+def test_distillation_mode(tmp_path):
+    """--distill-from: the loss is KL(teacher || student); --init-layers copies the teacher's embedding, norm and
+    layers (a student that is the teacher has KL 0); a fresh student's KL falls; a wrong shape is refused."""
+    corpus, teacher = tmp_path / "c.jsonl.gz", tmp_path / "teacher"
+    _tiny_corpus(corpus)
+    shape = ["--vocab", "300", "--heads", "2", "--ctx", "512", "--seq-len", "32", "--micro-batch", "2", "--accum",
+             "1", "--warmup", "1", "--val-frac", "0.1", "--eval-docs", "1"]
+    train.main(["--corpus", str(corpus), "--out", str(teacher), "--d", "32", "--layers", "2", "--ff", "64",
+                "--steps", "30", "--lr", "1e-2", *shape])              # a teacher far from uniform
+    copy = tmp_path / "copy"
+    (copy / "work").mkdir(parents=True)
+    (copy / "work" / "tokenizer.json").write_bytes((teacher / "tokenizer.json").read_bytes())
+    common = ["--corpus", str(corpus), "--resume", "--distill-from", str(teacher), *shape]
+    train.main(["--out", str(copy), "--d", "32", "--layers", "2", "--ff", "64", "--init-layers", "0,1", "--lr", "0",
+                "--steps", "2", *common])
+    log = json.loads((copy / "train_log.json").read_text(encoding="utf-8"))
+    assert all(abs(loss) < 1e-3 for _, loss in log["train_loss"])          # the student is the teacher
+    wt, ws = load_file(teacher / "model.safetensors"), load_file(copy / "model.safetensors")
+    assert all(torch.equal(wt[k], ws[k]) for k in wt)
+    fresh = tmp_path / "fresh"
+    (fresh / "work").mkdir(parents=True)
+    (fresh / "work" / "tokenizer.json").write_bytes((teacher / "tokenizer.json").read_bytes())
+    train.main(["--out", str(fresh), "--d", "16", "--layers", "1", "--ff", "32", "--lr", "1e-2", "--steps", "30",
+                *common])
+    losses = [loss for _, loss in json.loads((fresh / "train_log.json").read_text(encoding="utf-8"))["train_loss"]]
+    assert losses[0] > 0.1 and sum(losses[-5:]) / 5 < 0.8 * losses[0]
+    with pytest.raises(ValueError, match="--init-layers"):
+        train.main(["--out", str(fresh), "--d", "16", "--layers", "1", "--ff", "32", "--init-layers", "0",
+                    "--steps", "1", *common])

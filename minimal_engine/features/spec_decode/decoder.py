@@ -72,6 +72,7 @@ class SpecDecoder:
         self.rejection_sample = rejection_sampler or rejection_sample
         self.q: dict = {}                    # request id -> the draft's q [k, V] (None: one-hot proposals)
         self.proposed = self.accepted = self.steps = 0
+        self.accepted_at = [0] * k           # per draft position: verification steps that kept the draft there
         self.last_verified: list = []        # the latest verify call: (seq, drafts, tokens) per request with drafts
 
     def validate(self, params) -> None:
@@ -85,10 +86,14 @@ class SpecDecoder:
                 raise ValueError(f"{what} is not supported with speculative decoding (speculative_config)")
 
     def stats(self) -> dict:
-        """Engine totals: proposed and accepted drafts, acceptance rate, mean accepted length (tokens per step)."""
+        """Engine totals: proposed and accepted drafts, acceptance rate, mean accepted length (tokens per step), and
+        per draft position i the share of verification steps that kept an i-th draft (vLLM's acceptance rate per
+        position: it falls with i, since the i-th draft counts only when every one before it was kept; the shares
+        add up to mean_accepted_length - 1)."""
         return {"proposed": self.proposed, "accepted": self.accepted, "steps": self.steps,
                 "acceptance_rate": self.accepted / self.proposed if self.proposed else None,
-                "mean_accepted_length": 1 + self.accepted / self.steps if self.steps else None}
+                "mean_accepted_length": 1 + self.accepted / self.steps if self.steps else None,
+                "acceptance_by_position": [a / self.steps if self.steps else None for a in self.accepted_at]}
 
     # ---- called by LLMEngine.step and ModelRunner.run ----------------------------------------------------
     def propose(self, running: list) -> None:
@@ -145,6 +150,8 @@ class SpecDecoder:
             m.num_draft_tokens, m.num_accepted_tokens, m.num_spec_steps = (
                 m.num_draft_tokens + k, m.num_accepted_tokens + n, m.num_spec_steps + 1)
             self.proposed, self.accepted, self.steps = self.proposed + k, self.accepted + n, self.steps + 1
+            for j in range(n):
+                self.accepted_at[j] += 1
             out[seq] = tokens
             self.last_verified.append((seq, list(seq.spec_token_ids), tokens))
         return out
