@@ -35,9 +35,10 @@ ENV_SWITCH = "MINIMAL_ENGINE_CPU_KERNELS"   # "plain": no fast path; unset or "a
 PACK_LIMIT_BYTES = 2 << 30                  # pre-packing keeps a second copy of the weights: not for big models
 MV, PREPACKED, PLAIN = "aten mv", "oneDNN pre-packed", "plain"
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}   # relative to the output's largest value
-# oneDNN lays the packed weight out for a batch-size hint. For float32 a hint of 1 picks a layout that is slow at
-# every row count: hint 16 made one row 1.5x and 32 rows 1.6x faster on the 125M shape (2 threads, AVX-512), and
-# 3 rows 1.5x faster, 1 row 1.05x, on AVX2 (benchmarks/README.md, "float32 packing hint"). bf16: no difference.
+# oneDNN lays the packed weight out for a batch-size hint. For float32 a hint of 1 picks a slow layout: with 16 the
+# engine's decode step of the 125M shape took 8.70 ms instead of 12.46 at batch 1 and 33.2 instead of 42.6 at batch
+# 32 (2 threads, AVX-512); on AVX2 batch 1 stayed within noise and batch 32 went 60.5 -> 45.1 ms
+# (benchmarks/pack_hint.py; benchmarks/README.md, "float32 packing hint"). bf16: within 5 % either way.
 PACK_HINT = {torch.float32: 16, torch.bfloat16: 1}
 
 

@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--enable-prefix-caching", action="store_true", help="reuse KV blocks of shared prompt prefixes")
     parser.add_argument("--max-queue", type=int, default=64, help="waiting requests beyond max-num-seqs; more get 429")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: all cores but one, left to the HTTP side; see serve_threads)")
     d = ServeLimits()
     parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="larger bodies get 413")
     parser.add_argument("--max-prompt-chars", type=int, default=None,
@@ -57,19 +58,38 @@ def make_llm(args: argparse.Namespace):
                tensor_parallel_size=args.tensor_parallel_size, speculative_config=args.speculative_config)
 
 
+def serve_threads(requested: int | None, default_threads: int, env: dict) -> int | None:
+    """Torch threads for a CPU server: ``--threads`` if given; else None (leave PyTorch's choice) when OMP_NUM_THREADS
+    is set; else every core PyTorch would use but one. The event loop (HTTP, JSON, detokenizing) needs a core of its
+    own: with as many OpenMP threads as cores, each parallel region waits for the thread the loop displaced (2 cores,
+    default model, float32, 128 in / 128 out, one client: TPOT 5.5 ms with 2 threads, 2.7 ms with 1; benchmarks/
+    README.md). vLLM's CPU guide gives the same advice: keep the OpenMP threads off the web-service event loop."""
+    if requested is not None:
+        if requested < 1:
+            raise SystemExit(f"--threads must be at least 1, got {requested}")
+        return requested
+    if env.get("OMP_NUM_THREADS"):
+        return None
+    return max(1, default_threads - 1)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    import os
+
     import torch
     import uvicorn
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = serve_threads(args.threads, torch.get_num_threads(), os.environ)
+    if threads is not None:
+        torch.set_num_threads(threads)
     llm = make_llm(args)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: listening on {args.host}: anyone who can reach this address can use the server; "
               "clients must send a Host header named by --host or --allowed-host")
     name = args.served_model_name or llm.model_name
-    print(f"serving {name!r} on http://{args.host}:{args.port} ({llm.device}, {llm.dtype})")
+    print(f"serving {name!r} on http://{args.host}:{args.port} ({llm.device}, {llm.dtype}, "
+          f"{torch.get_num_threads()} torch threads)")
     limits = ServeLimits(args.max_body_bytes, args.max_prompt_chars, args.body_timeout, args.header_timeout,
                          (*LOOPBACK_NAMES, args.host, *args.allowed_host), args.docs, args.shutdown_timeout,
                          args.write_timeout)
