@@ -25,6 +25,10 @@ Steps:
 5. Save an HF folder: config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
    generation_config.json, train_log.json and loss_curve.png.
 
+Distillation (a draft model for speculative decoding, chapter 8): ``--distill-from TEACHER`` trains on
+KL(teacher || student) over the same corpus windows instead of the next-token cross-entropy; with ``--init-layers
+0,..`` the student (the teacher's width) starts from the teacher's embedding, final norm and those layers.
+
 ``--card --out DIR`` instead rewrites the generated sections of DIR/README.md (metrics, sample continuations).
 The pieces live beside this file: train_data.py (corpus, split, tokenizer, bigram baseline) and train_model.py
 (model, loss, optimizers, nats/char, ``--evaluate``); this file is the command line and the training loop.
@@ -149,6 +153,8 @@ def main(argv=None):
     if a.card:
         print(fill_card(a.out))
         return
+    if a.init_layers and not a.distill_from:
+        raise SystemExit("--init-layers copies a teacher's layers: it needs --distill-from TEACHER")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     work = a.work or os.path.join(a.out, "work")

@@ -224,3 +224,5 @@ def test_distillation_mode(tmp_path):
     with pytest.raises(ValueError, match="--init-layers"):
         train.main(["--out", str(fresh), "--d", "16", "--layers", "1", "--ff", "32", "--init-layers", "0",
                     "--steps", "1", *common])
+    with pytest.raises(SystemExit, match="--distill-from"):
+        train.main(["--corpus", str(corpus), "--out", str(fresh), "--init-layers", "0"])
