@@ -9,10 +9,10 @@ multiplies one row by every matrix in turn; the median pass time gives GB/s of w
     left out where it fails its probe on this CPU: bf16 needs AVX-512 or AVX-NE-CONVERT, see cpu_linears.py);
   * plain `F.linear` (bf16: oneDNN where the CPU runs it, the weight laid out again on every call; fp32: MKL's
     matrix-vector product);
-  * bf16 only: ATen's matrix-vector kernel through `torch.mv` (`cpu_linears.matvec`, the engine's one-row path),
-    the same product as F.linear with oneDNN switched off process-wide (the path the engine took before; the
-    switch is why it was replaced), and `_weight_int8pack_mm` on int8 weights (chapter 6's one-row INT8 kernel;
-    GB/s of int8 bytes; left out where it fails its probe);
+  * bf16 only: ATen's matrix-vector kernel through `torch.mv` (`cpu_linears.matvec`, the engine's one-row path,
+    oneDNN switched off for each call), the same product as F.linear with oneDNN switched off for the whole pass,
+    and `_weight_int8pack_mm` on int8 weights (chapter 6's one-row INT8 kernel; GB/s of int8 bytes; left out
+    where it fails its probe);
 and, for the same bytes, a plain `sum` over one buffer: what this machine streams at all.
 `--in-cache` repeats one layer's matrices instead (they stay in the cache): the order of the kernels changes.
 """
@@ -47,7 +47,7 @@ def median_s(fn, reps: int) -> float:
 
 
 def onednn_off(fn):
-    """fn() with oneDNN switched off for the whole process (the engine's one-row path before cpu_linears)."""
+    """fn() with oneDNN switched off for the whole process, once around the whole pass."""
     enabled = torch._C._get_mkldnn_enabled()
     torch._C._set_mkldnn_enabled(False)
     try:

@@ -9,7 +9,7 @@ kept in a `CpuKernels` (`llm.engine.runner.cpu_kernels`; `describe()` gives the 
 
 Kernels (GB/s of weights read at one row when they stream from memory: benchmarks/matvec_kernels.py):
   * "aten mv": `torch.mv`, ATen's matrix-vector kernel (bf16 with fp32 accumulation). The bf16 path for one row
-    (batch-1 decode). It goes to ATen whatever the oneDNN switch says, so no process-wide flag is flipped.
+    (batch-1 decode). oneDNN is switched off for the call only (`matvec`), or torch.mv takes oneDNN's slower gemv.
   * "oneDNN pre-packed": the weight re-laid once into oneDNN's blocked layout, multiplied with
     `mkldnn._linear_pointwise`. bf16 with more than one row (plain bf16 F.linear re-lays the weight on every
     call: about half the speed), float32 at every row count (plain fp32 F.linear, MKL's matrix-vector product,
@@ -51,8 +51,19 @@ def find_op(namespace: str, name: str):
 
 
 def matvec(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., in] with one row @ weight.T [in, out] -> [..., out]: ATen's matrix-vector kernel (torch.mv)."""
-    y = torch.mv(weight, x.reshape(-1))                           # [out]
+    """x [..., in] with one row @ weight.T [in, out] -> [..., out]: ATen's matrix-vector kernel (torch.mv).
+
+    Where the CPU has AVX512-BF16, torch.mv hands bf16 to oneDNN's gemv unless oneDNN is switched off, and that
+    gemv read weights at 13.5 GB/s here against 46-49 GB/s for ATen's own kernel (benchmarks/matvec_kernels.py,
+    AMD EPYC, 2 threads). So oneDNN is switched off for this one call and switched back at once: the switch is
+    process-wide, and the engine's forward runs on one thread, so nothing else runs in between.
+    """
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        y = torch.mv(weight, x.reshape(-1))                       # [out]
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
     if bias is not None:
         y = y + bias
     return y.view(*x.shape[:-1], weight.shape[0])

@@ -150,7 +150,7 @@ def test_cpu_linear_keeps_the_parameters_and_the_state_dict():
 
 def test_matvec_equals_linear():
     """One row through ATen's matrix-vector kernel: F.linear's numbers within bf16 rounding, any leading dims;
-    the process-wide oneDNN switch is never touched."""
+    the process-wide oneDNN switch is as it was afterwards."""
     torch.manual_seed(0)
     w, b = torch.randn(96, 64).bfloat16(), torch.randn(96).bfloat16()
     before = torch._C._get_mkldnn_enabled()
@@ -161,6 +161,24 @@ def test_matvec_equals_linear():
     with pytest.raises(RuntimeError):
         cl.matvec(torch.randn(1, 65).bfloat16(), w, b)                           # wrong width
     assert torch._C._get_mkldnn_enabled() == before
+
+
+def test_matvec_keeps_onednn_off_for_its_call_only(monkeypatch):
+    """torch.mv runs with oneDNN switched off (else it takes oneDNN's slower bf16 gemv on AVX512-BF16 CPUs), and the
+    process-wide switch is back as it was afterwards, also when the product raises."""
+    seen, real_mv = [], torch.mv
+    monkeypatch.setattr(torch, "mv", lambda w, v: seen.append(torch._C._get_mkldnn_enabled()) or real_mv(w, v))
+    w = torch.randn(8, 4).bfloat16()
+    for enabled in (True, False):
+        torch._C._set_mkldnn_enabled(enabled)
+        try:
+            cl.matvec(torch.randn(1, 4).bfloat16(), w, None)
+            with pytest.raises(RuntimeError):
+                cl.matvec(torch.randn(1, 5).bfloat16(), w, None)
+            assert torch._C._get_mkldnn_enabled() == enabled
+        finally:
+            torch._C._set_mkldnn_enabled(True)
+    assert seen == [False] * 4
 
 
 def test_probes_report_why():
