@@ -53,10 +53,11 @@ def find_op(namespace: str, name: str):
 def matvec(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x [..., in] with one row @ weight.T [in, out] -> [..., out]: ATen's matrix-vector kernel (torch.mv).
 
-    Where the CPU has AVX512-BF16, torch.mv hands bf16 to oneDNN's gemv unless oneDNN is switched off, and that
-    gemv read weights at 13.5 GB/s here against 46-49 GB/s for ATen's own kernel (benchmarks/matvec_kernels.py,
-    AMD EPYC, 2 threads). So oneDNN is switched off for this one call and switched back at once: the switch is
-    process-wide, and the engine's forward runs on one thread, so nothing else runs in between.
+    With oneDNN enabled, torch.mv hands bf16 to oneDNN's gemv on CPUs that pass PyTorch's oneDNN bf16 check, and
+    on this project's AVX-512 machine that gemv read weights at 13.5 GB/s against 45-49 GB/s for ATen's own kernel
+    (benchmarks/matvec_kernels.py, AMD EPYC, 2 threads). So oneDNN is switched off for this one call and switched
+    back at once: the switch is process-wide, and the engine's forward runs on one thread, so nothing else runs in
+    between. (Where the check fails, e.g. AVX2 laptops, torch.mv takes ATen's kernel either way.)
     """
     enabled = torch._C._get_mkldnn_enabled()
     torch._C._set_mkldnn_enabled(False)
