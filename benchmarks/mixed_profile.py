@@ -29,14 +29,18 @@ from minimal_engine.bench.workload import random_requests
 
 
 class StepLog:
-    """Wraps a model's forward: records each forward's rows, prefill tokens, context tokens and time."""
+    """`with StepLog(model) as log:` records each forward's rows, prefill tokens, context tokens and time
+    (log.rows); on exit the model's own forward is back."""
 
     def __init__(self, model):
-        self.rows, self.forward = [], model.forward
+        self.model, self.rows = model, []
+
+    def __enter__(self):
+        forward = self.model.forward
 
         def timed(input_ids, batch, kv_caches):
             t = time.perf_counter()
-            out = self.forward(input_ids, batch, kv_caches)
+            out = forward(input_ids, batch, kv_caches)
             d = batch.num_decodes
             real = padded = 0
             if batch.decode_padding is not None:                 # [D, 1, 1, W * block_size], True = padding
@@ -47,7 +51,11 @@ class StepLog:
             self.rows.append({"decodes": d, "prefill_tokens": int(input_ids.numel()) - d, "context_real": real,
                               "context_padded": padded, "forward_s": time.perf_counter() - t})
             return out
-        model.forward = timed
+        self.model.forward = timed
+        return self
+
+    def __exit__(self, *exc):
+        del self.model.forward                                   # the class's forward again
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -91,10 +99,10 @@ def main(argv=None) -> int:
     llm = LLM(a.model, dtype=a.dtype, max_num_seqs=64, seed=0)
     reqs = random_requests(64, 512, 256, llm.model_config.vocab_size, 0.125, 0.0625, seed=0)
     run_offline(llm, reqs[:2], 2, use_tqdm=False)                       # warm-up
-    log = StepLog(llm.engine.runner.model)
-    t = time.perf_counter()
-    res = run_offline(llm, reqs, 32, use_tqdm=False, warmup=False)
-    wall = time.perf_counter() - t
+    with StepLog(llm.engine.runner.model) as log:
+        t = time.perf_counter()
+        res = run_offline(llm, reqs, 32, use_tqdm=False, warmup=False)
+        wall = time.perf_counter() - t
     s = summarize(log.rows)
     s.update(wall_s=wall, output_tok_s=res["output_throughput"], static_batches_of_32=static_batches(reqs, 32))
     d = s["decode_only"]
@@ -107,7 +115,6 @@ def main(argv=None) -> int:
     print(f"steps with prefill: {w['steps']} taking {w['seconds']:.1f} s; {w['prefill_tokens']} prefill tokens "
           f"({w['seconds'] / max(1, w['prefill_tokens']) * 1000:.2f} ms per token incl. {w['decode_rows']} decode rows)")
     print("transformers' static batches of 32 (counted):", s["static_batches_of_32"])
-    llm.engine.runner.model.forward = log.forward
     prof = profile_decode_steps(llm, int(d["median_rows"]), int(d["median_context"]))
     print(format_profile(prof))
     if a.out:

@@ -252,3 +252,29 @@ def test_cpu_dtypes_measures_both_dtypes_with_their_kernels(llama_dir, capsys):
     assert "bfloat16: bf16: 1 row" in out and "float32: fp32: 1 row" in out
     assert "bf16 / fp32: TPOT" in out and out.count("batch-1 TPOT median") == 2
     assert cd.cpu_flags() != ""
+
+
+def test_mixed_profile_sorts_steps_by_kind(llama_dir):
+    """benchmarks/mixed_profile.py: every forward is logged; prompt tokens land in the steps with prefill, the other
+    tokens in decode rows; the log unhooks cleanly; transformers' static batches are counted with their padding."""
+    from minimal_engine.bench.offline import run_offline
+    from minimal_engine.bench.workload import BenchRequest
+    mp = load_benchmark("mixed_profile")
+    llm = LLM(llama_dir, dtype="float32", device="cpu", max_num_seqs=4)
+    reqs = [BenchRequest(list(range(10, 50)), 6), BenchRequest(list(range(60, 70)), 4),
+            BenchRequest(list(range(80, 105)), 5)]
+    model = llm.engine.runner.model
+    p = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    before = llm.generate([reqs[0].prompt_ids], p, use_tqdm=False)[0].token_ids
+    with mp.StepLog(model) as log:
+        run_offline(llm, reqs, 3, use_tqdm=False, warmup=False)
+    assert "forward" not in vars(model)                                 # unhooked
+    assert llm.generate([reqs[0].prompt_ids], p, use_tqdm=False)[0].token_ids == before
+    s = mp.summarize(log.rows)
+    assert s["with_prefill"]["prefill_tokens"] == 40 + 10 + 25
+    assert s["decode_only"]["rows"] + s["with_prefill"]["decode_rows"] == (6 - 1) + (4 - 1) + (5 - 1)
+    assert s["steps"] == len(log.rows) == s["decode_only"]["steps"] + s["with_prefill"]["steps"]
+    assert s["decode_only"]["padded_over_real_context"] >= 1 and s["forward_s"] > 0
+    assert mp.static_batches(reqs, 2) == {"prompt_tokens": 2 * 40 + 25, "decode_rows": 2 * 6 + 5,
+                                          "useful_prompt_tokens": 75, "useful_output_tokens": 15}
+    assert llm.engine.block_manager.num_free_blocks == llm.engine.block_manager.num_blocks
