@@ -164,7 +164,7 @@ def test_matvec_equals_linear():
 
 
 def test_matvec_keeps_onednn_off_for_its_call_only(monkeypatch):
-    """torch.mv runs with oneDNN switched off (else it takes oneDNN's slower bf16 gemv on AVX512-BF16 CPUs), and the
+    """torch.mv runs with oneDNN switched off (else it may take oneDNN's slower bf16 gemv), and the
     process-wide switch is back as it was afterwards, also when the product raises."""
     seen, real_mv = [], torch.mv
     monkeypatch.setattr(torch, "mv", lambda w, v: seen.append(torch._C._get_mkldnn_enabled()) or real_mv(w, v))
