@@ -57,7 +57,9 @@ def measure_bandwidth(megabytes: int = 128, repeats: int = 5, device="cpu") -> d
 
 
 def measure_matvec_bandwidth(n: int = 4096, dtype=torch.bfloat16, repeats: int = 10, device="cpu") -> float:
-    """Bytes/s of a matrix-vector product (the matrix is read once): what a batch-1 decode step does."""
+    """Bytes/s of a matrix-vector product (the matrix is read once), with PyTorch's default kernel for `v @ w.T`:
+    the kind of work a batch-1 decode step does. (The engine's own one-row kernels on the CPU, which can be faster,
+    are compared in benchmarks/matvec_kernels.py.)"""
     w = torch.randn(n, n, device=device).to(dtype)
     v = torch.randn(1, n, device=device).to(dtype)
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
