@@ -67,19 +67,40 @@ def record_quiz(chapter: str, score: int, total: int) -> None:
     _save(data)
 
 
+REVIEW_LABEL = "総復習"      # quizzes/11_review: the whole course, its own row after chapter 10
+
+
+def quiz_row(key: str) -> str | None:
+    """The row of the progress table a quiz score saved under ``key`` belongs to: ``"05_batching"``,
+    ``"05"`` and ``"5"`` -> ``"第5章"``; ``"11_review"`` -> ``"総復習"``; anything else -> None.
+    (A quiz records under its bank's name, ``course.quiz.widget.QuizWidget.from_bank``.)"""
+    head = str(key).split("_", 1)[0]
+    if not head.isdigit():
+        return None
+    n = int(head)
+    if 1 <= n <= 10:
+        return f"第{n}章"
+    return REVIEW_LABEL if n == 11 else None
+
+
 def rows(exercise_ids: list[str] | None = None) -> list[dict]:
-    """One row per chapter: 章, クイズの得点, 合格した演習."""
+    """One row per chapter (第1章 … 第10章) and one for the review quiz (総復習): 章, クイズの得点, 合格した演習."""
     data = load()
     if exercise_ids is None:
         from course.exercises.registry import EXERCISE_IDS
         exercise_ids = EXERCISE_IDS
+    quizzes = {}
+    for key, q in data["quizzes"].items():
+        row = quiz_row(key)
+        if row and isinstance(q, dict) and "score" in q and "total" in q:
+            quizzes[row] = q            # both "05" and "05_batching" saved: the later one in the file counts
     out = []
-    for ch in range(1, 11):
-        key = f"{ch:02d}"
-        q = data["quizzes"].get(key) or data["quizzes"].get(str(ch))
-        ex = [i for i in exercise_ids if i.startswith(key + "_")]
+    for ch in [*range(1, 12)]:
+        label = f"第{ch}章" if ch <= 10 else REVIEW_LABEL
+        q = quizzes.get(label)
+        ex = [i for i in exercise_ids if i.startswith(f"{ch:02d}_")]
         done = [i for i in ex if data["exercises"].get(i, {}).get("passed")]
-        out.append({"章": ch, "クイズの得点": f"{q['score']}/{q['total']}" if q else "—",
+        out.append({"章": label, "クイズの得点": f"{q['score']}/{q['total']}" if q else "—",
                     "合格した演習": f"{len(done)}/{len(ex)}" if ex else "—"})
     return out
 

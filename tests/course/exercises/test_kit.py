@@ -35,7 +35,7 @@ def test_progress_records_and_recovers(tmp_path, monkeypatch):
     assert progress.record_exercise("01_request_metrics", True) == 2
     progress.record_quiz("01", 4, 5)
     row = progress.rows(["01_request_metrics"])[0]
-    assert row == {"章": 1, "クイズの得点": "4/5", "合格した演習": "1/1"}
+    assert row == {"章": "第1章", "クイズの得点": "4/5", "合格した演習": "1/1"}
     assert json.loads(path.read_text(encoding="utf-8"))["exercises"]["01_request_metrics"]["passed"] is True
 
 
