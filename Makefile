@@ -23,11 +23,15 @@ $(STAMP): requirements.txt pyproject.toml
 # 元のノートブックを実行・保存しないので、git pull が「ローカルの変更」で止まらない (course/tooling/workspace.py)。
 # root (Docker や一部のクラウド環境) では JupyterLab が --allow-root を求める
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
+# JupyterLab の既定の設定 (course/jupyterlab_settings/overrides.json): メニューを日本語 (jupyterlab-language-pack-ja-JP) に、
+# Jupyter のニュースを取りに行かない。受講者が「設定」→「言語」で変えた値はユーザー設定として残り、こちらより優先される
+LAB_SETTINGS := $(CURDIR)/course/jupyterlab_settings
 
 lab: $(STAMP)
 	$(BIN)/python -m course.tooling.workspace sync
 	$(BIN)/python -m jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=. \
-		--LabApp.default_url=/lab/tree/work/lessons/00_course_guide.ipynb
+		--LabApp.default_url=/lab/tree/work/lessons/00_course_guide.ipynb \
+		--LabApp.app_settings_dir=$(LAB_SETTINGS)
 
 # 元のノートブックの変更を work/ に保存して戻し、git pull --ff-only、新しい章を work/ にコピーする。
 # requirements.txt が変わっていれば、続く $(MAKE) setup が入れ直す。

@@ -81,6 +81,15 @@ def test_make_lab_serves_the_whole_course(tmp_path):
         guide = json.load(urllib.request.urlopen(f"{url}/api/contents/lessons/00_course_guide.ipynb?token=test",
                                                  timeout=10))
         assert guide["type"] == "notebook"
+        # JupyterLab in Japanese by default: the language pack is installed and `make lab`'s app settings
+        # (course/jupyterlab_settings/overrides.json) make ja_JP the default locale (a user setting still wins)
+        api = f"{url}/lab/api/settings/@jupyterlab/translation-extension:plugin?token=test"
+        schema = json.load(urllib.request.urlopen(api, timeout=10))["schema"]
+        assert schema["properties"]["locale"]["default"] == "ja_JP"
+        packs = json.load(urllib.request.urlopen(f"{url}/lab/api/translations/?token=test", timeout=10))["data"]
+        assert "ja_JP" in packs, packs
+        menus = json.load(urllib.request.urlopen(f"{url}/lab/api/translations/ja_JP?token=test", timeout=10))
+        assert menus["data"]["jupyterlab"]["menu\u0004Kernel"] == ["カーネル"]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
