@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from minimal_engine.serve.auth import ApiKeyCheck
 from minimal_engine.serve.completions import Completions, no_constants
 from minimal_engine.serve.engine_loop import EngineLoop
 from minimal_engine.serve.limits import HostCheck, ServeLimits, check_json, error_response, header_timeout_protocol, read_body
@@ -59,6 +60,8 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
 
     docs = {} if limits.docs else dict(docs_url=None, redoc_url=None, openapi_url=None)
     app = FastAPI(title="minimal_engine", lifespan=lifespan, **docs)
+    if limits.api_key:                      # added first, so it runs after the Host check (auth.py)
+        app.add_middleware(ApiKeyCheck, api_key=limits.api_key)
     app.add_middleware(HostCheck, allowed_hosts=limits.allowed_hosts)
     app.state.engine_loop, app.state.limits, app.state.metrics = loop, limits, metrics
 

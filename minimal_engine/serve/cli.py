@@ -3,14 +3,20 @@
     python -m minimal_engine.serve --model PATH|synthetic:NAME --host 127.0.0.1 --port 8000 [--max-queue 64]
         [--max-body-bytes N] [--max-prompt-chars N] [--header-timeout S] [--body-timeout S]
         [--allowed-host NAME ...] [--docs] [--quantization int8] [--kv-cache-dtype fp8|int8]
-        [--tensor-parallel-size N] [--speculative-config JSON]
+        [--tensor-parallel-size N] [--speculative-config JSON] [--api-key KEY]
+
+A --host other than loopback (0.0.0.0 for a classroom's shared server) needs an API key:
+--api-key KEY or the environment variable MINIMAL_ENGINE_API_KEY (vLLM's is VLLM_API_KEY);
+without one the server refuses to start, before loading the model (auth.py).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from minimal_engine.serve.app import build_app
+from minimal_engine.serve.auth import ENV_VAR, check_bind, is_loopback, resolve_api_key
 from minimal_engine.serve.limits import LOOPBACK_NAMES, ServeLimits, header_timeout_protocol
 
 
@@ -41,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allowed-host", action="append", default=[],
                         help="a Host name clients may use besides the loopback names and --host ('*': any)")
     parser.add_argument("--docs", action="store_true", help="serve FastAPI's interactive /docs (off by default)")
+    parser.add_argument("--api-key", default=None,
+                        help=f"clients must send 'Authorization: Bearer KEY' (every route but "
+                             f"/health and /metrics); default: ${ENV_VAR}; required for a "
+                             "non-loopback --host")
     # the chapters' engine features, named as in vLLM (chapters 6, 7 and 8)
     parser.add_argument("--quantization", default=None, choices=["int8"], help="weight-only INT8 (quantization.py)")
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8", "int8"], help="KV pool format")
@@ -74,9 +84,13 @@ def serve_threads(requested: int | None, default_threads: int, env: dict) -> int
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    import os
-
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:                                    # before the model loads: a refused start costs nothing
+        api_key = resolve_api_key(args.api_key, os.environ)
+        check_bind(args.host, api_key)
+    except ValueError as e:
+        parser.error(str(e))
     import torch
     import uvicorn
 
@@ -84,15 +98,18 @@ def main(argv=None) -> int:
     if threads is not None:
         torch.set_num_threads(threads)
     llm = make_llm(args)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: listening on {args.host}: anyone who can reach this address can use the server; "
-              "clients must send a Host header named by --host or --allowed-host")
+    if not is_loopback(args.host):
+        print(f"listening on {args.host}: clients on the network call http://<this machine's "
+              f"address>:{args.port}/v1 with 'Authorization: Bearer KEY'; a host name in their "
+              "URL needs --allowed-host")
+    if api_key:
+        print("API key required on every route but /health and /metrics")
     name = args.served_model_name or llm.model_name
     print(f"serving {name!r} on http://{args.host}:{args.port} ({llm.device}, {llm.dtype}, "
           f"{torch.get_num_threads()} torch threads)")
     limits = ServeLimits(args.max_body_bytes, args.max_prompt_chars, args.body_timeout, args.header_timeout,
                          (*LOOPBACK_NAMES, args.host, *args.allowed_host), args.docs, args.shutdown_timeout,
-                         args.write_timeout)
+                         args.write_timeout, api_key)
     uvicorn.run(build_app(llm, args.max_queue, args.served_model_name, limits), host=args.host, port=args.port,
                 log_level="warning", http=header_timeout_protocol(limits.header_timeout_s),
                 timeout_graceful_shutdown=limits.shutdown_timeout_s)

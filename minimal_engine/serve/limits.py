@@ -1,6 +1,7 @@
 """What the server refuses before it does any work, and how long it waits for a client.
 
-    ServeLimits      the knobs (body size, timeouts, allowed Host names, prompt length, interactive docs)
+    ServeLimits      the knobs (body size, timeouts, allowed Host names, prompt length,
+                     interactive docs, the API key: auth.py)
     HostCheck        ASGI middleware: a Host header that is not ours -> 400 JSON (DNS rebinding protection)
     read_body()      the request body, refused above max_body_bytes (413) or after body_timeout_s (408)
     check_json()     POST bodies must say Content-Type: application/json (415), so a web page cannot send one
@@ -11,11 +12,14 @@
 Why Host matters on a learner's laptop: a web page on evil.example can make its own name resolve to
 127.0.0.1 (DNS rebinding); the browser then sends `Host: evil.example:8000` to our loopback server and lets
 the page read the answer. Refusing Host names that are not the bound address stops that.
+A server bound to 0.0.0.0 is reached at the machine's LAN address (http://192.168.1.20:8000):
+a Host naming the address the connection arrived at is allowed too, since a rebinding page
+can only send its own name.
 """
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi.responses import JSONResponse
 
@@ -34,6 +38,7 @@ class ServeLimits:
     docs: bool = False                     # FastAPI's /docs, /redoc, /openapi.json (off: nothing extra exposed)
     shutdown_timeout_s: float = 10.0       # SIGTERM: drain this long, then cancel what is left and exit
     write_timeout_s: float = 30.0          # a streaming client must take each chunk within this, or is dropped
+    api_key: str | None = field(default=None, repr=False)   # needed on all but /health, /metrics
 
 
 def error_response(e: RequestError) -> JSONResponse:
@@ -48,6 +53,15 @@ def host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+def local_address(scope) -> str | None:
+    """The address of this machine that the connection reached (uvicorn's scope["server"]); an
+    IPv4 client of a dual-stack '::' socket arrives as '::ffff:a.b.c.d', named here a.b.c.d."""
+    server = scope.get("server")
+    if not server or not isinstance(server[0], str):
+        return None
+    return server[0].lower().removeprefix("::ffff:")
+
+
 class HostCheck:
     """Pure ASGI middleware (no buffering, streaming and disconnects pass through untouched)."""
 
@@ -57,9 +71,11 @@ class HostCheck:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and "*" not in self.allowed:
             host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
-            if host_name(host) not in self.allowed:
-                e = RequestError(f"Host {host[:100]!r} is not served here (allowed: {', '.join(sorted(self.allowed))}; "
-                                 "see --allowed-host)", None, "invalid_host")
+            if host_name(host) not in self.allowed and host_name(host) != local_address(scope):
+                names = ", ".join(sorted(self.allowed))
+                e = RequestError(f"Host {host[:100]!r} is not served here (allowed: {names} and "
+                                 "the address the connection reached; see --allowed-host)", None,
+                                 "invalid_host")
                 await error_response(e)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
