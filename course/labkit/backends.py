@@ -11,13 +11,17 @@ time, and the run's medians, ITL p99 / max and throughputs, computed by ``minima
 steps. A server is measured from the client with the project's online bench client
 (``minimal_engine.bench.online.send_one``), as ``vllm bench serve`` does; prompts are random token ids of
 the course model's tokenizer (or ``tokenizer=``) sent as text, and the server reports the real counts.
+A shared server started with an API key (a workshop's) needs ``api_key=`` (default: the
+environment variable MINIMAL_ENGINE_API_KEY, which the server reads too), sent as
+``Authorization: Bearer``.
 """
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from minimal_engine import SamplingParams
 from minimal_engine.engine.metrics import summarize
@@ -33,6 +37,7 @@ class Backend:
     base_url: str | None = None         # openai only, e.g. "http://127.0.0.1:8000"
     tokenizer: str | None = None        # openai only: tokenizer folder for the random prompts
     endpoint: str = "/v1/completions"
+    api_key: str | None = field(default=None, repr=False)    # openai only; never printed
 
     @property
     def label(self) -> str:
@@ -44,14 +49,19 @@ def local_backend(model: str = "default", device: str = "cpu") -> Backend:
 
 
 def openai_backend(base_url: str, model: str, tokenizer: str | None = None,
-                   endpoint: str = "/v1/completions") -> Backend:
+                   endpoint: str = "/v1/completions", api_key: str | None = None) -> Backend:
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
         raise ValueError(f"サーバーの URL（base_url）は http:// か https:// で始めてください（例: http://127.0.0.1:8000）。"
                          f" / base_url must start with http:// or https://, got {base_url!r}")
     if not isinstance(model, str) or not model.strip():
         raise ValueError("サーバーのモデル名（model）を入れてください（サーバーの /v1/models に出る名前）。"
                          " / model (the served model name) is required")
-    return Backend("openai", model.strip(), "", base_url.rstrip("/"), tokenizer, endpoint)
+    key = api_key if api_key is not None else os.environ.get("MINIMAL_ENGINE_API_KEY") or None
+    if key is not None and (not isinstance(key, str) or not key.strip()):
+        raise ValueError("API キー（api_key）が空です。講師から配られたキーを文字列で"
+                         "入れてください。 / api_key is empty: pass the server's key")
+    return Backend("openai", model.strip(), "", base_url.rstrip("/"), tokenizer, endpoint,
+                   key.strip() if key else None)
 
 
 # ---------------------------------------------------------------- the common result
@@ -188,7 +198,7 @@ def _run_in_thread(coro_fn):
 def _run_openai(backend: Backend, plan, output_len, seed, progress, timeout_s: float = 600.0) -> dict:
     import httpx
 
-    from minimal_engine.bench.online import request_body, send_one
+    from minimal_engine.bench.online import auth_headers, request_body, send_one
     url = backend.base_url + backend.endpoint
     texts = _text_prompts(backend, plan, seed)
     total, state = output_len * len(plan), {"chunks": 0, "finished": 0}
@@ -213,15 +223,20 @@ def _run_openai(backend: Backend, plan, output_len, seed, progress, timeout_s: f
     async def main():
         limits = httpx.Limits(max_connections=len(plan) + 4)
         timeout = httpx.Timeout(timeout_s, connect=10.0)        # an unreachable server fails in seconds
-        async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+        async with httpx.AsyncClient(timeout=timeout, limits=limits,
+                                     headers=auth_headers(backend.api_key)) as client:
             t0 = time.perf_counter()
             return t0, await asyncio.gather(*(one(client, i, t0) for i in range(len(plan))))
 
     t0, metrics = _run_in_thread(main)
     errors = [m.error for m in metrics if m.error]
     if errors:
+        hint = ""
+        if errors[0].startswith("HTTP 401"):
+            hint = ("（API キーがないか違います: openai_backend(..., api_key=\"講師のキー\") "
+                    "か環境変数 MINIMAL_ENGINE_API_KEY に入れてください）")
         raise ValueError(f"サーバーへのリクエスト {len(errors)} 件が失敗しました（{backend.base_url}、モデル "
-                         f"{backend.model!r}）: {errors[0]} / {len(errors)} requests failed")
+                         f"{backend.model!r}）{hint}: {errors[0]} / {len(errors)} requests failed")
     return build_result(metrics, plan, t0, backend, {"steps": [], "model_name": backend.model, "threads": None,
                                                      "dtype": ""})
 

@@ -3,6 +3,7 @@ NAME.json (vLLM field names), NAME.csv and NAME.png (output tok/s vs tok/s/user)
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 
@@ -42,6 +43,10 @@ def parse_args(argv):
                         "and print the top operators and where the step's time goes")
     p.add_argument("--base-url", default="http://127.0.0.1:8000")
     p.add_argument("--tokenizer", default=None, help="online: tokenizer folder for random prompts")
+    p.add_argument("--api-key", default=os.environ.get("MINIMAL_ENGINE_API_KEY") or None,
+                   help="online: sent as 'Authorization: Bearer KEY' (default: "
+                        "$MINIMAL_ENGINE_API_KEY, which the server reads; OPENAI_API_KEY is "
+                        "never sent)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shared-prefix-len", type=int, default=0,
                    help="every prompt starts with the same N tokens; runs prefix caching off and on, prints the "
@@ -54,6 +59,20 @@ def parse_args(argv):
     p.add_argument("--name", default="bench")
     p.add_argument("--no-tqdm", action="store_true")
     return p.parse_args(argv)
+
+
+def without_key(argv: list[str]) -> list[str]:
+    """The command line as saved with the results: the value of --api-key (or of an
+    abbreviation that argparse accepts, such as --api) replaced by '***'."""
+    out = list(argv)
+    for i, a in enumerate(out):
+        name, eq, _ = a.partition("=")
+        if len(name) > 3 and "--api-key".startswith(name):
+            if eq:
+                out[i] = name + "=***"
+            elif i + 1 < len(out):
+                out[i + 1] = "***"
+    return out
 
 
 def make_requests(args, c, vocab_size, tokenizer):
@@ -159,7 +178,8 @@ def run_profile(args) -> int:
     if args.out:
         path = Path(args.out) / f"{args.name}_profile.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"argv": args.__dict__, "model": llm.model_name, "dtype": str(llm.dtype),
+        saved = {**args.__dict__, "api_key": None}             # the key stays out of the file
+        path.write_text(json.dumps({"argv": saved, "model": llm.model_name, "dtype": str(llm.dtype),
                                     "linear_kernels": llm.engine.runner.describe_kernels(),
                                     "threads": torch.get_num_threads(), "profiles": profiles}, indent=2))
         print("wrote", path)
@@ -176,7 +196,7 @@ def run_openai(args, tqdm) -> tuple[list, dict]:
         reqs = make_requests(args, c, len(tok), tok)
         r = run_online(args.base_url, args.model, prompt_inputs(reqs, tok, endpoint), [q.output_len for q in reqs],
                        max_concurrency=c, request_rate=args.request_rate, endpoint=endpoint, seed=args.seed,
-                       use_tqdm=tqdm)
+                       use_tqdm=tqdm, api_key=args.api_key)
         r.pop("generated_texts")
         rows.append(r)
     return rows, {"base_url": args.base_url}
@@ -235,7 +255,8 @@ def main(argv=None) -> int:
               f"all-reduces and {c['bytes_per_step'] / 1e3:.1f} kB per step, communication {c['ms_per_step']:.2f} "
               "ms per step (all-reduce wait + sending the step to the workers)")
     if args.out:
-        meta = {"argv": sys.argv[1:] if argv is None else list(argv), "machine": machine, "ratios": rs,
+        cmd = without_key(sys.argv[1:] if argv is None else list(argv))
+        meta = {"argv": cmd, "machine": machine, "ratios": rs,
                 "median_ratios": med, "torch": torch.__version__, "threads": torch.get_num_threads(),
                 "platform": platform.platform(), **extra}
         paths = save_results(rows, args.out, args.name, meta)

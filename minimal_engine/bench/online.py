@@ -16,6 +16,8 @@ A request counts as failed, never as a completed one with zero tokens: an HTTP s
 error event inside the stream (llama-server sends `data: {"error": ...}` in an HTTP 200 stream), a stream
 that ends without `data: [DONE]`, or no generated token. Prompts may be text or token ids (`/v1/completions`
 takes a list of ids, so a random prompt arrives at exactly the requested length; chat needs text).
+A server started with an API key (`--api-key`) gets it as `Authorization: Bearer KEY`
+(``api_key=``).
 """
 from __future__ import annotations
 
@@ -68,6 +70,11 @@ def request_body(endpoint: str, model: str, prompt: str | list[int], max_tokens:
     else:
         body["prompt"] = prompt
     return body
+
+
+def auth_headers(api_key: str | None) -> dict:
+    """The header a server started with --api-key wants (none without a key)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def carries_token(chunk: dict) -> bool:
@@ -134,7 +141,7 @@ async def send_one(client, url: str, body: dict, prompt_len: int = 0, on_chunk=N
 async def run_online_async(base_url: str, model: str, prompts: list[str], output_lens: list[int],
                            max_concurrency: int | None = None, request_rate: float = float("inf"),
                            endpoint: str = "/v1/completions", seed: int = 0, timeout_s: float = 600.0,
-                           use_tqdm: bool = True) -> dict:
+                           use_tqdm: bool = True, api_key: str | None = None) -> dict:
     import httpx
     url = base_url.rstrip("/") + endpoint
     rng = random.Random(seed)
@@ -152,7 +159,8 @@ async def run_online_async(base_url: str, model: str, prompts: list[str], output
         return m
 
     limits = httpx.Limits(max_connections=(max_concurrency or len(prompts)) + 4)
-    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+    headers = auth_headers(api_key)
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits, headers=headers) as client:
         start = time.perf_counter()
         tasks = []
         for p, n in zip(prompts, output_lens):
