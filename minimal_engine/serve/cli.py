@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from minimal_engine.serve.app import build_app
 from minimal_engine.serve.auth import ENV_VAR, check_bind, is_loopback, resolve_api_key
@@ -89,8 +90,9 @@ def main(argv=None) -> int:
     try:                                    # before the model loads: a refused start costs nothing
         api_key = resolve_api_key(args.api_key, os.environ)
         check_bind(args.host, api_key)
-    except ValueError as e:
-        parser.error(str(e))
+    except ValueError as e:                 # the reason alone (argparse's usage block would bury it)
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 2
     import torch
     import uvicorn
 
