@@ -86,6 +86,20 @@ def strip_widget_views(nb) -> int:
     return replaced
 
 
+HIDE_TAG = "hide-saved-output"     # a cell whose output gives answers away (under a quiz): saved without output
+
+
+def clear_hidden_outputs(nb) -> int:
+    """Drop the outputs of cells tagged ``HIDE_TAG`` (they also carry ``nbval-ignore-output``): the learner sees
+    them only after running the cell. Returns how many cells were cleared."""
+    cleared = 0
+    for cell in nb.cells:
+        if cell.cell_type == "code" and HIDE_TAG in cell.get("metadata", {}).get("tags", []) and cell.outputs:
+            cell.outputs, cell.execution_count = [], None
+            cleared += 1
+    return cleared
+
+
 def execute(path: str | Path, timeout: int = 1800, quick: bool = False) -> float:
     """Execute the notebook at ``path`` in its own folder, strip widget views, save it. Returns seconds."""
     import os
@@ -110,6 +124,7 @@ def execute(path: str | Path, timeout: int = 1800, quick: bool = False) -> float
         else:
             os.environ["COURSE_QUICK"] = old
     strip_widget_views(nb)
+    clear_hidden_outputs(nb)
     nbformat.write(nb, path)
     return time.perf_counter() - t0
 
@@ -125,6 +140,7 @@ def main(argv=None) -> int:
             import nbformat
             nb = nbformat.read(path, as_version=4)
             n = strip_widget_views(nb)
+            clear_hidden_outputs(nb)
             nbformat.write(nb, path)
             print(f"{path}: {n} widget outputs replaced")
         else:
