@@ -34,9 +34,20 @@ def grade(exercise_id: str, fn, record: bool = True, **options) -> Report:
     grader = get_grader(exercise_id)
     if not callable(fn):
         raise TypeError(f"grade の2つ目の引数には関数を渡してください（今は {type(fn).__name__}）。")
-    cases = grader.check(fn, dict(options))
-    attempt = attempts(exercise_id) + 1
+    try:
+        cases = grader.check(fn, dict(options))
+    except Exception as e:                       # the grader itself failed: still a report, never a traceback
+        from course.exercises.kit import Case
+        cases = [Case("採点", "", "", f"{type(e).__name__}: {e}", False,
+                      "採点の途中でエラーが起きました。セルをもう一度実行してください。")]
+    try:
+        attempt = attempts(exercise_id) + 1
+    except OSError:
+        attempt = 1
     report = summarize(grader, cases, attempt)
     if record and not report.not_implemented:
-        record_exercise(exercise_id, report.passed)
+        try:
+            record_exercise(exercise_id, report.passed)
+        except OSError as e:                     # a read-only or full disk: the report still shows
+            report.summary += f"（⚠ 進み具合を保存できませんでした：{e}）"
     return report

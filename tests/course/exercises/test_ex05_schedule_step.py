@@ -37,7 +37,7 @@ def decode_only_one_token(running, waiting, budget, max_num_seqs):
     return solution()([(rid, 1) for rid, _ in running], waiting, budget, max_num_seqs)
 
 
-@pytest.mark.parametrize("fn, promised", [(prefill_first, "実行中のリクエスト（Decode）より先に"),
+@pytest.mark.parametrize("fn, promised", [(prefill_first, "実行中のリクエストより先に"),
                                           (ignores_budget, "予算"),
                                           (ignores_max_num_seqs, "max_num_seqs"),
                                           (decode_only_one_token, "残りの予算いっぱいのチャンク")])
@@ -60,3 +60,39 @@ def test_stub_raising_and_looping_are_reported():
     assert not r.passed and any("ZeroDivisionError" in c.message for c in r.cases)
     r = grade("05_schedule_step", looping, record=False, timeout_s=0.2)
     assert not r.passed and any("秒以内に終わりませんでした" in c.message for c in r.cases)
+
+
+def no_stop_at_zero_budget(running, waiting, budget, max_num_seqs):
+    """The natural first draft: the running loop never checks budget == 0, so it adds (id, 0) entries."""
+    plan = []
+    for rid, left in running:
+        plan.append((rid, min(left, budget)))
+        budget -= plan[-1][1]
+    rest = [w for w in solution()([], waiting, budget, max(0, max_num_seqs - len(running)))]
+    return plan + rest
+
+
+def test_a_zero_token_entry_is_named_with_rule_3_in_hand_and_random_cases():
+    from course.exercises.ex05_schedule_step import GRADER
+    r = grade("05_schedule_step", no_stop_at_zero_budget, record=False, engine=False)
+    failed = {c.name: c for c in r.cases if not c.passed}
+    hand = failed["予算が Decode だけで尽きる"]
+    assert hand.message.startswith("('c', 0)：") and "規則3" in hand.message and hand.hint == GRADER.hints[2]
+    rnd = failed["ランダムな1ステップ（200 通り）"]                 # the random cases catch it too
+    assert ", 0)：" in rnd.message and rnd.hint == GRADER.hints[2]
+
+
+def test_engine_timing_is_fair_and_the_report_survives_a_broken_progress_file(tmp_path, monkeypatch):
+    from course.exercises import ex05_schedule_step as ex
+    calls = []
+    monkeypatch.setattr(ex, "engine_compare", lambda fn, repeats: calls.append(repeats) or (([1], [1]), ([9, 10, 11], [19, 20, 21])))
+    import course.exercises as exercises
+
+    def read_only_disk(*a):
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr(exercises, "record_exercise", read_only_disk)
+    monkeypatch.setattr(exercises, "attempts", read_only_disk)
+    r = grade("05_schedule_step", solution())
+    engine = next(c for c in r.cases if "エンジン" in c.name)
+    assert calls == [3] and "中央値 10（9〜11）" in engine.got and "中央値 20（19〜21）" in engine.expected
+    assert r.passed and "進み具合を保存できませんでした" in r.summary
