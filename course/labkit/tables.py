@@ -7,12 +7,17 @@ from course.labkit.arrivals import describe
 
 TABLE = "<table style='border-collapse:collapse;margin:0.3em 0'>"
 TD = "padding:0.2em 0.9em;border-bottom:1px solid #eee"
+# A header wraps only at spaces and punctuation, never inside a word (「プリエンプション」 stayed on three lines)
+TH_EXTRA = ";word-break:keep-all;overflow-wrap:normal;vertical-align:bottom"
 
 
-def table_html(rows: list[tuple], head: tuple | None = None, right: set[int] = frozenset({1})) -> str:
-    """Rows of cells as an HTML table with padding; columns in ``right`` are right-aligned."""
+def table_html(rows: list[tuple], head: tuple | None = None, right: set[int] = frozenset({1}),
+               whole_words: bool = False) -> str:
+    """Rows of cells as an HTML table with padding; columns in ``right`` are right-aligned; ``whole_words``:
+    headers wrap only at spaces and punctuation (for long headers such as lab 5's)."""
     def cells(row, tag):
-        return "".join(f"<{tag} style='{TD};text-align:{'right' if i in right else 'left'}'>{html.escape(str(c))}</{tag}>"
+        style = TD + (TH_EXTRA if tag == "th" and whole_words else "")
+        return "".join(f"<{tag} style='{style};text-align:{'right' if i in right else 'left'}'>{html.escape(str(c))}</{tag}>"
                        for i, c in enumerate(row))
     body = "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows)
     return f"{TABLE}{'<tr>' + cells(head, 'th') + '</tr>' if head else ''}{body}</table>"
@@ -80,12 +85,12 @@ def history_rows(history: list[dict], last: int = 15) -> list[tuple]:
 
 
 def history_table(rows: list[tuple], head: tuple, right: set[int], grows: str = "実行するとここに1行ずつ増えます",
-                  more: str = "") -> str:
+                  more: str = "", whole_words: bool = False) -> str:
     """A lab's run history: the table under its heading, or, before the first run, a line saying how it grows
     (``grows``: "実行するとここに設定ごとに1行ずつ増えます" and the like)."""
     if not rows:
         return f"<div style='color:#555'>実行の履歴: まだありません（{grows}）</div>"
-    return f"<div><b>実行の履歴</b>{more}</div>" + table_html(rows, head, right=right)
+    return f"<div><b>実行の履歴</b>{more}</div>" + table_html(rows, head, right=right, whole_words=whole_words)
 
 
 def history_html(history: list[dict], last: int = 15) -> str:

@@ -38,6 +38,9 @@ PROMPT_LEN_RANGE = (1, 512)
 CONCURRENCY_RANGE = (1, 32)
 NUM_REQUESTS_RANGE = (1, 128)
 OUTPUT_LEN_RANGE = (4, 256)
+# The chapter's SLO (lesson 5 §5, the lab's code cells and the panel's default): TTFT ≤ 1 s, TPOT ≤ 200 ms
+SLO = {"ttft_slo_ms": 1000, "tpot_slo_ms": 200}
+TTFT_SLO_RANGE, TPOT_SLO_RANGE = (50, 10_000), (5, 1000)
 POLICIES = {"continuous": "連続バッチング（エンジン）", "static": "静的バッチング（エンジン）",
             "hf_static": "transformers generate（静的バッチ）"}
 
@@ -101,7 +104,8 @@ def _run_engine(llm, prompts, lens, offsets) -> dict:
 
 
 def run_batching_lab(prompt_len=None, concurrency=None, num_requests=None, output_len=None, device="cpu",
-                     repeats=None, threads=None, rate=None, kv_blocks=0, ttft_slo_ms=2000.0, tpot_slo_ms=200.0,
+                     repeats=None, threads=None, rate=None, kv_blocks=0, ttft_slo_ms=SLO["ttft_slo_ms"],
+                     tpot_slo_ms=SLO["tpot_slo_ms"],
                      policies=tuple(POLICIES), seed=0, load_check=True) -> dict:
     d = defaults()
     p = check_int(d["prompt_len"] if prompt_len is None else prompt_len, "prompt_len", "プロンプト長", *PROMPT_LEN_RANGE)
@@ -172,20 +176,32 @@ def _v(x, fmt=".1f") -> str:
     return "—" if x is None or x != x else format(x, fmt)
 
 
+HF_TTFT_NOTE = ("※ transformers の TTFT（とそれを使うグッドプット）は各バッチの開始から数えた値です（前のバッチを待った"
+                "時間を含みません）。エンジンの2方式はリクエストの到着から数えるので、TTFT は直接比べず、tok/s で比べてください。")
+
+
+def _mark(k: str, text: str) -> str:
+    """transformers' TTFT counts from its batch's start, not from the arrival: marked ※ wherever it is shown."""
+    return f"{text} ※" if k == "hf_static" and text != "—" else text
+
+
 def readout_html(res: dict) -> str:
     rows = []
     for k, r in res["policies"].items():
         span = f"（{r['tok_s_min']:.1f}〜{r['tok_s_max']:.1f}）" if res["repeats"] > 1 else ""
-        rows.append((r["label"], f"{r['tok_s']:.1f}{span}", _v(r["tok_s_per_user"]), _v(r["ttft_ms"], ".0f"),
-                     _v(r["p90_ttft_ms"], ".0f"), _v(r["tpot_ms"]), _v(r["goodput_rps"], ".2f"), _v(r["num_preemptions"], "")))
+        rows.append((r["label"], f"{r['tok_s']:.1f}{span}", _v(r["tok_s_per_user"]), _mark(k, _v(r["ttft_ms"], ".0f")),
+                     _mark(k, _v(r["p90_ttft_ms"], ".0f")), _v(r["tpot_ms"]), _mark(k, _v(r["goodput_rps"], ".2f")),
+                     _v(r["num_preemptions"], "")))
     head = ("方式", "出力 tok/s", "tok/s/user", "TTFT 中央値 [ms]", "TTFT p90 [ms]", "TPOT [ms]",
             f"グッドプット [件/s]（TTFT≤{res['ttft_slo_ms']:.0f} ms, TPOT≤{res['tpot_slo_ms']:.0f} ms）", "プリエンプション")
     note = f"<div style='color:#555'>繰り返し {res['repeats']} 回の中央値（最小〜最大）</div>" if res["repeats"] > 1 else ""
-    return note + table_html(rows, head, right=set(range(1, len(head)))) + warnings_html(res["warnings"])
+    foot = f"<div style='color:#555;font-size:90%'>{HF_TTFT_NOTE}</div>" if "hf_static" in res["policies"] else ""
+    return (note + table_html(rows, head, right=set(range(1, len(head))), whole_words=True) + foot
+            + warnings_html(res["warnings"]))
 
 
 HISTORY_FIELDS = ("run", "device", "threads", "prompt_len", "output_len", "concurrency", "num_requests", "rate",
-                  "kv_blocks", "repeats", "policy", "tok_s", "tok_s_per_user", "ttft_ms", "tpot_ms", "goodput_rps",
+                  "kv_blocks", "repeats", "ttft_slo_ms", "tpot_slo_ms", "policy", "tok_s", "tok_s_per_user", "ttft_ms", "tpot_ms", "goodput_rps",
                   "num_preemptions")
 
 
@@ -194,12 +210,27 @@ def add_run(history: list[dict], res: dict) -> list[dict]:
     return add_variant_rows(history, res, HISTORY_FIELDS, "policy", res["policies"])
 
 
+def _other_settings(r: dict) -> str:
+    """The settings of a run that have no column of their own (repeats, threads, device, arrivals, KV pool)."""
+    parts = [f"{r['repeats']}回", f"{r['threads'] or '-'}スレッド", r["device"]]
+    parts += [f"到着 {r['rate']:g} 件/s" if r.get("rate") else "一斉到着"]
+    parts += [f"KV {r['kv_blocks']} ブロック"] if r.get("kv_blocks") else []
+    return "・".join(str(x) for x in parts)
+
+
 def history_html(history: list[dict], last: int = 24) -> str:
-    head = ("#", "方式", "プロンプト長", "同時リクエスト数", "リクエスト数", "出力 tok/s", "tok/s/user", "TTFT [ms]",
-            "グッドプット [件/s]")
-    rows = [(r["run"], POLICIES[r["policy"]], r["prompt_len"], r["concurrency"], r["num_requests"], _v(r["tok_s"]),
-             _v(r["tok_s_per_user"]), _v(r["ttft_ms"], ".0f"), _v(r["goodput_rps"], ".2f")) for r in history[-last:]]
-    return history_table(rows, head, set(range(2, len(head))), "実行するとここに方式ごとに1行ずつ増えます")
+    """Every setting of each run (so that two runs that differ in one setting never look the same), then its
+    figures; transformers' TTFT and goodput marked ※ (counted from its batch's start)."""
+    head = ("#", "方式", "プロンプト長", "出力長（最大）", "同時リクエスト数", "リクエスト数", "SLO TTFT / TPOT [ms]",
+            "そのほかの設定", "出力 tok/s", "tok/s/user", "TTFT [ms]", "グッドプット [件/s]")
+    rows = [(r["run"], POLICIES[r["policy"]], r["prompt_len"], r["output_len"], r["concurrency"], r["num_requests"],
+             f"{r['ttft_slo_ms']:.0f} / {r['tpot_slo_ms']:.0f}", _other_settings(r), _v(r["tok_s"]),
+             _v(r["tok_s_per_user"]), _mark(r["policy"], _v(r["ttft_ms"], ".0f")),
+             _mark(r["policy"], _v(r["goodput_rps"], ".2f"))) for r in history[-last:]]
+    foot = (f"<div style='color:#555;font-size:90%'>{HF_TTFT_NOTE}</div>"
+            if any(r["policy"] == "hf_static" for r in history[-last:]) else "")
+    right = set(range(2, 7)) | set(range(8, len(head)))
+    return history_table(rows, head, right, "実行するとここに方式ごとに1行ずつ増えます", whole_words=True) + foot
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:
@@ -208,6 +239,7 @@ def history_csv(history: list[dict], learner: str = "") -> str:
 
 
 COLORS = {"continuous": "tab:blue", "static": "tab:orange", "hf_static": "tab:gray"}
+LABEL_OFFSETS = {"continuous": (0, 9), "static": (0, -10), "hf_static": (-10, 0)}     # points, for plot_pareto
 
 
 def plot_run(res: dict):
@@ -243,9 +275,9 @@ def plot_pareto(history: list[dict]):
         if rows:
             ax.plot([r["tok_s_per_user"] for r in rows], [r["tok_s"] for r in rows], "o-", color=COLORS[k],
                     label=POLICIES[k])
-            for r in rows:
-                ax.annotate(str(r["concurrency"]), (r["tok_s_per_user"], r["tok_s"]), fontsize=7,
-                            xytext=(3, 3), textcoords="offset points")
+            for r in rows:                      # each policy's labels on its own side: close points stay legible
+                ax.annotate(str(r["concurrency"]), (r["tok_s_per_user"], r["tok_s"]), fontsize=8, color=COLORS[k],
+                            xytext=LABEL_OFFSETS[k], textcoords="offset points", ha="center", va="center")
     ax.set_xlabel("tok/s/user")
     ax.set_ylabel("出力 tok/s")
     if history:
@@ -257,6 +289,7 @@ def plot_pareto(history: list[dict]):
     return fig
 
 
-__all__ = ["CONCURRENCY_RANGE", "HISTORY_FIELDS", "NUM_REQUESTS_RANGE", "OUTPUT_LEN_RANGE", "POLICIES",
+__all__ = ["CONCURRENCY_RANGE", "HF_TTFT_NOTE", "HISTORY_FIELDS", "NUM_REQUESTS_RANGE", "OUTPUT_LEN_RANGE", "POLICIES",
            "PROMPT_LEN_RANGE", "add_run", "default_repeats", "defaults", "history_csv", "history_html",
-           "plot_pareto", "plot_run", "readout_html", "run_batching_lab"]
+           "plot_pareto", "plot_run", "readout_html", "run_batching_lab", "SLO", "TPOT_SLO_RANGE",
+           "TTFT_SLO_RANGE"]

@@ -35,7 +35,8 @@ SLIDER_LABS = {
                  "実行中…（同じ共有プロンプトのリクエストを1件ずつ送ります）"),
     5: SliderLab("course.labs.lab05", "run_batching_lab", "plot_run",
                  (PROMPT, ("concurrency", "同時リクエスト数", "CONCURRENCY_RANGE"),
-                  ("num_requests", "リクエスト数", "NUM_REQUESTS_RANGE"), ("output_len", "出力長（最大）", "OUTPUT_LEN_RANGE")),
+                  ("num_requests", "リクエスト数", "NUM_REQUESTS_RANGE"), ("output_len", "出力長（最大）", "OUTPUT_LEN_RANGE"),
+                  ("ttft_slo_ms", "TTFT の SLO [ms]", "TTFT_SLO_RANGE"), ("tpot_slo_ms", "TPOT の SLO [ms]", "TPOT_SLO_RANGE")),
                  "実行中…（3つの方式で同じリクエストを処理します）"),
     6: SliderLab("course.labs.lab06", "run_quant_lab", "plot_run",
                  (PROMPT, ("output_len", "出力長", "OUTPUT_LEN_RANGE"), ("batch", "バッチサイズ", "BATCH_RANGE")),
@@ -67,7 +68,7 @@ def slider_app(n: int, repeats=None, csv_name=None, **values) -> SliderLabApp:
     if unknown:
         raise TypeError(f"lab {n}'s panel has no setting {sorted(unknown)} (sliders {sorted(keys)}, "
                         f"options {sorted(spec.options)})")
-    d = lab.defaults()
+    d = {**getattr(lab, "SLO", {}), **lab.defaults()}    # a lab's SLO (lab 5) is a slider too, not an experiment size
     sliders = [(k, label, values.get(k) or d[k], getattr(lab, rng) if isinstance(rng, str) else rng)
                for k, label, rng in spec.sliders]
     options = {k: values.get(k, v) for k, v in spec.options.items()}
