@@ -6,7 +6,8 @@ the Run menu, waits for the kernel to report idle with every code cell numbered,
 render as live widgets, then uses them: in a lab it sets the prompt-length slider and presses 「実行」 until
 the readout and the run history change; in a quiz it answers the first question and reads the feedback
 and the score. In one exercise it types the model solution into the stub cell, runs it and reads 合格 in the
-grading table. Any browser console error or uncaught page error fails the test.
+grading table; that exercise and two quizzes then show in the guide's progress table. The guide's page must
+draw Japanese glyphs, not boxes (a font check). Any browser console error or uncaught page error fails.
 
 Completion is read from the page (kernel status and cell prompts), never from timings; the timeouts below
 only stop a hung run. Needs the system's Chromium (Debian: `apt-get install chromium`) and the `playwright`
@@ -167,13 +168,25 @@ RENDERED_JS = """([cells, withOutputs]) => {
 }"""
 
 
+COUNTS_JS = """() => {
+  const all = [...document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')];
+  const shown = all.filter(c => [...c.querySelectorAll('.jp-OutputArea-output')].some(o => o.childElementCount));
+  return {panels: document.querySelectorAll('.jp-NotebookPanel').length, cells: all.length, shown: shown.length};
+}"""
+
+
 def wait_rendered(page, rel: str) -> None:
     """Wait until JupyterLab has rendered every cell of work/<rel> and every saved output (it renders a
     notebook a few cells at a time)."""
     import json
     nb = json.loads((ROOT / rel).read_text(encoding="utf-8"))
     with_outputs = sum(1 for c in nb["cells"] if c.get("outputs"))
-    page.wait_for_function(RENDERED_JS, arg=[len(nb["cells"]), with_outputs])
+    try:
+        page.wait_for_function(RENDERED_JS, arg=[len(nb["cells"]), with_outputs])
+    except Exception:
+        screenshot(page, f"not_rendered_{Path(rel).stem}")
+        raise AssertionError(f"{rel}: not every cell and saved output rendered (want {len(nb['cells'])} "
+                             f"cells, {with_outputs} with outputs): {page.evaluate(COUNTS_JS)}")
 
 
 def open_notebook(page, rel: str, workspace_name: str):
@@ -187,9 +200,15 @@ def outputs_text(panel) -> str:
     return "\n".join(panel.locator(".jp-OutputArea").evaluate_all("els => els.map(e => e.textContent)"))
 
 
-def click_menu(page, menu: str, item: str):
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{menu}$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{item}$")).click()
+# Menus by their English or Japanese title (the language pack may be on), items by their command id:
+# the clicks work whichever language JupyterLab shows.
+MENUS = {"edit": "Edit|編集", "run": "Run|実行"}
+
+
+def click_menu(page, menu: str, command: str):
+    """Open the menu bar's `menu` ("edit", "run") and click the item that runs JupyterLab's `command`."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^({MENUS[menu]})$")).click()
+    page.locator(f".lm-Menu-item[data-command='{command}']").click()
 
 
 PROMPTS_JS = "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent.trim())"
@@ -200,13 +219,30 @@ DONE_JS = """() => {
 }"""
 
 
+KERNEL_IDLE_JS = "() => document.querySelector(\".jp-Notebook-ExecutionIndicator[data-status='idle']\") !== null"
+STARTED_JS = f"() => ({PROMPTS_JS})().some(p => p.includes('*') || /\\d/.test(p))"
+
+
+def wait_kernel_idle(page) -> None:
+    """Wait until the notebook's kernel is connected and idle. JupyterLab drops a Run All given before
+    that: with no kernel connected yet it clears each cell's execution and runs nothing, leaving every
+    prompt `[ ]:` (seen on a busy machine with the shortest notebook, which renders before its kernel)."""
+    page.wait_for_function(KERNEL_IDLE_JS, timeout=RUN_TIMEOUT_MS, polling=200)
+
+
 def run_all(page, panel) -> None:
-    """Clear all outputs (so no saved execution count remains), Run All Cells, and wait until the kernel
-    is idle with no cell queued; then every code cell must carry an execution count (Run All stops at an
-    error, leaving the later cells without one)."""
-    click_menu(page, "Edit", "Clear Outputs of All Cells")
+    """Wait for the kernel, clear all outputs (so no saved execution count remains), Run All Cells, and
+    wait until the kernel is idle with no cell queued; then every code cell must carry an execution count
+    (Run All stops at an error, leaving the later cells without one)."""
+    wait_kernel_idle(page)
+    click_menu(page, "edit", "editmenu:clear-all")
     page.wait_for_function(f"() => ({PROMPTS_JS})().every(p => !/\\d/.test(p))")
-    click_menu(page, "Run", "Run All Cells")
+    click_menu(page, "run", "runmenu:run-all")
+    try:                        # a run that was dropped never marks a cell: say so now, not at the time-out
+        page.wait_for_function(STARTED_JS, timeout=ACTION_TIMEOUT_MS, polling=200)
+    except Exception as exc:
+        raise AssertionError(f"Run All ran no cell within {ACTION_TIMEOUT_MS // 1000} s (kernel idle "
+                             f"before the click): {page.evaluate(PROMPTS_JS)}") from exc
     page.wait_for_function(DONE_JS, timeout=RUN_TIMEOUT_MS, polling=500)
     prompts = page.evaluate(PROMPTS_JS)
     assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), f"not every cell ran: {prompts}\n" + \
@@ -231,12 +267,38 @@ def check_widgets(panel) -> None:
     assert PLACEHOLDER not in text, "the placeholder (text/plain) shows only where no widget can render"
 
 
+# Draw characters on a canvas in the font the notebook's text uses and compare their pixels: without a
+# Japanese font every kanji is the same missing-glyph box (or nothing), so distinct characters draw alike.
+GLYPHS_JS = """(chars) => {
+  const el = document.querySelector('.jp-RenderedMarkdown') || document.body;
+  const font = '32px ' + getComputedStyle(el).fontFamily;
+  return chars.map(ch => {
+    const c = document.createElement('canvas'); c.width = 48; c.height = 48;
+    const ctx = c.getContext('2d'); ctx.font = font; ctx.fillStyle = '#000'; ctx.fillText(ch, 4, 36);
+    return Array.from(ctx.getImageData(0, 0, 48, 48).data.filter((_, i) => i % 4 === 3)).join(',');
+  });
+}"""
+
+
+def check_japanese_glyphs(page) -> None:
+    """The browser has a font for Japanese: 推, 論, あ and ア each draw as themselves (not one shared box), and
+    none draws like a private-use code point, which no font has."""
+    chars = ["推", "論", "あ", "ア", "\ue000"]
+    drawn = page.evaluate(GLYPHS_JS, chars)
+    assert all(set(d.split(",")) != {"0"} for d in drawn[:4]), "a Japanese character drew nothing"
+    assert len(set(drawn)) == len(drawn), (
+        "Japanese characters draw as the same missing-glyph box: install a Japanese font "
+        "(Debian/Ubuntu: apt-get install fonts-noto-cjk)")
+
+
 def test_unrun_guide_shows_placeholder(page):
     """The guide that `make lab` opens (its default URL), read before running anything."""
     page.goto(f"{page.lab_url}/?token={TOKEN}")
     assert page.url.split("?")[0].endswith("/lab/tree/work/lessons/00_course_guide.ipynb")
     wait_rendered(page, "lessons/00_course_guide.ipynb")
     check_unrun(page.locator(".jp-NotebookPanel"))
+    check_japanese_glyphs(page)
+    screenshot(page, "guide_unrun")
 
 
 @pytest.mark.parametrize("rel", LABS)
@@ -271,13 +333,9 @@ def test_lab_in_browser(page, rel):
     screenshot(page, Path(rel).stem)
 
 
-@pytest.mark.parametrize("rel", QUIZZES)
-def test_quiz_in_browser(page, rel):
-    panel = open_notebook(page, rel, "quiz")
-    check_unrun(panel)
-    run_all(page, panel)
-    check_widgets(panel)
-
+def answer_first_question(page, panel) -> str:
+    """Answer the quiz's first question as a learner does (pick or type, press 「回答する」); wait for the
+    feedback and the new score; return the score line (得点: x / y ...)."""
     answer = button(panel, "回答する")
     question = answer.locator("xpath=..")                   # the question's box: prompt, input, button, feedback
     if question.locator("input[type=radio]").count():
@@ -293,13 +351,23 @@ def test_quiz_in_browser(page, rel):
     page.wait_for_function("([f, s, before]) => f.textContent.trim() !== '' && s.textContent !== before",
                            arg=[feedback.element_handle(), score.element_handle(), before])
     assert re.search("正解|不正解", feedback.text_content())
+    return score.text_content()
+
+
+@pytest.mark.parametrize("rel", QUIZZES)
+def test_quiz_in_browser(page, rel):
+    panel = open_notebook(page, rel, "quiz")
+    check_unrun(panel)
+    run_all(page, panel)
+    check_widgets(panel)
+    answer_first_question(page, panel)
     screenshot(page, Path(rel).stem)
 
 
 EXERCISE = "exercises/04_kv_cache_memory_exercise.ipynb"
 
 
-def test_exercise_in_browser(page):
+def solve_exercise(page) -> None:
     """A learner opens an exercise, sees the saved 未実装 report, types the model solution into the stub cell,
     runs every cell, and the grading table says 合格 (the grader also ran the engine's prefix cache on it)."""
     panel = open_notebook(page, EXERCISE, "exercise")
@@ -319,9 +387,38 @@ def test_exercise_in_browser(page):
     screenshot(page, "exercise_04")
 
 
+PROGRESS_ROWS_JS = """() => Object.fromEntries([...document.querySelectorAll('.jp-OutputArea table tbody tr')]
+  .map(tr => [tr.querySelector('th')?.textContent.trim(), [...tr.querySelectorAll('td')].map(td => td.textContent.trim())]))"""
+
+
+def test_progress_through_the_ui(page):
+    """What a learner does reaches the guide's progress table: a chapter quiz and the review quiz answered in
+    their notebooks, an exercise passed in its notebook; then the guide, run as a learner runs it, shows
+    each score and the pass in its chapter's row (the path a unit test calling record_quiz never took)."""
+    scores = {}
+    for rel, row in (("quizzes/05_batching_quiz.ipynb", "第5章"), ("quizzes/11_review_quiz.ipynb", "総復習")):
+        panel = open_notebook(page, rel, f"progress-{Path(rel).stem}")
+        run_all(page, panel)
+        got = re.search(r"(\d+)\s*/\s*(\d+)", answer_first_question(page, panel))
+        scores[row] = f"{got.group(1)}/{got.group(2)}"
+    solve_exercise(page)
+
+    panel = open_notebook(page, "lessons/00_course_guide.ipynb", "progress-guide")
+    run_all(page, panel)
+    table = page.evaluate(PROGRESS_ROWS_JS)              # {章: [クイズの得点, 合格した演習]}
+    for row, score in scores.items():
+        assert table.get(row, [None])[0] == score, f"{row}: quiz score {score} in the table? {table}"
+    assert table.get("第4章", [None, None])[1] == "1/1", f"第4章: exercise passed in the table? {table}"
+    assert table.get("第3章", [None])[0] == "—", f"an untouched chapter stays empty: {table}"
+    screenshot(page, "guide_progress")
+
+
 def test_ci_installs_chromium_and_never_skips():
-    """CI installs Debian's Chromium before `make test` and sets CI=true, so the test above runs there."""
+    """CI installs Debian's Chromium and a Japanese font before `make test`, sets CI=true (so the tests above
+    run there) and keeps their screenshots."""
     ci = (ROOT / ".ci" / "run").read_text()
-    assert ci.index("apt-get install -y chromium") < ci.index("export CI=true") < ci.index("\nmake test")
+    assert ci.index("apt-get install -y chromium fonts-noto-cjk") < ci.index("export CI=true") < \
+        ci.index("\nmake test")
+    assert "export BROWSER_SCREENSHOTS=" in ci, "CI keeps the screenshots of what the learner saw"
     assert "playwright install" not in ci
     assert re.search(r"^playwright==", (ROOT / "requirements.txt").read_text(), re.M)
