@@ -8,8 +8,8 @@
                        (vLLM reads VLLM_API_KEY; this project's name avoids sending a vLLM key here)
     check_bind()       a --host other than loopback needs a key: the server refuses to start without
 
-What needs the key: every route except /health and /metrics (and FastAPI's /docs pages with
---docs), so supervisors and Prometheus work without it, as in vLLM. vLLM guards only the paths
+What needs the key: every route except /health, /metrics and /version (and FastAPI's /docs
+pages with --docs), so supervisors and Prometheus work without it, as in vLLM. vLLM guards only the paths
 under /v1 (vllm/entrypoints/openai/server_utils.py, AuthenticationMiddleware); here /tokenize,
 /detokenize and /tokenizer_info need the key too, and so will any route added later unless it is
 named in PUBLIC_PATHS. The key is compared in constant time (SHA-256 digests and
@@ -26,7 +26,8 @@ import secrets
 from minimal_engine.serve.errors import RequestError
 
 ENV_VAR = "MINIMAL_ENGINE_API_KEY"
-PUBLIC_PATHS = ("/health", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+PUBLIC_PATHS = ("/health", "/metrics", "/version", "/docs", "/docs/oauth2-redirect", "/redoc",
+                "/openapi.json")
 MISSING = ("No API key sent: this server needs 'Authorization: Bearer KEY' (openai client: "
            "api_key=KEY; bench: --api-key KEY); ask whoever runs it for the key.")
 WRONG = "The API key in 'Authorization: Bearer ...' is not this server's key."
