@@ -9,10 +9,10 @@
     check_bind()       a --host other than loopback needs a key: the server refuses to start without
 
 What needs the key: every route except /health, /metrics and /version (and FastAPI's /docs
-pages with --docs), so supervisors and Prometheus work without it, as in vLLM. vLLM guards only the paths
-under /v1 (vllm/entrypoints/openai/server_utils.py, AuthenticationMiddleware); here /tokenize,
-/detokenize and /tokenizer_info need the key too, and so will any route added later unless it is
-named in PUBLIC_PATHS. The key is compared in constant time (SHA-256 digests and
+pages with --docs), so supervisors and Prometheus work without it, as in vLLM. vLLM guards
+only the paths under /v1 (vllm/entrypoints/openai/server_utils.py, AuthenticationMiddleware);
+here /tokenize, /detokenize and /tokenizer_info need the key too, and so will any route added
+later unless it is named in PUBLIC_PATHS. The key is compared in constant time (SHA-256 digests and
 secrets.compare_digest, as vLLM does) and never echoed. Plain HTTP carries it in clear text: on a
 classroom LAN it keeps other people off the server and is worth no more than that; use a fresh
 key for each workshop.

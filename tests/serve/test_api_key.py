@@ -77,7 +77,7 @@ def test_health_and_metrics_need_no_key(server):
     assert h.status_code == 200 and h.json()["status"] == "ok"
     m = httpx.get(server.url + "/metrics", timeout=10)
     assert m.status_code == 200 and "vllm:num_requests_running" in m.text
-    assert httpx.get(server.url + "/version", timeout=10).status_code != 401     # public in vLLM too
+    assert httpx.get(server.url + "/version", timeout=10).status_code != 401   # public in vLLM too
 
 
 def test_foreign_host_is_still_refused_before_the_key(server):
