@@ -105,7 +105,7 @@ def main(argv=None) -> int:
               f"address>:{args.port}/v1 with 'Authorization: Bearer KEY'; a host name in their "
               "URL needs --allowed-host")
     if api_key:
-        print("API key required on every route but /health and /metrics")
+        print("API key required on every route but /health, /metrics and /version")
     name = args.served_model_name or llm.model_name
     print(f"serving {name!r} on http://{args.host}:{args.port} ({llm.device}, {llm.dtype}, "
           f"{torch.get_num_threads()} torch threads)")
