@@ -116,21 +116,20 @@ def correctness_cases(folder: str, dtype: str, device: str, prompts=PROMPTS, nam
     ref = [hf_greedy(hf, p, NEW_TOKENS) for p in prompts]
     greedy = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
     settings = {"alone": {}, "mixed_batch": {}, "chunked_prefill": dict(max_num_batched_tokens=7),
-                "preemption": dict(block_size=4, num_kv_blocks=20), "no_cuda_graphs": {}, "gather_attention": {}}
+                "preemption": dict(block_size=4, num_kv_blocks=20), "no_cuda_graphs": {},
+                "gather_attention": dict(attention_backend="gathered")}
     results = []
     for case, kw in settings.items():
         llm = LLM(folder, dtype=dtype, device=device, **{"num_kv_blocks": 256, **kw})
         runner = llm.engine.runner
         if case in ("no_cuda_graphs", "gather_attention"):
             runner.set_cuda_graphs(False)
-        if case == "gather_attention":
-            runner.paged_decode = False
         if case == "alone":
             outs = [llm.generate([p], greedy, use_tqdm=False)[0] for p in prompts]
         else:
             outs = llm.generate(prompts, greedy, use_tqdm=False)
         info = {"model": name or Path(folder).name, "dtype": dtype, "case": case,
-                "cuda_graphs": runner.graphs is not None, "paged_decode": runner.paged_decode}
+                "cuda_graphs": runner.graphs is not None, "attention_backend": runner.attention_backend}
         r = compare(info, [o.token_ids for o in outs], ref, hf, prompts, dtype)
         if case == "preemption":
             r["preemptions"] = sum(o.metrics.num_preemptions for o in outs)

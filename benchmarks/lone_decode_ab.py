@@ -4,13 +4,14 @@ masked batched path (two bmm, mask, softmax), at several context lengths, in one
     python benchmarks/lone_decode_ab.py --model synthetic:llama-125m --dtype bfloat16 --context 128 512 1024 2000
 
 Two engines on the same weights: one always takes SDPA for a lone decode request, the other never does (the
-engine itself chooses by `ModelRunner.lone_decode_sdpa`). Each round times 20 pure decode steps of one request
+engine itself chooses by `attention.lone_decode_sdpa`). Each round times 20 pure decode steps of one request
 whose prompt is the context length, both engines one after the other; prints the median step times and the
 median of the per-round ratios (below 1: SDPA is faster).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 from pathlib import Path
@@ -18,18 +19,28 @@ from pathlib import Path
 import torch
 
 from minimal_engine import LLM
+from minimal_engine.model import attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from batch1_breakdown import step_ms  # noqa: E402
 
 
 def engines(model, dtype: str) -> dict:
-    out = {}
-    for name, sdpa in (("sdpa", True), ("masked", False)):
-        llm = LLM(None if model == "default" else model, dtype=dtype, device="cpu")
-        llm.engine.runner.lone_decode_sdpa = lambda context, sdpa=sdpa: sdpa
-        out[name] = llm
-    return out
+    """Two engines on the same weights; `forced(name)` makes the next steps take that engine's path."""
+    return {name: LLM(None if model == "default" else model, dtype=dtype, device="cpu")
+            for name in ("sdpa", "masked")}
+
+
+@contextlib.contextmanager
+def forced(name: str):
+    """Within: a lone decode request attends with SDPA ("sdpa") or with the masked batched path ("masked"),
+    whatever attention.lone_decode_sdpa would choose."""
+    rule = attention.lone_decode_sdpa
+    attention.lone_decode_sdpa = lambda gqa, context: name == "sdpa"
+    try:
+        yield
+    finally:
+        attention.lone_decode_sdpa = rule
 
 
 def main(argv=None) -> int:
@@ -50,7 +61,8 @@ def main(argv=None) -> int:
         t = {k: [] for k in e}
         for _ in range(args.rounds):
             for k, llm in e.items():
-                t[k].append(step_ms(llm, args.steps, prompt_len=ctx))
+                with forced(k):
+                    t[k].append(step_ms(llm, args.steps, prompt_len=ctx))
         ratios = [a / b for a, b in zip(t["sdpa"], t["masked"])]
         print(f"  context {ctx:5d}: SDPA {statistics.median(t['sdpa']):7.2f} ms, masked {statistics.median(t['masked']):7.2f} "
               f"ms, ratio {statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})")

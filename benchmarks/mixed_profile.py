@@ -5,8 +5,9 @@
 The workload is the speed issue's mixed one (`python -m minimal_engine.bench ... --input-len 512 --range-ratio 0.125
 --output-len 256 --output-range-ratio 0.0625 --num-prompts 64 --max-concurrency 32 --seed 0`, 125M shape, bf16).
 Each engine step is timed, with its model forward, and put in one of two kinds:
-  * decode-only steps: rows = requests decoding; the gathered decode attention pads every request's context to
-    the step's longest (`decode_padding`), so the script also sums real and padded context tokens;
+  * decode-only steps: rows = requests decoding; the gathered decode attention pads each request's context to
+    its group's longest (attention.GatheredDecode; before 2026-12-05, to the step's longest), so the script
+    also sums real and padded context tokens;
   * steps with prefill: prefill tokens (chunked at max_num_batched_tokens) plus any decode rows riding along.
 Then one decode-only step at the run's median batch and context is profiled (`bench.profile`), to split it into
 linear layers, attention, KV copies and the rest. transformers' static batches for the same requests are counted
@@ -43,11 +44,13 @@ class StepLog:
             out = forward(input_ids, batch, kv_caches)
             d = batch.num_decodes
             real = padded = 0
-            if batch.decode_padding is not None:                 # [D, 1, 1, W * block_size], True = padding
-                padded = batch.decode_padding.numel()
-                real = padded - int(batch.decode_padding.sum())
-            elif d:
-                real = padded = batch.decode_len
+            for g in getattr(batch.decode, "groups", []):       # GatheredDecode (attention.py)
+                if g.padding is not None:                        # [n, 1, 1, W * block_size], True = padding
+                    padded += g.padding.numel()
+                    real += g.padding.numel() - int(g.padding.sum())
+                else:                                            # a lone request: exactly its context
+                    real += g.context_len
+                    padded += g.context_len
             self.rows.append({"decodes": d, "prefill_tokens": int(input_ids.numel()) - d, "context_real": real,
                               "context_padded": padded, "forward_s": time.perf_counter() - t})
             return out

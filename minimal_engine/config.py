@@ -200,6 +200,7 @@ class EngineConfig:
     batching: str = "continuous"      # "continuous" | "static" (groups of max_num_seqs run to completion)
     quantization: str | None = None   # None | "int8": weight-only INT8 per output channel (quantization.py)
     kv_cache_dtype: str = "auto"      # "auto" (model dtype) | "fp8" | "int8": one byte per KV value (engine/kv_cache.py)
+    attention_backend: str | None = None  # decode rows: "paged" | "gathered"; None: by device (model_runner.py)
 
     def __post_init__(self):
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -218,3 +219,6 @@ class EngineConfig:
             raise ValueError(f"batching must be 'continuous' or 'static', got {self.batching!r}")
         check_quantization(self.quantization)
         check_kv_cache_dtype(self.kv_cache_dtype)
+        if self.attention_backend not in (None, "paged", "gathered"):
+            raise ValueError(f"attention_backend must be None (by device), 'paged' (block tables read in place) "
+                             f"or 'gathered' (contexts copied out in groups), got {self.attention_backend!r}")

@@ -77,12 +77,13 @@ class LLM:
                  cuda_graphs: bool | None = None, enable_prefix_caching: bool = False, batching: str = "continuous",
                  quantization: str | None = None, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
                  speculative_config: dict | None = None, quantizer=None, rejection_sampler=None,
-                 scheduler_policy=None, decode_attention=None):
+                 scheduler_policy=None, decode_attention=None, attention_backend: str | None = None):
         config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_memory=kv_cache_memory,
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               max_model_len=max_model_len, cuda_graphs=cuda_graphs,
                               enable_prefix_caching=enable_prefix_caching, batching=batching,
-                              quantization=quantization, kv_cache_dtype=kv_cache_dtype)
+                              quantization=quantization, kv_cache_dtype=kv_cache_dtype,
+                              attention_backend=attention_backend)
         self.device = resolve_device(device)
         torch.manual_seed(seed)
         if isinstance(model, str) and model.startswith("synthetic:"):

@@ -23,7 +23,7 @@ from minimal_engine.model.attention import ForwardBatch, PrefillChunk
 def full_sequence_batch(n: int, device, block_size: int = 16) -> ForwardBatch:
     """The layout of one step that feeds all ``n`` tokens as one prompt (no cached prefix)."""
     ar = torch.arange(n, device=device)
-    return ForwardBatch(positions=ar, slot_mapping=ar, num_decodes=0, decode_rows=None, decode_padding=None,
+    return ForwardBatch(positions=ar, slot_mapping=ar, num_decodes=0, decode=None,
                         prefills=[PrefillChunk(0, n, n, None)],
                         logits_indices=torch.tensor([n - 1], device=device), block_size=block_size)
 

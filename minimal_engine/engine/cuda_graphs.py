@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from minimal_engine.model.attention import ForwardBatch
+from minimal_engine.model.attention import ForwardBatch, PagedDecode
 
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -84,10 +84,8 @@ class DecodeGraphs:
     def batch(self, b: int) -> tuple[torch.Tensor, ForwardBatch]:
         """Views of the first b rows of the static buffers, as the model's inputs."""
         fb = ForwardBatch(positions=self.positions[:b], slot_mapping=self.slots[:b], num_decodes=b,
-                          decode_rows=None, decode_padding=None, prefills=[],
-                          logits_indices=self.logits_indices[:b], block_size=self.block_size,
-                          decode_block_tables=self.block_tables[:b], decode_context_lens=self.context_lens[:b],
-                          decode_mode="paged")
+                          decode=PagedDecode(self.block_tables[:b], self.context_lens[:b]), prefills=[],
+                          logits_indices=self.logits_indices[:b], block_size=self.block_size)
         return self.input_ids[:b], fb
 
     def run(self, rows: list[tuple]) -> torch.Tensor:

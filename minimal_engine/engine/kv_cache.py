@@ -105,7 +105,7 @@ def calibrate_kv_scales(model, kv_caches: list, block_size: int, num_tokens: int
     for p in pools:
         p.amax = torch.zeros_like(p.scale)
     pos = torch.arange(n, device=ids.device)
-    batch = ForwardBatch(positions=pos, slot_mapping=pos, num_decodes=0, decode_rows=None, decode_padding=None,
+    batch = ForwardBatch(positions=pos, slot_mapping=pos, num_decodes=0, decode=None,
                          prefills=[PrefillChunk(0, n, n, None)], logits_indices=pos[-1:], block_size=block_size)
     model(ids, batch, kv_caches)
     for p in pools:

@@ -5,10 +5,11 @@ The KV pool is allocated once: for each layer a K and a V tensor of [kv_heads, (
 head_dim] (layout: attention.py). Each step only writes into it; nothing grows. The one block past num_blocks
 belongs to no request: padding rows of a CUDA-graph step write their K/V there (cuda_graphs.py).
 
-Decode attention: on CUDA it reads each request's blocks in place through block tables (attention_paged.py),
-and decode-only steps replay CUDA graphs (`cuda_graphs`: None = on for CUDA, off elsewhere; True on the CPU
-runs the same static-buffer path without capturing, for tests). On the CPU the default gathers the context
-(attention.py), the faster option there; a lone decode request may attend with one SDPA call (lone_decode_sdpa).
+Decode attention is chosen once, when the runner is built (`attention_backend`): "paged" reads each request's
+blocks in place through block tables (attention_paged.py; the CUDA default, and decode-only steps replay CUDA
+graphs: `cuda_graphs` None = on for CUDA, off elsewhere, True on the CPU runs the same static-buffer path
+without capturing, for tests); "gathered" copies the contexts out of the pool in groups of similar length
+(attention.py; the CPU default, the faster option there).
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from minimal_engine.model.attention import ForwardBatch, PrefillChunk
+from minimal_engine.model.attention import (CustomDecode, ForwardBatch, PagedDecode, PrefillChunk,
+                                            gathered_decode)
 from minimal_engine.model.attention_paged import use_paged_decode
 from minimal_engine.config import EngineConfig
 from minimal_engine.model.cpu_linears import use_cpu_linears
@@ -25,9 +27,6 @@ from minimal_engine.engine.kv_cache import calibrate_kv_scales, make_kv_caches
 from minimal_engine.engine.logprobs import token_logprobs
 from minimal_engine.engine.sampler import sample
 from minimal_engine.engine.scheduler import SchedulerOutput
-
-LONE_DECODE_SDPA_MAX_CONTEXT = 512   # see ModelRunner.lone_decode_sdpa
-
 
 def cuda_graphs_wanted(requested: bool | None, device: torch.device, kv_quantized: bool) -> bool:
     """Decode steps through DecodeGraphs' static buffers: as requested (None: on CUDA, off elsewhere), never with
@@ -64,7 +63,9 @@ class ModelRunner:
         """verifier: speculative decoding's verify(logits, samplers) -> {seq: tokens} (features/spec_decode/);
         None: the plain sampler. A verifier turns CUDA graphs off (its steps carry draft rows).
         decode_attention: None, or fn(q [H, Dh], k [L, KVH, Dh], v [L, KVH, Dh]) -> [H, Dh] used for every decode
-        row (chapter 3's exercise: attention.py's "custom" mode; no paged kernel, no CUDA graphs)."""
+        row (chapter 3's exercise: attention.py's CustomDecode; no paged kernel, no CUDA graphs).
+        config.attention_backend: "paged" or "gathered" for the decode rows; None: paged on CUDA (and under
+        Triton's interpreter), gathered elsewhere and for a one-byte KV pool (attention_paged.use_paged_decode)."""
         cfg = model.config
         self.model, self.config, self.device, self.dtype = model, config, device, dtype
         self.block_size = config.block_size
@@ -81,7 +82,13 @@ class ModelRunner:
         if self.kv_quantized:
             calibrate_kv_scales(model, self.kv_caches, config.block_size)
         self.decode_attention = decode_attention
-        self.paged_decode = decode_attention is None and use_paged_decode(device, self.kv_quantized)   # in place
+        attention_backend = config.attention_backend
+        if attention_backend is None:
+            attention_backend = "paged" if use_paged_decode(device, self.kv_quantized) else "gathered"
+        if attention_backend == "paged" and self.kv_quantized:
+            raise ValueError("attention_backend 'paged' needs a KV pool in the model dtype (kv_cache_dtype "
+                             "'auto'): a one-byte pool is dequantized while gathering")
+        self.attention_backend = attention_backend
         self.verifier = verifier
         self.set_cuda_graphs(False if verifier is not None or decode_attention is not None else config.cuda_graphs)
 
@@ -112,13 +119,6 @@ class ModelRunner:
     def kv_cache_bytes(self) -> int:
         return sum(k.numel() * k.element_size() * 2 for k, _ in self.kv_caches)
 
-    def lone_decode_sdpa(self, context: int) -> bool:
-        """Whether a lone decode request (batch-1 decode) attends with one SDPA call over its context instead of
-        the masked batched path (attention.py). Measured on the CPU (benchmarks/lone_decode_ab.py): faster with
-        GQA and a short context; PyTorch's CPU SDPA kernel falls behind on long contexts and without GQA."""
-        cfg = self.model.config
-        return cfg.num_heads > cfg.num_kv_heads and context <= LONE_DECODE_SDPA_MAX_CONTEXT
-
     def decode_row(self, s) -> tuple:
         """(token, position, slot, block table, context length) of a one-token step of a request."""
         seq, pos, bs = s.seq, s.start, self.block_size
@@ -148,42 +148,28 @@ class ModelRunner:
         def tensor(x):
             return torch.tensor(x, dtype=torch.long, device=dev)
 
-        kv_heads = self.model.config.num_kv_heads
-
-        def block_rows(tables: list[list[int]]) -> torch.Tensor:
-            """Rows of the pool's [KVH * num_blocks, block_size * Dh] view, ordered (request, KV head, block)."""
-            heads = torch.arange(kv_heads, device=dev)[None, :, None] * self.pool_blocks    # [1, KVH, 1]
-            return (heads + tensor(tables)[:, None, :]).flatten()
-
-        decode_rows = decode_padding = tables = lens = None
-        decode_len, mode = 0, "none"
-        if decodes and self.paged_decode:             # block tables, read in place (attention_paged.py)
-            width = max(len(s.seq.block_table) for s in decodes)
-            tables = torch.tensor([s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in decodes],
-                                  dtype=torch.int32, device=dev)
-            lens = torch.tensor([s.start + 1 for s in decodes], dtype=torch.int32, device=dev)
-            mode = "paged"
-        elif decodes:
-            width = max(len(s.seq.block_table) for s in decodes)
-            decode_rows = block_rows([s.seq.block_table + [0] * (width - len(s.seq.block_table))
-                                      for s in decodes])                    # [D * KVH * width]
-            if self.decode_attention is None and len(decodes) == 1 and self.lone_decode_sdpa(decodes[0].start + 1):
-                decode_len, mode = decodes[0].start + 1, "lone"   # one SDPA call over exactly this context
-            else:
-                mode = "gathered" if self.decode_attention is None else "custom"
-                context = tensor([s.start + 1 for s in decodes])
-                decode_padding = (torch.arange(width * bs, device=dev) >= context[:, None]).view(len(decodes), 1, 1, -1)
+        decode = None
+        if decodes:
+            tables = [s.seq.block_table for s in decodes]
+            lens = [s.start + 1 for s in decodes]
+            width = max(len(t) for t in tables)
+            padded = [t + [0] * (width - len(t)) for t in tables]          # block 0: never read past a context
+            if self.decode_attention is not None:                       # chapter 3's exercise
+                decode = CustomDecode(self.decode_attention, tensor(padded), lens)
+            elif self.attention_backend == "paged":                     # in place (attention_paged.py)
+                decode = PagedDecode(torch.tensor(padded, dtype=torch.int32, device=dev),
+                                     torch.tensor(lens, dtype=torch.int32, device=dev))
+            else:                                                       # groups of similar length
+                cfg = self.model.config
+                decode = gathered_decode(tables, lens, bs, cfg.num_heads > cfg.num_kv_heads, dev)
         chunks, row = [], len(decodes)
         for s in prefills:
-            cached = block_rows([s.seq.block_table]) if s.start > 0 else None   # the table covers this step
+            cached = tensor([s.seq.block_table]) if s.start > 0 else None   # the table covers this step
             chunks.append(PrefillChunk(row, row + s.num_tokens, s.start + s.num_tokens, cached))
             row += s.num_tokens
         logits_rows += [r + p for _, first, r, last in prompt_rows for p in range(first, last)]
         batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
-                             decode_rows=decode_rows, decode_padding=decode_padding, prefills=chunks,
-                             logits_indices=tensor(logits_rows), block_size=bs,
-                             decode_block_tables=tables, decode_context_lens=lens, decode_len=decode_len,
-                             decode_mode=mode, decode_attention=self.decode_attention if mode == "custom" else None)
+                             decode=decode, prefills=chunks, logits_indices=tensor(logits_rows), block_size=bs)
         return PreparedStep(tensor(input_ids), batch, decodes + prefills, prompt_rows)
 
     @torch.inference_mode()

@@ -234,12 +234,17 @@ def test_matvec_kernels_measures_every_kernel():
 
 def test_lone_decode_ab_forces_each_path(llama_dir):
     ab = load_benchmark("lone_decode_ab")
+    from minimal_engine.model import attention
     e = ab.engines(str(llama_dir), "float32")
-    assert e["sdpa"].engine.runner.lone_decode_sdpa(10 ** 6) and not e["masked"].engine.runner.lone_decode_sdpa(1)
     p = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
     prompt = [5, 17, 33, 100, 7, 9]
-    assert e["sdpa"].generate([prompt], p, use_tqdm=False)[0].token_ids == \
-        e["masked"].generate([prompt], p, use_tqdm=False)[0].token_ids
+    tokens = {}
+    for name, llm in e.items():
+        with ab.forced(name):
+            assert attention.lone_decode_sdpa(False, 10 ** 6) == (name == "sdpa")
+            tokens[name] = llm.generate([prompt], p, use_tqdm=False)[0].token_ids
+    assert attention.lone_decode_sdpa(False, 1) is False          # the rule is back afterwards (no GQA here)
+    assert tokens["sdpa"] == tokens["masked"]
 
 
 def test_cpu_dtypes_measures_both_dtypes_with_their_kernels(llama_dir, capsys):

@@ -39,7 +39,7 @@ def test_static_buffers_are_filled_and_padded():
     assert g.block_tables[:4, :3].tolist() == [[3, 5, 0], [2, 0, 0], [4, 1, 9], [0, 0, 0]]
     ids, fb = g.batch(b)
     assert fb.num_decodes == 4 and fb.prefills == [] and fb.logits_indices.tolist() == [0, 1, 2, 3]
-    assert fb.decode_block_tables.shape == (4, 6) and ids.data_ptr() == g.input_ids.data_ptr()
+    assert fb.decode.block_tables.shape == (4, 6) and ids.data_ptr() == g.input_ids.data_ptr()
     with pytest.raises(ValueError, match="blocks"):
         g.fill([(1, 0, 0, list(range(7)), 1)])
 
@@ -136,8 +136,8 @@ def test_static_decode_path_gives_transformers_tokens(reference, settings):
 
 def test_paged_decode_without_graphs_gives_transformers_tokens(reference):
     folder, expected = reference
-    llm = LLM(folder, dtype="float32", device="cpu")
-    llm.engine.runner.paged_decode = True            # CUDA's eager decode path (reference kernel on the CPU)
+    llm = LLM(folder, dtype="float32", device="cpu", attention_backend="paged")   # CUDA's eager decode path
+    assert llm.engine.runner.attention_backend == "paged"                     # (reference kernel on the CPU)
     assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY, use_tqdm=False)] == expected
 
 

@@ -97,9 +97,9 @@ def test_quantized_pool_reads_blocks_like_the_plain_pool():
     src = torch.randn(kvh, 4, dh) * 0.5
     plain.index_copy_(1, slots, src)
     pool.index_copy_(1, slots, src)
-    rows = torch.tensor([1, 3, blocks + 1, blocks + 5])              # head 0 blocks 1, 3; head 1 blocks 1, 5
-    got, want = gather_blocks(pool, rows, bs), gather_blocks(plain, rows, bs)
-    assert got.shape == want.shape == (4 * bs, dh)
+    tables = torch.tensor([[1, 3], [1, 5]])                        # two requests' blocks, each for both heads
+    got, want = gather_blocks(pool, tables, bs), gather_blocks(plain, tables, bs)
+    assert got.shape == want.shape == (2 * kvh * 2 * bs, dh)
     assert torch.allclose(got, want, atol=0.02 / 2 + 1e-6)
     assert torch.equal(pool.dequantized()[:, slots], dequantize_kv(pool.data[:, slots], pool.scale[:, None, None],
                                                                    "int8", torch.float32))

@@ -136,43 +136,45 @@ def test_text_prompts_and_metrics(llama_dir):
 
 
 def test_lone_decode_attention_equals_the_masked_batch_path():
-    """Batch-1 decode attends with one SDPA call over exactly its context (no mask); it must give what the
-    batched path (padded to whole blocks, masked) gives for the same request."""
-    from minimal_engine.model.attention import ForwardBatch, paged_attention
+    """A group of one decode request may attend with one SDPA call over exactly its context (no mask); it must
+    give what the batched path (padded to whole blocks, masked) gives for the same request."""
+    from minimal_engine.model.attention import DecodeGroup, ForwardBatch, GatheredDecode, paged_attention
     torch.manual_seed(0)
     kvh, g, dh, bs, blocks = 2, 3, 16, 4, 8
     kc, vc = torch.randn(kvh, (blocks + 1) * bs, dh), torch.randn(kvh, (blocks + 1) * bs, dh)
     table, context = [5, 2, 7], 10                                      # 10 tokens in 3 blocks of 4
     q, k, v = torch.randn(1, kvh * g, dh), torch.randn(1, kvh, dh), torch.randn(1, kvh, dh)
-    rows = (torch.arange(kvh)[:, None] * (blocks + 1) + torch.tensor(table)[None, :]).flatten()
     slot = torch.tensor([table[(context - 1) // bs] * bs + (context - 1) % bs])
-    common = dict(positions=torch.tensor([context - 1]), slot_mapping=slot, num_decodes=1, decode_rows=rows,
+    common = dict(positions=torch.tensor([context - 1]), slot_mapping=slot, num_decodes=1,
                   prefills=[], logits_indices=torch.tensor([0]), block_size=bs)
-    lone = paged_attention(q, k, v, kc.clone(), vc.clone(), ForwardBatch(decode_padding=None, decode_len=context,
-                                                                         decode_mode="lone", **common), 0.25)
     padding = (torch.arange(len(table) * bs) >= context).view(1, 1, 1, -1)
-    masked = paged_attention(q, k, v, kc.clone(), vc.clone(), ForwardBatch(decode_padding=padding, decode_mode="gathered",
-                                                                           **common), 0.25)
-    torch.testing.assert_close(lone, masked)
+    out = {}
+    for name, pad in (("lone", None), ("masked", padding)):
+        group = DecodeGroup(torch.tensor([0]), torch.tensor([table]), pad, context)
+        batch = ForwardBatch(decode=GatheredDecode([group], None), **common)
+        out[name] = paged_attention(q, k, v, kc.clone(), vc.clone(), batch, 0.25)
+    torch.testing.assert_close(out["lone"], out["masked"])
 
 
 def test_a_lone_decode_takes_sdpa_only_with_gqa_and_a_short_context(llama_dir, monkeypatch):
-    """ModelRunner.lone_decode_sdpa: GQA and at most LONE_DECODE_SDPA_MAX_CONTEXT tokens (measured: faster there,
-    slower on long contexts and without GQA); prepare() then leaves out the padding mask and sets decode_len."""
-    import minimal_engine.engine.model_runner as mr
+    """attention.lone_decode_sdpa: GQA and at most LONE_DECODE_SDPA_MAX_CONTEXT tokens (measured: faster there,
+    slower on long contexts and without GQA); prepare() then leaves out the padding mask."""
+    from minimal_engine.model import attention
+    assert attention.lone_decode_sdpa(True, 10)
+    assert not attention.lone_decode_sdpa(False, 10)
+    assert not attention.lone_decode_sdpa(True, attention.LONE_DECODE_SDPA_MAX_CONTEXT + 1)
     llm = LLM(llama_dir, dtype="float32", device="cpu")
-    runner, cfg = llm.engine.runner, llm.model_config
-    gqa = cfg.num_heads > cfg.num_kv_heads
-    assert runner.lone_decode_sdpa(10) == gqa and not runner.lone_decode_sdpa(mr.LONE_DECODE_SDPA_MAX_CONTEXT + 1)
+    runner = llm.engine.runner
     batches = []
     forward = runner.model.forward
     runner.model.forward = lambda ids, batch, kv: (batches.append(batch), forward(ids, batch, kv))[1]
     greedy = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
     expected = llm.generate([PROMPTS[0]], greedy, use_tqdm=False)[0].token_ids
     for sdpa in (True, False):
-        monkeypatch.setattr(runner, "lone_decode_sdpa", lambda context, sdpa=sdpa: sdpa)
+        monkeypatch.setattr(attention, "lone_decode_sdpa", lambda gqa, context, sdpa=sdpa: sdpa)
         batches.clear()
         assert llm.generate([PROMPTS[0]], greedy, use_tqdm=False)[0].token_ids == expected
         decode = batches[-1]                      # the last step: the 2nd decode, context = prompt + 2 tokens
-        assert decode.num_decodes == 1
-        assert (decode.decode_len == len(PROMPTS[0]) + 2) == sdpa and (decode.decode_padding is None) == sdpa
+        assert decode.num_decodes == 1 and len(decode.decode.groups) == 1
+        group = decode.decode.groups[0]
+        assert group.context_len == len(PROMPTS[0]) + 2 and (group.padding is None) == sdpa

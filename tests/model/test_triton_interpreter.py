@@ -70,7 +70,7 @@ def test_engine_decode_through_the_kernel_keeps_the_tokens(interpreted, llama_di
     prompts = [[5, 17, 33, 100, 7, 9, 200, 45, 3, 80, 81, 82, 90], [11, 12], list(range(40, 90))]
     sp = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     llm = LLM(llama_dir, dtype=dtype, device="cpu", max_num_seqs=5)
-    assert not llm.engine.runner.paged_decode            # without the interpreter the CPU gathers
+    assert llm.engine.runner.attention_backend == "gathered"   # without the interpreter the CPU gathers
     want = [o.token_ids for o in llm.generate(prompts, sp, use_tqdm=False)]
     if dtype == "float32" or got["tokens"] == want:
         assert got["tokens"] == want

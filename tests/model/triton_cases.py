@@ -100,7 +100,7 @@ def run_engine(model_dir: str) -> dict:
     for dtype in ("float32", "bfloat16"):
         for graphs in (False, True):
             llm = LLM(model_dir, dtype=dtype, device="cpu", max_num_seqs=5, cuda_graphs=graphs)
-            assert llm.engine.runner.paged_decode
+            assert llm.engine.runner.attention_backend == "paged"
             before = calls["n"]
             toks = [o.token_ids for o in llm.generate(prompts, sp, use_tqdm=False)]
             out[f"{dtype}-{'graphs' if graphs else 'eager'}"] = dict(tokens=toks, kernel_calls=calls["n"] - before,

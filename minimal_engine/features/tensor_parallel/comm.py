@@ -47,25 +47,7 @@ class Comm:
                     bytes_per_step=self.bytes / per, ms_per_step=1000 * (self.seconds + self.send_seconds) / per)
 
 
-def head_agnostic(batch, kv_heads: int):
-    """Rank 0's ForwardBatch -> the same on the CPU with block numbers instead of (head, block) rows and no
-    logits rows (only rank 0 samples)."""
-    def blocks(rows, lead):                                         # rows ordered (request, head, block)
-        return None if rows is None else rows.view(lead, kv_heads, -1)[:, 0].cpu()   # head 0 row = block number
-    cpu = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in vars(batch).items()}
-    cpu["decode_rows"] = blocks(batch.decode_rows, max(batch.num_decodes, 1))                  # [D, W]
-    cpu["prefills"] = [replace(c, rows=blocks(c.rows, 1)) for c in batch.prefills]           # [1, blocks]
-    cpu["logits_indices"] = batch.logits_indices[:0].cpu()
-    return type(batch)(**cpu)
-
-
-def rows_for_heads(batch, kv_heads: int, pool_blocks: int, device: torch.device):
-    """The inverse of head_agnostic for a rank with kv_heads heads: block numbers -> this pool's rows."""
-    heads = torch.arange(kv_heads)[None, :, None] * pool_blocks                  # [1, KVH, 1]
-
-    def rows(blocks):
-        return None if blocks is None else (heads + blocks[:, None, :]).flatten().to(device)
-    fields = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(batch).items()}
-    fields["decode_rows"] = rows(batch.decode_rows)
-    fields["prefills"] = [replace(c, rows=rows(c.rows)) for c in batch.prefills]
-    return type(batch)(**fields)
+def for_workers(batch):
+    """Rank 0's ForwardBatch as the workers need it: on the CPU (to be pickled), without logits rows (only
+    rank 0 samples). Layouts name blocks by number, so each rank reads its own pool's heads from it."""
+    return replace(batch.to("cpu"), logits_indices=batch.logits_indices[:0].cpu())

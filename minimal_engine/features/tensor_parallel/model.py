@@ -37,7 +37,7 @@ import weakref
 import torch
 from torch import nn
 
-from minimal_engine.features.tensor_parallel.comm import Comm, head_agnostic, make_process_group
+from minimal_engine.features.tensor_parallel.comm import Comm, for_workers, make_process_group
 from minimal_engine.features.tensor_parallel.sharding import check_tp_size, head_ranges, shard_model
 from minimal_engine.features.tensor_parallel.worker import worker_main
 from minimal_engine.processes import main_guard_hint, stop_processes
@@ -153,7 +153,7 @@ class TensorParallelModel(nn.Module):
             if not p.is_alive():
                 self._fail(f"worker rank {rank} is not running (exit code {p.exitcode})")
         t0 = time.perf_counter()
-        msg = pickle.dumps(("step", (input_ids.cpu(), head_agnostic(batch, self.kv_heads0))))
+        msg = pickle.dumps(("step", (input_ids.cpu(), for_workers(batch))))
         for rank, c in enumerate(self.conns, start=1):
             try:
                 c.send_bytes(msg)
