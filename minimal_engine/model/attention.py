@@ -96,9 +96,11 @@ class CustomDecode:
     context_lens: list[int]
 
 
-def group_by_length(context_lens: list[int], slack: float = GROUP_PADDING_SLACK) -> list[list[int]]:
+def group_by_length(context_lens: list[int], slack: float | None = None) -> list[list[int]]:
     """Indices of the requests in groups: longest first, a request joins the current group while the group's
-    padded size (members x the longest) stays within `slack` times the sum of its contexts."""
+    padded size (members x the longest) stays within `slack` (default GROUP_PADDING_SLACK) times the sum of
+    its contexts."""
+    slack = GROUP_PADDING_SLACK if slack is None else slack
     order = sorted(range(len(context_lens)), key=lambda i: -context_lens[i])
     groups: list[list[int]] = []
     for i in order:
