@@ -185,9 +185,10 @@ def check_kv_cache_dtype(value) -> None:
                          f"KV head) or 'int8' (int8 with a scale per KV head), got {value!r}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EngineConfig:
-    """How the engine runs: KV pool size, batch limits, context length."""
+    """How the engine runs: KV pool size, batch limits, context length. Frozen: an engine's settings are
+    fixed when it is built (a different setting is a new engine, `dataclasses.replace(config, ...)`)."""
 
     block_size: int = 16              # tokens per KV block
     num_kv_blocks: int | None = None  # None: sized from kv_cache_memory

@@ -135,3 +135,17 @@ def test_chat_and_generate_refuse_the_wrong_container(llm):
         llm.chat("hello")
     with pytest.raises(ValueError, match="prompts must be"):
         llm.generate(None)
+
+
+def test_engine_config_is_frozen():
+    """An engine's settings are fixed when it is built: a lab that wants another chunk budget builds another
+    engine (course/labs/lab09.py), instead of rewriting a live config under the scheduler."""
+    import dataclasses
+
+    from minimal_engine.config import EngineConfig
+    cfg = EngineConfig(max_num_batched_tokens=64)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.max_num_batched_tokens = 16
+    assert dataclasses.replace(cfg, max_num_batched_tokens=16).max_num_batched_tokens == 16
+    with pytest.raises(ValueError, match="attention_backend"):
+        EngineConfig(attention_backend="flash")
