@@ -82,7 +82,7 @@ PARTS = ("linear layers", "attention", "RMSNorm", "RoPE")
 
 def breakdown(llm, steps: int, rounds: int) -> dict:
     """Per part: median over rounds of (whole step - step without the part), and the whole step's median."""
-    model = llm.engine.runner.model
+    model = llm.model
     whole, saved = [], {p: [] for p in PARTS}
     for _ in range(rounds):
         w = step_ms(llm, steps)

@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     if a.split:
         os.environ["MINIMAL_ENGINE_CPU_KERNELS"] = "plain"
         compiled = LLM(model, **kw)
-        compile_split(compiled.engine.runner.model)
+        compile_split(compiled.model)
     else:
         compiled = LLM(model, **kw)
         graphs = compiled.engine.runner.graphs

@@ -248,7 +248,7 @@ def check_memory(device: str, tiny: bool) -> dict:
     before = torch.cuda.mem_get_info()[0] if cuda else None
     model = str(DEFAULT_MODEL) if tiny else "synthetic:qwen3-0.6b"
     llm = LLM(model, dtype="bfloat16", device=device, max_num_seqs=8 if tiny else 256)
-    weights = sum(p.numel() * p.element_size() for p in llm.engine.runner.model.parameters())
+    weights = sum(p.numel() * p.element_size() for p in llm.model.parameters())
     budget = (before - weights) * GPU_KV_FRACTION if cuda else CPU_KV_BUDGET
     pool = llm.engine.runner.kv_cache_bytes
     llm.generate([list(range(1, 200))] * 8, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True),

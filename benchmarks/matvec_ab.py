@@ -41,7 +41,7 @@ def baseline_kernels(dtype: torch.dtype, against: str) -> CpuKernels:
 
 def use_baseline(llm, against: str = "earlier") -> int:
     """Point every Linear of the engine at the baseline's kernels (see the docstring); returns how many."""
-    model = llm.engine.runner.model
+    model = llm.model
     kernels = use_cpu_linears(model, baseline_kernels(llm.dtype, against))
     return 0 if kernels is None else sum(1 for m in model.modules() if isinstance(m, torch.nn.Linear))
 
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     engines = {"now": LLM(**kw, dtype=args.dtype, device="cpu"), "before": LLM(**kw, dtype=args.dtype, device="cpu")}
     print(f"{use_baseline(engines['before'], args.against)} linear layers switched to the baseline ({args.against})")
     for k, llm in engines.items():
-        print(f"  {k}: {llm.engine.runner.model.layers[0].mlp.down_proj.extra_repr()}")
+        print(f"  {k}: {llm.model.layers[0].mlp.down_proj.extra_repr()}")
     print(f"  engine's choice on this CPU: {engines['now'].engine.runner.cpu_kernels.describe()}")
     vocab = engines["now"].model_config.vocab_size
     tpot, ttft, tok_s = ({k: [] for k in engines} for _ in range(3))

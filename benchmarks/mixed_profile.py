@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     llm = LLM(a.model, dtype=a.dtype, max_num_seqs=64, seed=0)
     reqs = random_requests(64, 512, 256, llm.model_config.vocab_size, 0.125, 0.0625, seed=0)
     run_offline(llm, reqs[:2], 2, use_tqdm=False)                       # warm-up
-    with StepLog(llm.engine.runner.model) as log:
+    with StepLog(llm.model) as log:
         t = time.perf_counter()
         res = run_offline(llm, reqs, 32, use_tqdm=False, warmup=False)
         wall = time.perf_counter() - t

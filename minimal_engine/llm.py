@@ -131,9 +131,14 @@ class LLM:
         self._lock = threading.RLock()            # generate/stream may be called from several threads
         self._inbox: dict[str, deque] = {}        # request id -> its outputs not yet taken by its caller
 
+    @property
+    def model(self):
+        """The model the engine runs (an nn.Module: weights, layers; a TensorParallelModel under TP)."""
+        return self.engine.runner.model
+
     def close(self) -> None:
         """Stop the tensor-parallel workers, if any (also done on garbage collection and at exit)."""
-        getattr(self.engine.runner.model, "close", lambda: None)()
+        getattr(self.model, "close", lambda: None)()
 
     def _auto_num_blocks(self, mc: ModelConfig, config: EngineConfig) -> int:
         """Enough blocks for max_num_seqs requests of max_model_len tokens, within a memory budget."""

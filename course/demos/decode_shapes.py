@@ -51,7 +51,7 @@ def trace_decode_shapes(llm, prompt_ids: list[int]) -> dict[str, list[int]]:
     """Output shapes of the modules in TRACED during the LAST step of a 2-token greedy generation of
     ``prompt_ids`` on the engine (a decode step: one token). Hooks are removed afterwards."""
     from minimal_engine import SamplingParams
-    model = llm.engine.runner.model
+    model = llm.model
     modules = dict(model.named_modules())
     seen: dict[str, list[int]] = {}
     handles = [modules[name].register_forward_hook(lambda m, a, out, name=name: seen.__setitem__(name, list(out.shape)))

@@ -1,6 +1,6 @@
 """Generation WITHOUT a KV cache, for chapter 3: the engine's own model code, the whole sequence every step.
 
-    res = generate_no_cache(llm.engine.runner.model, prompt_ids, max_tokens=32)
+    res = generate_no_cache(llm.model, prompt_ids, max_tokens=32)
     res["token_ids"], res["step_s"]          # greedy tokens; seconds of each step (step i sees prompt + i tokens)
 
 This lives in the course, outside the engine's hot path. Each step runs the model's ``forward`` on ALL the

@@ -61,7 +61,7 @@ def _engine_run(quantizer):
         llm = LLM(dtype="bfloat16", **kw)
         outs = llm.generate(PROMPTS, params, use_tqdm=False)
         out[name] = ([list(o.token_ids) for o in outs],
-                     weight_bytes(llm.engine.runner.model)["linear"])
+                     weight_bytes(llm.model)["linear"])
         llm.close()
     return out
 

@@ -96,7 +96,7 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
                        "total": time.perf_counter() - t, "tokens": out.token_ids})
         cb = None if progress is None else (lambda i, _n, r=r: progress(r * n + i, repeats * n))
         t = time.perf_counter()
-        nc = generate_no_cache(llm.engine.runner.model, prompt, n, on_step=cb)
+        nc = generate_no_cache(llm.model, prompt, n, on_step=cb)
         nocache.append({"steps": [x * 1e3 for x in nc["step_s"]], "total": time.perf_counter() - t,
                         "tokens": nc["token_ids"]})
         processed = nc["tokens_processed"]

@@ -88,7 +88,7 @@ def run_quant_lab(prompt_len=None, output_len=None, batch=None, device="cpu", re
         out[k] = {"label": SETTINGS[k][0], "tpot_b1_ms": statistics.median(x["tpot_ms"] for x in r["b1"]),
                   "tpot_bB_ms": statistics.median(x["tpot_ms"] for x in r["bB"]),
                   "tok_s_bB": statistics.median(x["tok_s"] for x in r["bB"]),
-                  "model_bytes": weight_bytes(llm.engine.runner.model)["total"],
+                  "model_bytes": weight_bytes(llm.model)["total"],
                   "kernels": llm.engine.runner.describe_kernels(), "tokens": r["bB"][0]["tokens"]}
     ref, q = out["bf16"], out["int8"]
     same = sum(x == y for a, c in zip(ref["tokens"], q["tokens"]) for x, y in zip(a, c))

@@ -95,7 +95,7 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
     device, repeats = check_device(device), check_repeats(default_repeats() if repeats is None else repeats)
     threads = apply_thread_policy(threads)
     load = check_load(threads) if load_check else None
-    tp_model = _engine(n, device, threads).engine.runner.model        # features/tensor_parallel/model.py
+    tp_model = _engine(n, device, threads).model        # features/tensor_parallel/model.py
     per_rank = tp_model.per_rank             # torch threads of each rank: max(1, threads // n)
     tp1_threads = n * per_rank               # TP=1 gets the same total, so neither side has more cores
     samples = {k: [] for k in (1, n)}

@@ -44,7 +44,7 @@ def hf_model_for(llm):
         pad_token_id=0)
     with torch.device(llm.device):                # built where it runs (a GPU initialises 1B weights fast)
         model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=llm.dtype).eval()
-    missing, unexpected = model.load_state_dict(hf_state_dict(llm.engine.runner.model), strict=False)
+    missing, unexpected = model.load_state_dict(hf_state_dict(llm.model), strict=False)
     if [m for m in missing if not m.endswith("rotary_emb.inv_freq")] or unexpected:
         raise RuntimeError(f"weights do not line up with transformers: missing {missing[:3]}, extra {unexpected[:3]}")
     return model

@@ -92,7 +92,7 @@ def evaluate_settings(settings: list[dict], max_chars: int | None = 3000, window
         ids, mask = encode_stream(llm.tokenizer.hf.backend_tokenizer, texts)   # the `tokenizers` object
         lps, top1 = score_windows(llm, windows(ids, mask, window))
         rows.append(dict(setting=setting_name(kw), **kw, nats_per_char=-sum(lps) / n_chars, tokens=len(lps),
-                         chars=n_chars, weight_bytes=weight_bytes(llm.engine.runner.model)["total"]))
+                         chars=n_chars, weight_bytes=weight_bytes(llm.model)["total"]))
         tops.append(np.array(top1))
         del llm
     for row, t in zip(rows, tops):

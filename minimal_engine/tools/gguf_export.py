@@ -79,7 +79,7 @@ def export_gguf(llm, path: str | Path, outtype: str = "bf16") -> Path:
     import gguf
     if outtype not in OUTTYPES:
         raise ValueError(f"outtype must be one of {', '.join(OUTTYPES)}, got {outtype!r}")
-    model, cfg = llm.engine.runner.model, llm.model_config
+    model, cfg = llm.model, llm.model_config
     qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
              "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[outtype]
     ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
@@ -147,7 +147,7 @@ def verify_gguf(llm, path: str | Path) -> dict:
             assert rebuilt.encode(text).ids == ids, f"the file's vocabulary tokenizes {text!r} differently"
             assert rebuilt.decode(ids) == text
             tokenized += 1
-    ours = gguf_tensors(llm.engine.runner.model)
+    ours = gguf_tensors(llm.model)
     assert set(ours) == set(tensors), f"tensor names differ: {sorted(set(ours) ^ set(tensors))[:5]}"
     worst = 0.0
     for name, t in ours.items():
