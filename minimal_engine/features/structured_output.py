@@ -7,6 +7,13 @@ bitmask over the vocabulary: the sampler sets every token the grammar forbids to
 (other requests in the batch are untouched), then samples as usual; the sampled token advances the matcher. When the
 grammar is complete only EOS is allowed, so the request stops there. LLM gives a GrammarBackend to LLMEngine, which
 gives each constrained request its own GrammarMatcher (seq.grammar).
+
+JSON schemas: an object schema that lists `properties` but says nothing about
+`additionalProperties` is closed (no keys but its own), as vLLM's default backend (xgrammar) reads
+it and as vLLM's guidance backend does with `disable_additional_properties`; otherwise a small model
+invents keys until max_tokens. An explicit `additionalProperties` (true or a schema) is kept. Before
+compiling, every constraint passes the size limits of structured_limits.py (llguidance would crash
+the process on some huge grammars).
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import json
 
 import torch
 
+from minimal_engine.features.structured_limits import PARSER_LIMITS, check_json_schema, check_limits
 from minimal_engine.sampling_params import StructuredOutputsParams
 
 BITS = torch.arange(32, dtype=torch.int32)
@@ -24,11 +32,41 @@ BITS = torch.arange(32, dtype=torch.int32)
 JSON_OPTIONS = {"whitespace_flexible": False}
 
 
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_SCHEMA_ONE = ("items", "additionalItems", "contains", "not", "if", "then", "else", "propertyNames",
+               "additionalProperties", "unevaluatedProperties", "unevaluatedItems")
+
+
+def closed_objects(schema, close: bool = True):
+    """A copy of the schema in which every object schema with `properties` or `patternProperties`
+    and no `additionalProperties` (nor `unevaluatedProperties`) has `additionalProperties: false`.
+    allOf's members are not closed themselves (allOf joins them: closing each would refuse the
+    others' keys); what they contain is."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed_objects(s) for name, s in out[key].items()}
+    for key in _SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed_objects(s, key != "allOf") for s in out[key]]
+    for key in _SCHEMA_ONE:
+        if isinstance(out.get(key), dict):
+            out[key] = closed_objects(out[key])
+    if close and ("properties" in out or "patternProperties" in out) and not (
+            "additionalProperties" in out or "unevaluatedProperties" in out):
+        out["additionalProperties"] = False
+    return out
+
+
 def grammar_text(so: StructuredOutputsParams) -> str:
     """The constraint as llguidance's grammar definition; a bad schema or pattern raises ValueError."""
     import llguidance
     if so.json_object or so.json is not None:
-        schema = {"type": "object"} if so.json_object else so.json
+        schema = ({"type": "object"} if so.json_object
+                  else closed_objects(check_json_schema(so.json)))
         return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
     if so.regex is not None:
         return llguidance.grammar_from("regex", so.regex)
@@ -86,10 +124,15 @@ class GrammarBackend:
         """Compile the constraint (a bad one raises ValueError before the request is queued)."""
         import llguidance
         try:
+            check_limits(so)
+        except ValueError as e:
+            raise ValueError(f"structured_outputs: {e}") from None
+        try:
             text = grammar_text(so)
         except (ValueError, RuntimeError, TypeError) as e:
             raise ValueError(f"structured_outputs: the constraint does not compile: {e}") from None
-        m = llguidance.LLMatcher(self._ll_tokenizer(), text)
+        limits = llguidance.LLParserLimits(**PARSER_LIMITS)
+        m = llguidance.LLMatcher(self._ll_tokenizer(), text, limits=limits)
         if m.is_error():
             raise ValueError(f"structured_outputs: the constraint does not compile: {m.get_error()}")
         return GrammarMatcher(m, self.vocab_size)
