@@ -30,6 +30,8 @@ from minimal_engine.engine.block_manager import BlockManager
 from minimal_engine.config import EngineConfig
 from minimal_engine.engine.sequence import Sequence, SequenceStatus
 
+MAX_IDLE_POLICY_STEPS = 1000    # a policy's empty steps in a row before the engine gives up
+
 
 @dataclass
 class ScheduledSeq:
@@ -120,6 +122,7 @@ class Scheduler:
         if policy is not None and config.batching == "static":
             raise ValueError("a scheduling policy replaces continuous batching; it does not take batching='static'")
         self.policy = policy                  # None: the rule below; else schedule_step(...) (check_plan)
+        self.idle_steps = 0                   # the policy's steps in a row that scheduled nothing
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []     # oldest first: the last one is preempted first
         self.groups = StaticGroups(config.max_num_seqs) if config.batching == "static" else None
@@ -179,7 +182,26 @@ class Scheduler:
             out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
             budget -= n
         self._take_back_drafts(out)
+        if plan is not None:
+            self._check_progress(out, plan)
         return out
+
+    def _check_progress(self, out: SchedulerOutput, plan: dict[str, int]) -> None:
+        """A plan that schedules nothing changes nothing, so the next plan is likely the same: after
+        MAX_IDLE_POLICY_STEPS such steps in a row, stop with an error instead of spinning on."""
+        self.idle_steps = 0 if out.scheduled else self.idle_steps + 1
+        if self.idle_steps < MAX_IDLE_POLICY_STEPS:
+            return
+        self.idle_steps = 0
+        bm, name = self.block_manager, getattr(self.policy, "__name__", type(self.policy).__name__)
+        raise ValueError(
+            f"scheduler_policy {name!r} scheduled nothing in {MAX_IDLE_POLICY_STEPS} steps in a "
+            f"row while {len(self.running)} requests ran and {len(self.waiting)} waited; its plan "
+            f"was {list(plan.items())[:4]}, with {bm.num_free_blocks} of {bm.num_blocks} KV blocks "
+            "free. "
+            "A plan that gives the budget to waiting requests that cannot get KV blocks, while the "
+            "running requests holding the blocks get none, never moves: schedule the running "
+            "requests first, or leave budget for them")
 
     def _plan(self, budget: int) -> dict[str, int]:
         """Ask the policy; it sees what each running request has left and what each waiting one would compute."""
