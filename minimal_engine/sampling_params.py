@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 SAMPLING_EPS = 1e-5               # vLLM's _SAMPLING_EPS: temperatures below it mean greedy
 SEED_RANGE = (-(1 << 63), (1 << 63) - 1)   # int64, as vLLM's protocol (torch.Generator takes these)
 MAX_LOGPROBS = 20                 # vLLM's default max_logprobs
+# vLLM asks only > 0, but 1e-300 divides the logits into infinities and sampling fails (NaN): the
+# range is one the sampler survives (1e3 / 0.01 stays finite), far wider than any useful setting
+REPETITION_PENALTY_RANGE = (0.01, 100.0)
 
 
 def child_seed(seed: int | None, i: int) -> int | None:
@@ -70,7 +73,7 @@ class SamplingParams:
     stop: str | list[str] | None = None        # stop strings: the text is cut before the first one found
     presence_penalty: float = 0.0     # [-2, 2]: subtract it from every token already generated
     frequency_penalty: float = 0.0    # [-2, 2]: subtract it times the token's count in the output
-    repetition_penalty: float = 1.0   # > 0: divide (>1 discourages) the logits of prompt and output tokens
+    repetition_penalty: float = 1.0   # [0.01, 100]: divide (>1 discourages) seen tokens' logits
     min_tokens: int = 0               # EOS and stop tokens are masked (stop strings unchecked) before this many
     logprobs: int | None = None       # sampled token's logprob + the top k (raw model output, as vLLM)
     prompt_logprobs: int | None = None
@@ -115,8 +118,10 @@ class SamplingParams:
         for name in ("presence_penalty", "frequency_penalty"):
             if not _is_real(getattr(self, name)) or not -2 <= getattr(self, name) <= 2:
                 raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)!r}")
-        if not _is_real(self.repetition_penalty) or not 0 < self.repetition_penalty <= 2 ** 31:
-            raise ValueError(f"repetition_penalty must be greater than zero, got {self.repetition_penalty!r}")
+        low, high = REPETITION_PENALTY_RANGE
+        if not _is_real(self.repetition_penalty) or not low <= self.repetition_penalty <= high:
+            raise ValueError(f"repetition_penalty must be greater than zero, in [{low:g}, "
+                             f"{high:g}] (1 = no penalty), got {self.repetition_penalty!r}")
         if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(f"min_tokens must be an integer in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
         if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):

@@ -6,7 +6,8 @@
 Endpoints: POST /v1/completions, POST /v1/chat/completions (both with `stream: true` as server-sent events,
 `stream_options.include_usage`, and `usage`; batched prompts and `n` as choices; `stop`, `logprobs`, penalties),
 GET /v1/models, GET /health (also free/total KV blocks), GET /metrics (Prometheus, vLLM's names:
-prometheus.py), POST /tokenize and /detokenize (as vLLM's).
+prometheus.py), POST /tokenize and /detokenize (as vLLM's), GET /version (as vLLM's). Any other
+path: a JSON 404 that lists these.
 How a request flows: checks that cost nothing first (Host header, Content-Type: application/json, body
 size and arrival time: limits.py), then, in a worker thread so the event loop stays free, JSON
 parsing, every field's check, tokenizing and the engine's limits (bad input -> 400); admission control
@@ -28,6 +29,7 @@ import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
@@ -41,6 +43,15 @@ from minimal_engine.serve.errors import RequestError, server_error
 from minimal_engine.serve.tokens import detokenize_request, tokenize_request, tokenizer_info
 
 log = logging.getLogger("minimal_engine.serve.app")
+
+
+def package_version() -> str:
+    """minimal-engine's version (pyproject.toml) as installed; "unknown" when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("minimal-engine")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, limits: ServeLimits | None = None):
@@ -67,7 +78,14 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
 
     @app.exception_handler(HTTPException)
     async def http_error(request, exc):
-        return error_response(RequestError(str(exc.detail), code=str(exc.status_code), status=exc.status_code))
+        message = str(exc.detail)
+        if exc.status_code == 404:          # say what is served (e.g. to a client of /v1/responses)
+            served = ", ".join(f"{m} {r.path}" for r in app.routes if isinstance(r, APIRoute)
+                               for m in sorted(r.methods - {"HEAD"}))
+            message = (f"{request.method} {request.url.path[:100]} is not implemented by this "
+                       f"server; it serves {served}")
+        status = exc.status_code
+        return error_response(RequestError(message, code=str(status), status=status))
 
     @app.exception_handler(Exception)
     async def internal_error(request, exc):
@@ -79,6 +97,10 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
         if loop.dead:                       # as vLLM: an engine that died makes /health fail, for the supervisor
             return JSONResponse({"status": "dead", "error": loop.dead}, status_code=503)
         return {"status": "ok", "unfinished_requests": routes.unfinished, **loop.stats}
+
+    @app.get("/version")
+    async def version():                    # as vLLM's /version: the server's package version
+        return {"version": package_version()}
 
     card = {"id": model_name, "object": "model", "created": 0, "owned_by": "minimal_engine", "max_model_len": max_len}
 

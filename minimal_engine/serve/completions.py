@@ -5,62 +5,30 @@ engine request per choice, and answer with one JSON body or a stream of server-s
                tokenized and checked against the engine's limits once: the engine loop queues it as it is)
     handle()   admission control (429 past max_num_seqs + max_queue), EngineLoop.submit, then the answer; a client
                that leaves, streaming or not, has its requests aborted and their KV blocks freed.
+The streaming response itself (server-sent events, a deadline for each chunk): streaming.py.
 """
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
 from minimal_engine.serve.limits import ServeLimits, check_json, error_response, read_body, wait_for_disconnect
 from minimal_engine.sampling_params import child_seed
 from minimal_engine.serve.errors import RequestError, server_error
 from minimal_engine.serve.messages import chat_prompt
+from minimal_engine.serve.streaming import ClosingStream, sse
 from minimal_engine.serve.protocol import parse_request
 from minimal_engine.serve.tools import tool_message
 from minimal_engine.serve.responses import (chat_logprobs, chunk, completion_logprobs, full_response, usage,
                                             usage_chunk)
-
-log = logging.getLogger("minimal_engine.serve.completions")
-
-
-class StalledClient(Exception):
-    """A streaming client took no chunk within the write deadline (its socket is open, it just does not read)."""
-
-
-class ClosingStream(StreamingResponse):
-    """A streaming response that calls on_close when it ends: finished, failed, client gone, or client stalled.
-
-    Every chunk must be taken by the client within write_timeout_s: a client that keeps its socket open but
-    never reads would otherwise hold its requests' slots for good (the engine finishes them, but the response
-    never ends), and enough such clients answer everyone else 429. Past the deadline the response is dropped,
-    its requests are aborted (their KV blocks freed) and uvicorn closes the connection."""
-
-    def __init__(self, gen, on_close, write_timeout_s: float = 30.0):
-        super().__init__(gen, media_type="text/event-stream")
-        self.on_close, self.write_timeout_s = on_close, write_timeout_s
-
-    async def __call__(self, scope, receive, send):
-        async def send_in_time(message):
-            try:
-                await asyncio.wait_for(send(message), self.write_timeout_s)
-            except asyncio.TimeoutError:
-                raise StalledClient() from None
-
-        try:
-            await super().__call__(scope, receive, send_in_time)
-        except StalledClient:
-            log.warning("a streaming client took no data for %g s: its request is aborted", self.write_timeout_s)
-        finally:
-            self.on_close()
 
 
 def engine_error(item) -> RequestError:
@@ -82,11 +50,9 @@ def _param_of(message: str, chat: bool) -> str:
         return "structured_outputs"
     if "KV pool" in message:
         return "max_tokens"
+    if message.startswith("min_tokens"):
+        return "min_tokens"
     return "messages" if chat else "prompt"
-
-
-def sse(obj: dict) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
 class Completions:
@@ -110,6 +76,22 @@ class Completions:
                                f"{self.limit} = max_num_seqs + max_queue); retry later", None, "queue_full",
                                429, "rate_limit_error")
 
+    def room(self, num_prompt_tokens: int) -> int:
+        """Tokens a request may generate after its prompt: to max_model_len, within the KV pool."""
+        engine = self.llm.engine
+        pool = engine.block_manager.num_blocks * engine.config.block_size + 1   # + the last token
+        return min(self.max_len, pool) - num_prompt_tokens
+
+    def check_room(self, req, prompt_lengths: list[int]) -> None:
+        """A max_tokens the client gave must fit beside every prompt; else vLLM's 400, its words."""
+        asked, field, most = req.max_tokens, req.max_tokens_field, self.max_len
+        for n in prompt_lengths:
+            if n + asked > most:
+                raise RequestError("'max_tokens' or 'max_completion_tokens' is too large: "
+                                   f"{asked}. This model's maximum context length is {most} "
+                                   f"tokens and your request has {n} input tokens ({asked} > "
+                                   f"{most} - {n})", field)
+
     def prepare(self, raw: bytes, chat: bool):
         """In a worker thread: parse, check every field, tokenize, check against the engine's limits."""
         try:
@@ -126,6 +108,9 @@ class Completions:
         engine = self.llm.engine
         try:
             prompts = [chat_prompt(self.llm.tokenizer, prompt)] if chat else prompt
+            if chat and req.max_tokens is None:    # vLLM's chat default: the rest of the context
+                params = replace(params, max_tokens=max(1, self.room(len(prompts[0]))))
+                req = replace(req, params=params)
             checked = []
             for i, p in enumerate(prompts):
                 try:
@@ -137,6 +122,8 @@ class Completions:
                 raise
             message = str(e)
             raise RequestError(message, _param_of(re.sub(r"^prompt \d+: ", "", message), chat)) from None
+        if req.max_tokens is not None:
+            self.check_room(req, [len(c.token_ids) for c in checked])
         if len(checked) * params.n > self.limit:     # never admissible: a 400, not "retry later"
             raise RequestError(f"{len(checked)} prompt(s) x n={params.n} = {len(checked) * params.n} sequences "
                                f"exceed what this server can hold at once ({self.limit} = max_num_seqs + "

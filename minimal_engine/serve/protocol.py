@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from minimal_engine.features.structured_limits import check_limits
 from minimal_engine.sampling_params import MAX_LOGPROBS, SEED_RANGE, SamplingParams, StructuredOutputsParams
 from minimal_engine.serve.errors import RequestError, check_text, flag
 from minimal_engine.serve.fields import FieldError, check_fields
@@ -132,9 +133,11 @@ def _structured(body: dict) -> StructuredOutputsParams | None:
         return None
     field, spec = next(iter(given.items()))
     try:
-        return StructuredOutputsParams(**spec)
+        so = StructuredOutputsParams(**spec)
+        check_limits(so)                # sizes llguidance compiles without harm (structured_limits)
     except (TypeError, ValueError) as e:
         raise RequestError(f"'{field}': {e}", field) from None
+    return so
 
 
 @dataclass
@@ -147,6 +150,8 @@ class ParsedRequest:
     no_output: bool = False     # echo with max_tokens=0: the prompt only (the engine still runs one step)
     tool_call: ToolCall | None = None   # chat with tool_choice named or "required" (tools.py)
     show_prompt_logprobs: bool = True   # the client asked for prompt_logprobs (not only echo's logprobs)
+    max_tokens: int | None = None       # as the client sent it (None: not sent, a default applies)
+    max_tokens_field: str = "max_tokens"    # or chat's "max_completion_tokens", when that was sent
 
 
 def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | None = None) -> ParsedRequest:
@@ -173,7 +178,11 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
         raise RequestError(f"the {param} has {chars} characters; at most {max_prompt_chars} can fit in "
                            f"max_model_len={max_model_len} tokens", param)
     echo = not chat and flag(body, "echo")
-    max_tokens = _number(body, name, 16, 0 if echo else 1, max_model_len, integer=True)
+    # no max_tokens: 16 for completions (OpenAI's and vLLM's default); for chat the rest of the
+    # context (vLLM), set by Completions.prepare once the prompt is tokenized (until then the
+    # whole max_model_len)
+    asked = _number(body, name, None, 0 if echo else 1, max_model_len, integer=True)
+    max_tokens = asked if asked is not None else max_model_len if chat else 16
     no_output = echo and max_tokens == 0
     seed = body.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
@@ -209,4 +218,5 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
     if echo and params.logprobs is not None and params.prompt_logprobs is None:
         params = replace(params, prompt_logprobs=params.logprobs)   # echo's logprobs cover the prompt too
     return ParsedRequest(prompt, params, stream, flag(opts or {}, "include_usage"), echo=echo, no_output=no_output,
-                         show_prompt_logprobs=shown, tool_call=tool_call)
+                         show_prompt_logprobs=shown, tool_call=tool_call, max_tokens=asked,
+                         max_tokens_field=name)

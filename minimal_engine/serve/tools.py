@@ -3,8 +3,10 @@
 The arguments are generated under a JSON-schema constraint (structured outputs), so they always parse:
   * {"type": "function", "function": {"name": f}}: the output is f's arguments, matching f's `parameters` schema;
   * "required": the output is a non-empty JSON array of {"name": one of the tools, "parameters": its arguments}
-    (the form vLLM constrains "required" to), returned as one tool call per item; parallel_tool_calls=false allows
-    one item only (a small model may otherwise repeat calls until max_tokens).
+    (the form vLLM constrains "required" to), returned as one tool call per item: at most
+    MAX_PARALLEL_CALLS items, or one with parallel_tool_calls=false (a small model may otherwise
+    repeat calls until max_tokens). When max_tokens cuts the array, the calls already complete are
+    returned, with finish_reason "length" (as vLLM: "tool_calls" only when the output ended itself).
 "auto" (OpenAI's default when tools are given) is refused: it needs the model to decide between text and a call,
 which takes a tool-call parser for the model's own format; "none" ignores the tools. The tools are not shown to the
 model in the prompt (the course's chat template has no place for them): the constraint alone makes the call.
@@ -15,8 +17,11 @@ import json
 import uuid
 from dataclasses import dataclass
 
+from minimal_engine.features.structured_limits import check_limits
 from minimal_engine.sampling_params import StructuredOutputsParams
-from minimal_engine.serve.errors import RequestError
+from minimal_engine.serve.errors import RequestError, check_text
+
+MAX_PARALLEL_CALLS = 8      # items of a "required" array (OpenAI sets none; small models repeat)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ def _tools(body: dict) -> dict[str, dict]:
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise RequestError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., 'parameters': "
                                "{...}}}}", "tools")
+        check_text(fn["name"], f"tools[{i}].function.name")
         params = fn.get("parameters", {"type": "object"})
         if not isinstance(params, dict):
             raise RequestError(f"tools[{i}].function.parameters must be a JSON schema object", "tools")
@@ -63,19 +69,52 @@ def parse_tool_choice(body: dict) -> ToolCall | None:
         items = [{"type": "object", "properties": {"name": {"enum": [name]}, "parameters": schema},
                   "required": ["name", "parameters"], "additionalProperties": False}
                  for name, schema in tools.items()]
-        schema = {"type": "array", "minItems": 1, "items": {"anyOf": items}}
         parallel = body.get("parallel_tool_calls", True)
         if not isinstance(parallel, bool):
             raise RequestError("'parallel_tool_calls' must be true or false", "parallel_tool_calls")
-        if not parallel:
-            schema["maxItems"] = 1
-        return ToolCall("required", None, StructuredOutputsParams(json=schema))
-    name = choice.get("function", {}).get("name") if isinstance(choice, dict) and choice.get("type") == "function" \
-        else None
-    if name not in tools:
-        raise RequestError(f"tool_choice must be 'none', 'auto', 'required' or a function of 'tools' by name, got "
+        schema = {"type": "array", "minItems": 1, "maxItems": MAX_PARALLEL_CALLS if parallel else 1,
+                  "items": {"anyOf": items}}
+        return ToolCall("required", None, _constraint(schema))
+    named = isinstance(choice, dict) and choice.get("type") == "function"
+    fn = choice.get("function") if named else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(name, str) or name not in tools:
+        raise RequestError("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', "
+                           "'function': {'name': one of the names in 'tools'}}, got "
                            f"{str(choice)[:80]}", "tool_choice")
-    return ToolCall("named", name, StructuredOutputsParams(json=tools[name]))
+    return ToolCall("named", name, _constraint(tools[name]))
+
+
+def _constraint(schema: dict) -> StructuredOutputsParams:
+    """The tools' JSON schema as a constraint, within the size limits of structured outputs."""
+    try:
+        so = StructuredOutputsParams(json=schema)
+        check_limits(so)
+    except ValueError as e:
+        raise RequestError(f"'tools': {e}", "tools") from None
+    return so
+
+
+def complete_items(text: str) -> list:
+    """The complete items at the start of a JSON array, also when the array was cut (max_tokens)."""
+    decoder, items = json.JSONDecoder(), []
+    i = len(text) - len(text.lstrip())
+    if text[i:i + 1] != "[":
+        return items
+    i += 1
+    while True:
+        while text[i:i + 1].isspace():
+            i += 1
+        try:
+            item, i = decoder.raw_decode(text, i)
+        except ValueError:               # cut inside this item (or the array is empty)
+            return items
+        items.append(item)
+        while text[i:i + 1].isspace():
+            i += 1
+        if text[i:i + 1] != ",":
+            return items
+        i += 1
 
 
 def tool_message(call: ToolCall, text: str, finish_reason: str) -> tuple[dict, str]:
@@ -87,9 +126,8 @@ def tool_message(call: ToolCall, text: str, finish_reason: str) -> tuple[dict, s
         calls = [one(call.name, text)]
         reason = "stop" if finish_reason == "stop" else finish_reason    # OpenAI: a forced call ends with "stop"
     else:
-        try:
-            calls = [one(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in json.loads(text)]
-        except (ValueError, TypeError, KeyError):
-            calls = []                                                  # cut by max_tokens: no complete call
+        calls = [one(c["name"], json.dumps(c["parameters"], ensure_ascii=False))
+                 for c in complete_items(text)
+                 if isinstance(c, dict) and isinstance(c.get("name"), str) and "parameters" in c]
         reason = "tool_calls" if calls and finish_reason == "stop" else finish_reason
     return {"role": "assistant", "content": None, "tool_calls": calls}, reason
