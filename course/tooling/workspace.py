@@ -1,21 +1,30 @@
-"""The learner's working copies of the course notebooks, so that ``git pull`` never meets a run notebook.
+"""The learner's working copies of the course notebooks, so that ``git pull`` never meets a run
+notebook.
 
-Running a notebook saves its outputs into the file. If learners ran the tracked notebooks in ``lessons/``,
-``labs/`` and ``quizzes/``, their next ``git pull`` of new chapters would stop on "local changes". So the
-learner works in copies:
+Running a notebook saves its outputs into the file. If learners ran the tracked notebooks in
+``lessons/``, ``labs/`` and ``quizzes/``, their next ``git pull`` of new chapters would stop on
+"local changes". So the learner works in copies:
 
-- ``sync``: copy every course notebook that has no copy yet into ``work/`` (gitignored), mirroring the
-  three folders so that relative links such as ``../labs/01_prefill_decode_lab.ipynb`` still work. A copy
-  the learner has changed (run or edited) is never overwritten; a copy still exactly as it was copied is
-  brought up to date when its original changes. ``make lab`` runs it and opens
+- ``sync``: copy every course notebook that has no copy yet into ``work/`` (gitignored), mirroring
+  the three folders so that relative links such as ``../labs/01_prefill_decode_lab.ipynb`` still
+  work. A copy the learner has changed (run or edited) is never overwritten; a copy still exactly as
+  it was copied is brought up to date when its original changes. ``make lab`` runs it and opens
   ``work/lessons/00_course_guide.ipynb``.
-- ``update``: save any tracked notebook the learner changed anyway (into ``work/``), restore it, run
-  ``git pull --ff-only``, then ``sync`` (new chapters get their copies). ``make update`` runs it.
+- ``update``: refuse, changing nothing, when git is mid-merge/rebase/cherry-pick/revert, on a
+  detached HEAD or diverged from upstream (``gitstate``); else save any tracked notebook the learner
+  changed anyway (into ``work/``), restore it (``restore``), run ``git pull --ff-only``, then
+  ``sync`` (new chapters get their copies), and say where every saved file went. ``make update``
+  runs it.
 - ``reset``: replace one copy by the current tracked version, after backing the old copy up into
   ``work/backups/``. ``make reset-copy NB=labs/01_prefill_decode_lab.ipynb`` runs it.
 
-Imports from the copies work as from the originals: ``course`` and ``minimal_engine`` are installed in
-editable mode, and quiz banks are found in the repository's ``quizzes/`` (``course.quiz.bank.QUIZ_DIR``).
+Imports from the copies work as from the originals: ``course`` and ``minimal_engine`` are installed
+in editable mode, and quiz banks are found in the repository's ``quizzes/``
+(``course.quiz.bank.QUIZ_DIR``).
+
+Odd contents of ``work/`` (a file where a folder belongs, a dangling link, a read-only folder) never
+give a traceback: ``sync`` names each path it could not handle and what to do, and copies the other
+notebooks.
 
 Command line: ``python -m course.tooling.workspace sync|update|status|reset NOTEBOOK``.
 """
@@ -23,27 +32,31 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.tooling.copies import (BACKUP_DIR, FOLDERS, LINKED, MANIFEST, WORK_DIR, WorkspaceError, backup_file,
-                                   new_backup_folder, course_notebooks, link_folders, read_manifest, sha, work_dir,
-                                   write_manifest)
+from course.tooling import gitstate
+from course.tooling.copies import (BACKUP_DIR, FOLDERS, LINKED, MANIFEST, WORK_DIR, WorkspaceError,
+                                   backup_file, course_notebooks, link_folders, new_backup_folder,
+                                   read_manifest, sha, work_dir, write_manifest)
+from course.tooling.gitstate import git
+from course.tooling.restore import modified_tracked, save_and_restore, saved_report
 
-__all__ = ["BACKUP_DIR", "FOLDERS", "LINKED", "MANIFEST", "WORK_DIR", "SyncResult", "WorkspaceError",
-           "course_notebooks", "default_root", "modified_tracked", "reset_copy", "resolve_notebook",
-           "save_and_restore", "sync", "update", "work_dir"]
+__all__ = ["BACKUP_DIR", "FOLDERS", "LINKED", "MANIFEST", "WORK_DIR", "SyncResult",
+           "WorkspaceError", "course_notebooks", "default_root", "modified_tracked", "reset_copy",
+           "resolve_notebook", "save_and_restore", "saved_report", "sync", "update", "work_dir"]
 
 
 @dataclass
 class SyncResult:
+    """What ``sync`` did, as paths relative to ``work/`` (``problems``: Japanese messages)."""
     copied: list[str] = field(default_factory=list)     # new copies (e.g. a new chapter)
-    kept: list[str] = field(default_factory=list)       # copies that already existed, left as they are
-    refreshed: list[str] = field(default_factory=list)  # unchanged copies replaced by their new original
-    changed_upstream: list[str] = field(default_factory=list)   # changed copies whose original changed since
-    orphaned: list[str] = field(default_factory=list)   # copies whose original is gone (renamed, removed)
+    kept: list[str] = field(default_factory=list)       # copies that already existed, left as is
+    refreshed: list[str] = field(default_factory=list)  # unchanged copies, now the new original
+    changed_upstream: list[str] = field(default_factory=list)  # changed copies, original changed
+    orphaned: list[str] = field(default_factory=list)   # copies whose original is gone
+    problems: list[str] = field(default_factory=list)   # a path sync could not handle, what to do
 
 
 def default_root() -> Path:
@@ -52,35 +65,86 @@ def default_root() -> Path:
     return here if (here / "lessons").is_dir() else Path.cwd()
 
 
+def _manifest(work: Path) -> dict:
+    """The manifest, or ``{}`` when it is missing, unreadable, or valid JSON that is not an
+    object."""
+    manifest = read_manifest(work)
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def _in_the_way(work: Path, rel: str) -> str | None:
+    """What, on the way to ``work/rel``, is not what sync can use (a file where a folder belongs, a
+    link to nothing, a folder where the notebook belongs); None when the path is usable."""
+    path, shown = work, WORK_DIR
+    for i, part in enumerate(Path(rel).parts):
+        path, shown = path / part, f"{shown}/{part}"
+        last = i == len(Path(rel).parts) - 1
+        if path.is_symlink() and not path.exists():
+            return (f"{shown} は、指す先がないシンボリックリンクです（{path.readlink()}）。"
+                    "このリンクを削除してから、もう一度実行してください。")
+        if not last and path.exists() and not path.is_dir():
+            return (f"{shown} はフォルダであるべきところにあるファイルです。このファイルの名前を変えるか"
+                    "別の場所へ移してから、もう一度実行してください。")
+        if last and path.is_dir():
+            return (f"{shown} はノートブックであるべきところにあるフォルダです。このフォルダの名前を変えるか"
+                    "別の場所へ移してから、もう一度実行してください。")
+    return None
+
+
+def _os_problem(err: OSError, fallback: Path) -> str:
+    where = err.filename or fallback
+    if isinstance(err, PermissionError):
+        return (f"{where} に書き込めません（読み取り専用です）。このフォルダやファイルを書き込めるようにして"
+                "（例: chmod -R u+w work）から、もう一度実行してください。")
+    return f"{where} を扱えませんでした（{err.strerror or err}）。この場所を確かめてから、もう一度実行してください。"
+
+
 def sync(root: Path, work: Path | None = None) -> SyncResult:
-    """Copy each course notebook that has no copy in ``work`` yet, and refresh copies the learner has not
-    changed since they were made. A changed copy is never overwritten."""
+    """Copy each course notebook that has no copy in ``work`` yet, and refresh copies the learner
+    has not changed since they were made. A changed copy is never overwritten. A path that cannot be
+    handled goes to ``problems`` (the others are still synced); a ``work`` that is not a folder
+    raises WorkspaceError."""
     root = Path(root)
     work = Path(work) if work else work_dir(root)
-    manifest, result = read_manifest(work), SyncResult()
+    if (work.exists() or work.is_symlink()) and not work.is_dir():
+        raise WorkspaceError(f"{work} がフォルダではありません（ファイルか、指す先のないリンクです）。"
+                             "名前を変えるか別の場所へ移してから、もう一度実行してください。")
+    manifest, result = _manifest(work), SyncResult()
     originals = course_notebooks(root)
     for rel in originals:
         src, dst = root / rel, work / rel
-        if dst.exists():
-            made_from, now = manifest.get(rel), sha(src)
-            if made_from is None or made_from == now:
-                result.kept.append(rel)
-                continue
-            if sha(dst) != made_from:      # the learner's work: keep it, say that a new version exists
-                result.kept.append(rel)
-                result.changed_upstream.append(rel)
-                continue
-            result.refreshed.append(rel)
-        else:
-            result.copied.append(rel)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)           # fresh file times: the copy is the learner's from now on
+        problem = _in_the_way(work, rel)
+        if problem:
+            result.problems.append(problem)
+            continue
+        try:
+            if dst.exists():
+                made_from, now = manifest.get(rel), sha(src)
+                if made_from is None or made_from == now:
+                    result.kept.append(rel)
+                    continue
+                if sha(dst) != made_from:  # the learner's work: keep, say there is a new one
+                    result.kept.append(rel)
+                    result.changed_upstream.append(rel)
+                    continue
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+                result.refreshed.append(rel)
+            else:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)       # fresh file times: the learner's copy from now on
+                result.copied.append(rel)
+        except OSError as err:
+            result.problems.append(_os_problem(err, dst))
+            continue
         manifest[rel] = sha(src)
-    result.orphaned = sorted(p.relative_to(work).as_posix() for folder in FOLDERS
-                             for p in (work / folder).glob("*.ipynb") if p.relative_to(work).as_posix()
-                             not in originals)
+    copies = (p.relative_to(work).as_posix() for f in FOLDERS for p in (work / f).glob("*.ipynb"))
+    result.orphaned = sorted(rel for rel in copies if rel not in originals)
     if result.copied or result.refreshed:
-        write_manifest(work, manifest)
+        try:
+            write_manifest(work, manifest)
+        except OSError as err:
+            result.problems.append(_os_problem(err, work / MANIFEST))
     link_folders(root, work)
     return result
 
@@ -100,101 +164,58 @@ def resolve_notebook(root: Path, name: str) -> str:
 
 
 def reset_copy(root: Path, name: str, work: Path | None = None) -> Path | None:
-    """Replace the learner's copy of ``name`` by the tracked version. Returns the backup of the old copy."""
+    """Replace the learner's copy of ``name`` by the tracked version. Returns the backup of the old
+    copy. Odd paths and unwritable folders raise WorkspaceError, which names the backup if one was
+    made."""
     root = Path(root)
     work = Path(work) if work else work_dir(root)
     rel = resolve_notebook(root, name)
     dst, backup = work / rel, None
-    if dst.exists():
-        backup = backup_file(work, rel, dst, new_backup_folder(work))
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(root / rel, dst)
-    manifest = read_manifest(work)
-    manifest[rel] = sha(root / rel)
-    write_manifest(work, manifest)
+    problem = _in_the_way(work, rel)
+    if problem:
+        raise WorkspaceError(problem)
+    try:
+        if dst.exists():
+            backup = backup_file(work, rel, dst, new_backup_folder(work))
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / rel, dst)
+        manifest = _manifest(work)
+        manifest[rel] = sha(root / rel)
+        write_manifest(work, manifest)
+    except OSError as err:
+        kept = f"\nそれまでのコピーは {backup} に保存してあります。" if backup else ""
+        raise WorkspaceError(_os_problem(err, dst) + kept) from None
     return backup
 
 
-# ---------------------------------------------------------------- git
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-
-
-def modified_tracked(root: Path) -> list[str]:
-    """Files under the course folders that differ from the last commit: changed, deleted, staged, and both
-    names of a staged rename (``git mv``)."""
-    out = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=no", "--", *FOLDERS)
-    if out.returncode != 0:
-        raise WorkspaceError(f"git status が失敗しました:\n{out.stderr.strip()}")
-    entries, paths = out.stdout.split("\0"), []
-    i = 0
-    while i < len(entries):
-        entry = entries[i]
-        if len(entry) > 3:
-            paths.append(entry[3:])
-            if entry[0] in "RC" and i + 1 < len(entries):   # a rename is followed by its old name
-                i += 1
-                paths.append(entries[i])
-        i += 1
-    return sorted(set(paths))
-
-
-def save_and_restore(root: Path, work: Path | None = None) -> dict[str, Path | None]:
-    """Keep the learner's changes to tracked course files, then restore those files to the last commit.
-
-    A changed notebook that has no copy yet becomes the learner's copy in ``work/``; otherwise (and for
-    other files) it goes to ``work/backups/<time>/``. Returns ``{path: where it was saved}`` (None: deleted).
-    """
-    root = Path(root)
-    work = Path(work) if work else work_dir(root)
-    changed, saved, folder = modified_tracked(root), {}, None
-    in_head = {rel for rel in changed if _git(root, "cat-file", "-e", f"HEAD:{rel}").returncode == 0}
-    for rel in changed:
-        src = root / rel
-        if not src.exists():
-            saved[rel] = None
-        elif rel.endswith(".ipynb") and rel in in_head and not (work / rel).exists():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, work / rel)
-            saved[rel] = work / rel
-        else:                           # (a name HEAD lacks, e.g. the new name of a `git mv`: backups/ too)
-            folder = folder or new_backup_folder(work)
-            saved[rel] = backup_file(work, rel, src, folder)
-    new_names = [rel for rel in changed if rel not in in_head]
-    if new_names:                       # saved above: unstage them and remove them, as HEAD has them not
-        out = _git(root, "rm", "-q", "-f", "--cached", "--ignore-unmatch", "--", *new_names)
-        if out.returncode != 0:
-            raise WorkspaceError(f"追加・改名したファイルを元に戻せませんでした:\n{out.stderr.strip()}")
-        for rel in new_names:
-            (root / rel).unlink(missing_ok=True)
-    if in_head:
-        out = _git(root, "checkout", "HEAD", "--", *sorted(in_head))
-        if out.returncode != 0:
-            raise WorkspaceError(f"変更したノートブックを元に戻せませんでした:\n{out.stderr.strip()}")
-    if changed:
-        manifest = read_manifest(work)     # a new copy was made from the committed version
-        manifest.update({rel: sha(root / rel) for rel, where in saved.items() if where == work / rel})
-        write_manifest(work, manifest)
-    return saved
-
-
+# ---------------------------------------------------------------- update
 def update(root: Path, work: Path | None = None) -> tuple[dict, str, SyncResult]:
-    """``make update``: save learner changes to tracked notebooks, ``git pull --ff-only``, then sync.
+    """``make update``: check that the checkout can be fast-forwarded (no merge, rebase, cherry-pick
+    or revert in progress, a branch with an upstream, not diverged), save learner changes to tracked
+    notebooks, ``git pull --ff-only``, then sync.
 
-    Returns ``(saved, git output, sync result)``; raises :class:`WorkspaceError` with a Japanese message.
+    Returns ``(saved, git output, sync result)``; raises :class:`WorkspaceError` with a Japanese
+    message (which, when the pull fails after notebooks were saved, says where they went).
     """
     root = Path(root)
     work = Path(work) if work else work_dir(root)
-    if _git(root, "rev-parse", "--is-inside-work-tree").returncode != 0:
+    if git(root, "rev-parse", "--is-inside-work-tree").returncode != 0:
         raise WorkspaceError("このフォルダは git で取得したものではないため、git pull で更新できません。"
                              "新しい版を取得し直して、work/ フォルダを新しい版へコピーしてください。")
+    for check in (gitstate.operation_in_progress, gitstate.branch_problem, gitstate.fetch,
+                  gitstate.diverged, gitstate.in_the_way):
+        problem = check(root)
+        if problem:
+            raise WorkspaceError(problem)
     saved = save_and_restore(root, work)
-    pulled = _git(root, "pull", "--ff-only")
+    pulled = git(root, "pull", "--ff-only")
     if pulled.returncode != 0:
+        where = saved_report(saved, root, work)
         raise WorkspaceError(
-            "git pull --ff-only が失敗しました。講座のノートブックの変更は work/ に保存済みです。\n"
-            "講座以外のファイル（エンジンのコードなど）を変更した場合は、その変更を commit するか"
-            "別の場所へ保存してから、もう一度実行してください。\n" + (pulled.stderr or pulled.stdout).strip())
+            "git pull --ff-only が失敗しました。git の出力を読んで原因を取り除いてから、"
+            "もう一度 make update を実行してください。\n"
+            + (f"{where}\n" if where else "講座のノートブックは何も変更していません。\n")
+            + "git の出力:\n" + (pulled.stderr or pulled.stdout).strip())
     return saved, (pulled.stdout + pulled.stderr).strip(), sync(root, work)
 
 
@@ -211,6 +232,10 @@ def report(result: SyncResult, work: Path) -> str:
     for rel in result.orphaned:
         lines.append(f"  {WORK_DIR}/{rel} は元のノートブックがなくなったコピーです（名前の変更など）。"
                      "そのまま残してあります。")
+    if result.problems:
+        lines.append(f"  次の {len(result.problems)} 件は扱えなかったため、そのままにしました"
+                     "（ほかのノートブックは上のとおりです）:")
+        lines += [f"  ⚠ {problem}" for problem in result.problems]
     return "\n".join(lines)
 
 
@@ -233,13 +258,13 @@ def main(argv=None) -> int:
         elif args.cmd == "status":
             existing = [rel for rel in course_notebooks(root) if (work / rel).exists()]
             print(f"作業用コピー: {len(existing)} / {len(course_notebooks(root))} 冊（{work}）")
-            in_git = _git(root, "rev-parse", "--is-inside-work-tree").returncode == 0
+            in_git = git(root, "rev-parse", "--is-inside-work-tree").returncode == 0
             for rel in modified_tracked(root) if in_git else []:
                 print(f"  注意: 元のファイル {rel} が変更されています（make update で work/ に保存してから戻します）")
         elif args.cmd == "update":
             saved, git_out, result = update(root, work)
-            for rel, where in saved.items():
-                print(f"{rel} の変更を保存しました: {where}" if where else f"{rel} の削除を元に戻しました")
+            if saved:
+                print(saved_report(saved, root, work))
             print(git_out)
             print(report(result, work))
         else:
@@ -249,6 +274,9 @@ def main(argv=None) -> int:
                   + (f"それまでのコピーは {backup} に保存しました。" if backup else ""))
     except WorkspaceError as err:
         print(err, file=sys.stderr)
+        return 1
+    except OSError as err:          # anything not foreseen above: still a message, not a traceback
+        print(_os_problem(err, work), file=sys.stderr)
         return 1
     return 0
 

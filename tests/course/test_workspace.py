@@ -125,15 +125,6 @@ def test_renamed_notebook_gets_a_new_copy_and_the_old_one_is_kept(repos):
     assert "新しくコピーしました: work/labs/01_renamed_lab.ipynb" in report
 
 
-def test_update_explains_a_failed_pull(repos):
-    up, learner = repos
-    (learner / ".gitignore").write_text("/work/\n*.tmp\n", encoding="utf-8")     # not a course notebook
-    (up / ".gitignore").write_text("/work/\n*.log\n", encoding="utf-8")
-    git(up, "commit", "-q", "-am", "ignore logs")
-    with pytest.raises(workspace.WorkspaceError, match="git pull --ff-only が失敗しました"):
-        workspace.update(learner)
-
-
 def test_reset_copy_backs_up_and_refreshes(repos):
     _, learner = repos
     work = learner / "work"
