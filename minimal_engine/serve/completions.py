@@ -26,6 +26,7 @@ from minimal_engine.serve.errors import RequestError, server_error
 from minimal_engine.serve.messages import chat_prompt
 from minimal_engine.serve.streaming import ClosingStream, sse
 from minimal_engine.serve.protocol import parse_request
+from minimal_engine.serve.token_text import Offsets, TokenText
 from minimal_engine.serve.tools import tool_message
 from minimal_engine.serve.responses import (chat_logprobs, chunk, completion_logprobs, full_response, usage,
                                             usage_chunk)
@@ -65,6 +66,7 @@ class Completions:
         self.limit = llm.config.max_num_seqs + max_queue
         self.max_len = llm.config.max_model_len
         self.max_chars = limits.max_prompt_chars or self.max_len * llm.tokenizer.max_token_chars
+        self.text = TokenText(llm.tokenizer)   # logprobs' token names, bytes and offsets
         self.unfinished = 0               # requests accepted and not yet finished (event-loop side only)
         self.pool = ThreadPoolExecutor(2, thread_name_prefix="prepare")   # JSON + tokenizing, off the event loop
 
@@ -183,22 +185,28 @@ class Completions:
                     self.loop.abort(r)
             self.unfinished -= len(jobs)
 
-        def logprobs_of(entries, offset=0):
+        as_id, text_of = req.tokens_as_ids, self.text
+        offsets = [Offsets(text_of, len(echoes[i]) if echoes else 0, params.skip_special_tokens)
+                   for i in range(len(jobs))]     # completions' text_offset, per choice
+
+        def logprobs_of(entries, i):
             if params.logprobs is None:
                 return None
-            return chat_logprobs(entries, params.logprobs) if chat else completion_logprobs(entries, offset)
+            if chat:
+                return chat_logprobs(entries, params.logprobs, text_of, as_id)
+            return completion_logprobs(entries, text_of, offsets[i], as_id=as_id)
 
         def first_piece(i: int, out, entries: list) -> tuple[str, dict | None, list]:
             """A choice's text, logprobs and output entries, with echo's prompt in front (vLLM's echo)."""
             text = "" if req.no_output else out.new_text if stream else out.text
             entries = [] if req.no_output else entries
             if echoes is None:
-                return text, logprobs_of(entries), entries
+                return text, logprobs_of(entries, i), entries
             lp = None
             if params.logprobs is not None:
-                first = self.llm.tokenizer.decode(jobs[i].token_ids[:1], skip_special_tokens=False)
-                lp = completion_logprobs(out.prompt_logprobs or [], 0, first)
-                rest = completion_logprobs(entries, len(echoes[i]))
+                lp = completion_logprobs(out.prompt_logprobs or [], text_of,
+                                         Offsets(text_of, 0, False), jobs[i].token_ids[0], as_id)
+                rest = logprobs_of(entries, i)
                 lp = {k: lp[k] + rest[k] for k in lp}
             return echoes[i] + text, lp, entries
 
@@ -242,7 +250,6 @@ class Completions:
 
         async def events():
             first = set()                       # chat: the role goes with each choice's first token
-            sent = [0] * len(jobs)              # characters sent per choice (completions' text_offset)
             tokens = [0] * len(jobs)            # tokens whose logprobs were sent, per choice
             done, generated, cached = 0, 0, 0
             while done < len(jobs):
@@ -253,7 +260,7 @@ class Completions:
                 entries = (out.logprobs or [])[tokens[i]:]
                 tokens[i] += len(entries)
                 if i in first:
-                    text, lp = out.new_text, logprobs_of(entries, sent[i])
+                    text, lp = out.new_text, logprobs_of(entries, i)
                 else:                           # the first piece carries echo's prompt
                     text, lp, _ = first_piece(i, out, entries)
                 yield sse(chunk(prefix + rid, self.model_name, chat, text,
@@ -261,7 +268,6 @@ class Completions:
                                 logprobs=lp, stop_reason=out.stop_reason if out.finished and not req.no_output
                                 else None))
                 first.add(i)
-                sent[i] += len(text)
                 if out.finished:
                     done += 1
                     generated += 0 if req.no_output else len(out.token_ids)

@@ -22,6 +22,7 @@ IMPLEMENTED = {
 }
 VLLM_EXTRAS = {"top_k", "min_p", "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens",
                "skip_special_tokens", "include_stop_str_in_output", "prompt_logprobs",
+               "return_tokens_as_token_ids",
                "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"}
 NO_EFFECT = {"user", "metadata", "store", "service_tier", "prompt_cache_key", "prompt_cache_options",
              "prompt_cache_retention", "safety_identifier", "request_id", "priority"}
@@ -53,7 +54,6 @@ REFUSED = {     # field -> (is the value the harmless default?, what to say)
     "add_generation_prompt": (lambda v: v is None or v is True, "add_generation_prompt=false is not supported"),
     "continue_final_message": (lambda v: not v, "continue_final_message is not supported"),
     "documents": (_unset, "documents (RAG templates) are not supported"),
-    "return_tokens_as_token_ids": (lambda v: not v, "return_tokens_as_token_ids is not supported"),
     "spaces_between_special_tokens": (lambda v: v is None or v is True,
                                       "spaces_between_special_tokens=false is not supported"),
 }

@@ -152,6 +152,7 @@ class ParsedRequest:
     show_prompt_logprobs: bool = True   # the client asked for prompt_logprobs (not only echo's logprobs)
     max_tokens: int | None = None       # as the client sent it (None: not sent, a default applies)
     max_tokens_field: str = "max_tokens"    # or chat's "max_completion_tokens", when that was sent
+    tokens_as_ids: bool = False     # vLLM's return_tokens_as_token_ids: tokens named "token_id:N"
 
 
 def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | None = None) -> ParsedRequest:
@@ -219,4 +220,5 @@ def parse_request(body, chat: bool, max_model_len: int, max_prompt_chars: int | 
         params = replace(params, prompt_logprobs=params.logprobs)   # echo's logprobs cover the prompt too
     return ParsedRequest(prompt, params, stream, flag(opts or {}, "include_usage"), echo=echo, no_output=no_output,
                          show_prompt_logprobs=shown, tool_call=tool_call, max_tokens=asked,
-                         max_tokens_field=name)
+                         max_tokens_field=name,
+                         tokens_as_ids=flag(body, "return_tokens_as_token_ids"))

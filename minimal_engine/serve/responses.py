@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from minimal_engine.serve.token_text import Offsets, TokenText
+
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
     """OpenAI's usage; prompt_tokens_details.cached_tokens: prompt tokens the prefix cache supplied (as vLLM)."""
@@ -11,35 +13,37 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
             "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
-def completion_logprobs(entries: list, offset: int = 0, first_token: str = "") -> dict:
-    """OpenAI's completions format: tokens, token_logprobs, top_logprobs ({token text: logprob}), text_offset.
-    A None entry is a prompt's first token (echo): its text is `first_token`, its logprob and top_logprobs null."""
+def completion_logprobs(entries: list, text: TokenText, offsets: Offsets,
+                        first_id: int | None = None, as_id: bool = False) -> dict:
+    """OpenAI's completions format: tokens, token_logprobs, top_logprobs ({token name: logprob}),
+    text_offset (names and offsets: token_text.py). A None entry is a prompt's first token (echo),
+    `first_id`: its logprob and top_logprobs are null."""
     out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     for entry in entries:
         if entry is None:
-            for key, value in zip(out, (first_token, None, None, offset)):
+            first = (text.name(first_id, as_id), None, None, offsets.next(first_id))
+            for key, value in zip(out, first):
                 out[key].append(value)
-            offset += len(first_token)
             continue
         tid, lp = next(iter(entry.items()))     # the sampled token comes first (logprobs.token_logprobs)
-        out["tokens"].append(lp.decoded_token)
+        out["tokens"].append(text.name(tid, as_id))
         out["token_logprobs"].append(lp.logprob)
-        out["top_logprobs"].append({e.decoded_token: e.logprob for e in entry.values()})
-        out["text_offset"].append(offset)
-        offset += len(lp.decoded_token or "")
+        out["top_logprobs"].append({text.name(t, as_id): e.logprob for t, e in entry.items()})
+        out["text_offset"].append(offsets.next(tid))
     return out
 
 
-def chat_logprobs(entries: list[dict], k: int) -> dict:
-    """OpenAI's chat format: {"content": [{token, logprob, bytes, top_logprobs: [k x {token, logprob, bytes}]}]}."""
-    def one(lp):
-        t = lp.decoded_token or ""
-        return {"token": t, "logprob": lp.logprob, "bytes": list(t.encode("utf-8", "replace"))}
+def chat_logprobs(entries: list[dict], k: int, text: TokenText, as_id: bool = False) -> dict:
+    """OpenAI's chat format: {"content": [{token, logprob, bytes, top_logprobs: [k x {token,
+    logprob, bytes}]}]}; bytes: the token's own bytes (token_text.py)."""
+    def one(tid, lp):
+        return {"token": text.name(tid, as_id), "logprob": lp.logprob,
+                "bytes": list(text.bytes_of(tid))}
     content = []
     for entry in entries:
-        first = next(iter(entry.values()))
-        top = sorted((e for e in entry.values() if e.rank <= k), key=lambda e: e.rank)[:k]
-        content.append({**one(first), "top_logprobs": [one(e) for e in top]})
+        first = next(iter(entry.items()))
+        top = sorted((x for x in entry.items() if x[1].rank <= k), key=lambda x: x[1].rank)[:k]
+        content.append({**one(*first), "top_logprobs": [one(*x) for x in top]})
     return {"content": content}
 
 
