@@ -65,6 +65,7 @@ IGNORED = [re.compile(p, re.M | re.S) for p in (
     r"<!--.*?-->", r"<[^>\n]+>",                                  # HTML comments and tags
     r"\]\([^)]*\)", r"https?://[^\s)>]+",                         # link targets, URLs
     rf"[\w.\-/]+\.(?:{_FILES})\b",                                  # file names
+    r"(?<!\\)\$\$.*?\$\$",                                               # display math
     r"(?<![\\$])\$(?!\s)(?:[^$\n]*\\[A-Za-z{][^$\n]*|[\x20-\x23\x25-\x5b\x5d-\x7e]+)"
     r"(?<![\s\\])\$",                                               # math
     r"第\s*\d+(?:\s*[章節項問部回])?", r"§\s*\d+(?:\.\d+)*",            # references
