@@ -75,7 +75,7 @@ IGNORED = [re.compile(p, re.M | re.S) for p in (
     r"\d+(?:\.\d+)?\s*(?:[〜~–-]\s*\d+(?:\.\d+)?\s*)?(?:分(?!の)|時間(?!あたり|の料金))",  # durations
     r"\d{4}\s*年(?:\s*\d{1,2}\s*月(?:\s*\d{1,2}\s*日)?)?", r"\d{4}[-/]\d{1,2}(?:[-/]\d{1,2})?",
     r"\d{1,2}\s*月\s*\d{1,2}\s*日", r"\d{1,2}\s*月", r"'\d\d\b",           # dates
-    rf"(?<![\d,.])(?:19[5-9]\d|20[0-3]\d)(?![\d,.]|\s*(?:{_COUNTED}))",      # years
+    rf"(?<![\d,.])(?:19[5-9]\d|20[0-3]\d)(?![\d,]|\.\d|\s*(?:{_COUNTED}))",      # years
     r"(?:arXiv:?\s*)?\b\d{4}\.\d{4,5}(?:v\d+)?\b",                   # arXiv ids
     rf"(?:{_TOOLS})\s*\d+(?:\.\d+)+", r"\b\d+\.\d+\.\d+\b",           # versions
     rf"(?:{_NAMED})\s*\d+(?:\.\d+)?",                                # numbered names
