@@ -57,7 +57,12 @@ def package_version() -> str:
 def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, limits: ServeLimits | None = None):
     """The FastAPI app; app.state.engine_loop is the EngineLoop (started and stopped with the app)."""
     limits = limits or ServeLimits()
-    metrics = ServerMetrics(served_model_name or llm.model_name, llm.config.max_model_len)  # its own registry
+    cfg, engine = llm.config, llm.engine
+    cache_info = {"block_size": cfg.block_size, "cache_dtype": cfg.kv_cache_dtype,
+                  "enable_prefix_caching": cfg.enable_prefix_caching,
+                  "num_gpu_blocks": engine.block_manager.num_blocks}     # vLLM's CacheConfig names
+    metrics = ServerMetrics(served_model_name or llm.model_name, cfg.max_model_len,  # own registry
+                            speculator=getattr(engine, "speculator", None), cache_info=cache_info)
     loop = EngineLoop(llm, on_step=metrics.observe_step)
     routes = Completions(llm, loop, metrics, limits, max_queue, served_model_name)
     model_name, max_len, max_chars, pool = routes.model_name, routes.max_len, routes.max_chars, routes.pool

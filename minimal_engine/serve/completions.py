@@ -157,6 +157,7 @@ class Completions:
         rid = subs[0][0]
         prefix = "chatcmpl-" if chat else "cmpl-"
         finished: set[int] = set()
+        failed: set[int] = set()                  # choices the engine answered with an error
         done: dict = {}                           # choice index -> its finished output (for /metrics)
         merged: asyncio.Queue = asyncio.Queue()   # (choice index, item) from every choice's queue
 
@@ -171,6 +172,9 @@ class Completions:
                     group = [done.get(j) for j in range(first, first + params.n)]
                     if all(group):
                         self.metrics.observe_request(params.n, group)
+                if kind == "error":
+                    failed.add(i)
+                    self.metrics.observe_aborted("error")
                 await merged.put((i, (kind, out)))
                 if kind == "error" or out.finished:
                     return
@@ -183,6 +187,8 @@ class Completions:
             for i, (r, _) in enumerate(subs):
                 if i not in finished:
                     self.loop.abort(r)
+                    if i not in failed:         # its client left: vLLM's finished_reason "abort"
+                        self.metrics.observe_aborted()
             self.unfinished -= len(jobs)
 
         as_id, text_of = req.tokens_as_ids, self.text

@@ -15,7 +15,16 @@ Read against vLLM's ``vllm/v1/metrics/loggers.py`` (PrometheusStatLogger) and ``
   (arrival -> first scheduled), prefill time (first scheduled -> first token), decode time (first -> last token),
   inference time (first scheduled -> last token), the request's own TPOT
   (``request_time_per_output_token_seconds``), prompt / generation token counts and ``max_tokens``; per API
-  request (:meth:`observe_request`): ``request_params_n`` and ``request_max_num_generation_tokens``.
+  request (:meth:`observe_request`): ``request_params_n`` and ``request_max_num_generation_tokens``;
+  a choice its client left before it finished (:meth:`observe_aborted`) counts as
+  ``request_success{finished_reason="abort"}``, one that failed as ``"error"``;
+- with speculative decoding (the engine's ``speculator``, given at construction), vLLM's counters
+  ``spec_decode_num_drafts`` (verification steps of one request with drafts),
+  ``spec_decode_num_draft_tokens``, ``spec_decode_num_accepted_tokens`` and
+  ``spec_decode_num_accepted_tokens_per_pos{position}``, advanced after each step by what the
+  speculator's totals (``SpecDecoder.stats()``) grew;
+- ``cache_config_info``: a gauge set to 1 whose labels describe the KV cache (block_size,
+  cache_dtype, enable_prefix_caching, num_gpu_blocks: vLLM's CacheConfig names, values as strings).
 
 Counters appear with the ``_total`` suffix; no ``*_created`` series (vLLM switches them off too). Each app has
 its own CollectorRegistry (no module-global registry), so tests and notebooks can run several servers.
@@ -69,7 +78,9 @@ def buckets_1_2_5(max_value: int) -> tuple[int, ...]:
 
 
 class ServerMetrics:
-    def __init__(self, model_name: str, max_model_len: int = 2048):
+    def __init__(self, model_name: str, max_model_len: int = 2048, speculator=None,
+                 cache_info: dict | None = None):
+        """speculator: the engine's SpecDecoder or None; cache_info: {CacheConfig name: value}."""
         r = self.registry = CollectorRegistry()
         self.label = {"model_name": model_name, "engine": "0"}
         names = list(self.label)
@@ -108,6 +119,40 @@ class ServerMetrics:
                                       "Histogram of the max_tokens request parameter.", tokens)
         for attr, name, doc, buckets in LATENCY_HISTOGRAMS:     # seconds, per token gap or per request
             setattr(self, attr, hist(name, doc, buckets))
+        if cache_info is not None:
+            info = {k: str(v) for k, v in cache_info.items()}
+            Gauge("vllm:cache_config_info", "Information of the LLMEngine's CacheConfig",
+                  names + list(info), registry=r).labels(**self.label, **info).set(1)
+        self.speculator, self._spec_seen = speculator, None
+        if not hasattr(speculator, "stats"):       # none, or a speculator without totals
+            self.speculator = None
+        else:
+            self._spec_seen = self._spec_totals()
+            self.spec = {key: counter(f"vllm:spec_decode_num_{key}", doc) for key, doc in (
+                ("drafts", "Number of spec decoding drafts."),
+                ("draft_tokens", "Number of draft tokens."),
+                ("accepted_tokens", "Number of accepted tokens."))}
+            per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                              "Accepted tokens per draft position.", names + ["position"],
+                              registry=r)
+            self.spec_per_pos = [per_pos.labels(position=str(i), **self.label)
+                                 for i in range(len(self._spec_seen) - 3)]
+
+    def _spec_totals(self) -> list[int]:
+        """[steps, proposed, accepted, kept at position 0, 1, ...] from the speculator's totals."""
+        s = self.speculator.stats()
+        return [s["steps"], s["proposed"], s["accepted"]] + [
+            round((share or 0.0) * s["steps"]) for share in s["acceptance_by_position"]]
+
+    def _observe_spec(self) -> None:
+        now = self._spec_totals()
+        grew = [a - b for a, b in zip(now, self._spec_seen)]
+        self._spec_seen = now
+        spec = self.spec
+        counters = [spec["drafts"], spec["draft_tokens"], spec["accepted_tokens"], *self.spec_per_pos]
+        for c, d in zip(counters, grew):
+            if d > 0:
+                c.inc(d)
 
     def observe_step(self, step, outputs) -> None:
         """After one engine step (engine loop thread): step is ``LLMEngine.last_step``, outputs what it returned."""
@@ -129,6 +174,8 @@ class ServerMetrics:
         self.preemptions.inc(step.num_preempted)
         self.prefix_queries.inc(step.prefix_cache_queries)
         self.prefix_hits.inc(step.prefix_cache_hits)
+        if self.speculator is not None:
+            self._observe_spec()
 
     def observe_finished(self, out, max_tokens: int | None = None) -> None:
         """A finished engine request (one choice)."""
@@ -148,6 +195,11 @@ class ServerMetrics:
                 self.decode.observe(m.token_times[-1] - m.first_token_time)
         if m.tpot is not None:
             self.tpot.observe(m.tpot)
+
+    def observe_aborted(self, reason: str = "abort") -> None:
+        """A choice that ended without a finished output: its client left ("abort") or it failed
+        ("error")."""
+        self.success[reason].inc()
 
     def observe_request(self, n: int, outputs: list) -> None:
         """An API request whose n choices have all finished."""
