@@ -18,37 +18,53 @@ _HF = "https://huggingface.co/{}/blob/main/config.json"
 
 @dataclass(frozen=True)
 class SimModel:
-    """What the simulator needs beyond :class:`ModelShape`: the hidden size (TP all-reduce bytes) and,
-    for a mixture of experts, how many routed experts there are and how many each token uses."""
+    """What the simulator needs beyond :class:`ModelShape`: the hidden size (TP all-reduce bytes), the
+    vocabulary and whether the lm_head shares the embedding table (the engine computes the lm_head only for
+    rows that sample; the embedding is a lookup) and, for a mixture of experts, how many routed experts there
+    are and how many each token uses. ``vocab`` 0: unknown, every weight counts for every token."""
 
     shape: ModelShape
     hidden: int
     experts: int = 0          # routed experts per MoE layer (0: dense)
     top_k: int = 0            # routed experts each token uses
+    vocab: int = 0            # vocab_size (config.json); 0: unknown
+    tied: bool = False        # tie_word_embeddings: one table is both the embedding and the lm_head
 
     @property
     def name(self) -> str:
         return self.shape.name
 
+    @property
+    def lm_head_params(self) -> int:
+        """Weights of the lm_head (vocab x hidden): multiplied only for the rows that sample."""
+        return self.vocab * self.hidden
 
-def _dense(name, layers, heads, kv_heads, head_dim, params, hidden, repo):
-    return SimModel(ModelShape(name, layers, heads, kv_heads, head_dim, params, _HF.format(repo)), hidden)
+    @property
+    def embedding_params(self) -> int:
+        """Weights of a separate embedding table (0 when tied): looked up, not multiplied."""
+        return 0 if self.tied else self.vocab * self.hidden
+
+
+def _dense(name, layers, heads, kv_heads, head_dim, params, hidden, repo, vocab):
+    return SimModel(ModelShape(name, layers, heads, kv_heads, head_dim, params, _HF.format(repo)), hidden, vocab=vocab)
 
 
 # Shapes from each model's config.json (num_hidden_layers, num_attention_heads, num_key_value_heads,
-# head_dim, hidden_size); params from the model card (Llama 3.1 405B: 405B; Qwen3: "Number of Parameters").
+# head_dim, hidden_size, vocab_size, tie_word_embeddings: only Qwen3-0.6B ties); params from the model card
+# (Llama 3.1 405B: 405B; Qwen3: "Number of Parameters").
 SIM_MODELS = {
-    "llama-2-7b": SimModel(MODEL_SHAPES["Llama 2 7B"], 4096),
-    "llama-2-70b": _dense("Llama 2 70B", 80, 64, 8, 128, 68.98e9, 8192, "meta-llama/Llama-2-70b-hf"),
-    "llama-3.1-8b": SimModel(MODEL_SHAPES["Llama 3.1 8B"], 4096),
-    "llama-3.1-70b": _dense("Llama 3.1 70B", 80, 64, 8, 128, 70.6e9, 8192, "meta-llama/Llama-3.1-70B"),
-    "llama-3.1-405b": _dense("Llama 3.1 405B", 126, 128, 8, 128, 405.9e9, 16384, "meta-llama/Llama-3.1-405B"),
-    "llama-3.3-70b": SimModel(MODEL_SHAPES["Llama 3.3 70B"], 8192),
-    "qwen3-0.6b": SimModel(MODEL_SHAPES["Qwen3-0.6B"], 1024),
-    "qwen3-8b": _dense("Qwen3-8B", 36, 32, 8, 128, 8.2e9, 4096, "Qwen/Qwen3-8B"),
-    "qwen3-32b": _dense("Qwen3-32B", 64, 64, 8, 128, 32.8e9, 5120, "Qwen/Qwen3-32B"),
+    "llama-2-7b": SimModel(MODEL_SHAPES["Llama 2 7B"], 4096, vocab=32000),
+    "llama-2-70b": _dense("Llama 2 70B", 80, 64, 8, 128, 68.98e9, 8192, "meta-llama/Llama-2-70b-hf", 32000),
+    "llama-3.1-8b": SimModel(MODEL_SHAPES["Llama 3.1 8B"], 4096, vocab=128256),
+    "llama-3.1-70b": _dense("Llama 3.1 70B", 80, 64, 8, 128, 70.6e9, 8192, "meta-llama/Llama-3.1-70B", 128256),
+    "llama-3.1-405b": _dense("Llama 3.1 405B", 126, 128, 8, 128, 405.9e9, 16384, "meta-llama/Llama-3.1-405B",
+                             128256),
+    "llama-3.3-70b": SimModel(MODEL_SHAPES["Llama 3.3 70B"], 8192, vocab=128256),
+    "qwen3-0.6b": SimModel(MODEL_SHAPES["Qwen3-0.6B"], 1024, vocab=151936, tied=True),
+    "qwen3-8b": _dense("Qwen3-8B", 36, 32, 8, 128, 8.2e9, 4096, "Qwen/Qwen3-8B", 151936),
+    "qwen3-32b": _dense("Qwen3-32B", 64, 64, 8, 128, 32.8e9, 5120, "Qwen/Qwen3-32B", 151936),
     # MoE + MLA: n_routed_experts 256, num_experts_per_tok 8, hidden 7168 (config.json); 671B total, 37B active.
-    "deepseek-r1": SimModel(MODEL_SHAPES["DeepSeek R1"], 7168, experts=256, top_k=8),
+    "deepseek-r1": SimModel(MODEL_SHAPES["DeepSeek R1"], 7168, experts=256, top_k=8, vocab=129280),
 }
 
 
@@ -149,4 +165,4 @@ def model_from_hf_config(config, name: str | None = None) -> SimModel:
     label = name or config.get("_name_or_path") or config.get("model_type") or "hf-config"
     shape = ModelShape(str(label), L, heads, kv, hd, float(params), "HF config.json",
                        active_params=float(active) if experts else None, **mla)
-    return SimModel(shape, h, experts, top_k)
+    return SimModel(shape, h, experts, top_k, vocab, bool(c.get("tie_word_embeddings", False)))

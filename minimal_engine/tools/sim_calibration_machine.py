@@ -58,13 +58,14 @@ def fit_machine(spec: dict, model, rows: list[dict], input_len: int, output_len:
 
 def fit_machine_all(spec: dict, model, rows: list[dict], input_len: int, output_len: int, dtype: str = "fp32",
                     fit_on=None, rounds: int = 3) -> dict:
-    """:func:`fit_machine`, plus ``compute_eff`` fitted on the measured TTFT at ``fit_on`` (the engine's
-    prompt matmuls reach less than the best-of-5 matmul of the peak measurement), alternated ``rounds`` times."""
+    """:func:`fit_machine`, plus ``compute_eff`` fitted on the measured TTFT at ``fit_on``, alternated ``rounds``
+    times. ``compute_eff`` is the engine's prompt matmuls' speed over the measured peak (an n x n matmul,
+    best of 5): searched in 0.05-2.0, since the engine's shapes and kernels (``model.cpu_linears``) can beat it."""
     fit_on = _fit_on(rows, fit_on)
     pts = [r for r in rows if r["concurrency"] in fit_on]
     for _ in range(rounds):
         spec = fit_machine(spec, model, rows, input_len, output_len, dtype, fit_on)
-        grid = [0.05 * i for i in range(1, 21)]
+        grid = [0.05 * i for i in range(1, 41)]
         score = [(sum(abs(math.log(_batch({**spec, "compute_eff": e}, model, r["concurrency"], input_len, output_len,
                                           dtype)["ttft_ms"] / r["ttft_ms"])) for r in pts), e) for e in grid]
         spec = {**spec, "compute_eff": min(score)[1]}
