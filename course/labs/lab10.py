@@ -199,7 +199,7 @@ def readout_html(res: dict) -> str:
     pk = res["peaks"]
     note = (f"<div style='color:#555'>このマシン: {format_machine_ja(pk)}。エンジンの精度 {res['dtype']}。"
             f"料金 ${res['usd_per_hour']:.2f}/時間、電力 {res['watts']:.0f} W（例の値。自分の値に変えられます）。"
-            f"「当てはめ」が「使った」の同時リクエスト数でオーバーヘッドを決め、残りは予測です。</div>")
+            f"「当てはめ」が「使った」の同時リクエスト数で固定の時間と Prefill の効率を決め、残りは予測です。</div>")
     return note + table_html(rows, head, right=set(range(1, len(head)))) + warnings_html(res["warnings"])
 
 
