@@ -40,13 +40,15 @@ number that rounds to it at *d* digits (5.6 matches 5.63; 1,575 matches 1575.2);
 as 25,000,000. A percentage p% also matches a fraction (83% ~ 0.83) or a ratio's change
 (+83% ~ 1.83). A number marked approximate (約, およそ, ほぼ, 〜 or ~ before it; 前後, 程度, ほど,
 くらい after it) may also be rounded to its trailing zeros (約 1,600 matches 1575). Signs are
-ignored.
+ignored. An equation written out with plain numbers whose arithmetic holds (「1000 ÷ 42.1 ≈ 24」,
+「10 + 100 + 20 + 50 = 180」) checks itself: its operands and result need no other evidence, and
+a stale operand breaks it.
 """
 from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +92,7 @@ _NUMBER = re.compile(r"(?<![A-Za-z0-9_.,])[-+−]?"
 _EVIDENCE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+")
 _APPROX_BEFORE = re.compile(r"(?:約|およそ|ほぼ|概ね|〜|~|≈|≒)\s*\\?\$?\s*$")
 _APPROX_AFTER = re.compile(r"^\s*\S{0,6}?(?:前後|程度|ほど|くらい|ぐらい)")
-_RATIO_AFTER = re.compile(r"^\s*(?:倍|%|％|x\b|×)")
+_RATIO_AFTER = re.compile(r"^\s*(?:倍|%|％|x\b)")
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class ProseNumber:
     approx: bool
     context: str
     start: int           # offset in the Markdown source
+    checked: bool = False  # part of an equation whose arithmetic holds
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,28 @@ def _blank_identifiers(text: str) -> str:
     return _IDENTIFIER.sub(keep_units, text)
 
 
+_OPERAND = r"\(?\s*\d[\d,]*(?:\.\d+)?\s*\)?"
+_ARITHMETIC = re.compile(rf"(?<![\d.,])((?:{_OPERAND}\s*[×*÷/+−-]\s*)+{_OPERAND})"
+                         r"\s*[=≈≒]\s*(?:約\s*)?$")
+
+
+def _derived(before: str) -> tuple[float, int] | None:
+    """The value and start of an arithmetic expression ending ``before`` with =, ≈ or ≒."""
+    tail = before[-80:]
+    m = _ARITHMETIC.search(tail)
+    if not m:
+        return None
+    expr = re.sub(r"(?<=\d),(?=\d{3})", "", m.group(1))
+    expr = expr.replace("×", "*").replace("÷", "/").replace("−", "-")
+    if expr.count("(") != expr.count(")"):
+        return None
+    try:
+        value = float(eval(expr, {"__builtins__": {}}))     # digits, operators, parentheses only
+    except (SyntaxError, ZeroDivisionError):
+        return None
+    return value, len(before) - len(tail) + m.start(1)
+
+
 def prose_numbers(markdown: str) -> list[ProseNumber]:
     """The numbers a Markdown text states, once ``IGNORED`` spans and identifiers are removed."""
     text = _blank_identifiers(_blank(markdown))
@@ -155,11 +180,15 @@ def prose_numbers(markdown: str) -> list[ProseNumber]:
         if scale > 1 and oku:
             value += int(oku.group(1)) * 1e8
         context = re.sub(r"\s+", " ", markdown[max(0, m.start() - 25):m.end() + 25]).strip()
+        derived = _derived(markdown[:m.start()])
         out.append(ProseNumber(written, value, decimals, scale,
                                bool(re.match(r"\s*[%％]", after)),
                                bool(_APPROX_BEFORE.search(before) or _APPROX_AFTER.match(after)),
                                context,
                                m.start(1)))
+        if derived and abs(derived[0] - value) <= _tolerance(out[-1]):
+            # a correct equation written out: its result and its operands are checked by it
+            out = [replace(n, checked=True) if n.start >= derived[1] else n for n in out]
     return out
 
 
@@ -177,36 +206,27 @@ _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 
 
 def _code_and_comments(source: str) -> tuple[str, list[str]]:
-    """A code cell's source without its comments, and its comment blocks (consecutive lines)."""
-    lines = source.splitlines()
+    """A code cell's source without its comments, and its comment blocks (consecutive lines).
+    A ``#`` inside a string literal does not start a comment."""
     code, blocks, last = [], [], -2
-    for number, line in enumerate(lines):
-        body, comment = _split_comment(line)
-        code.append(body)
-        if comment is None:
-            continue
-        if number == last + 1 and blocks:
-            blocks[-1] += "\n" + comment
-        else:
-            blocks.append(comment)
-        last = number
-    return "\n".join(code), blocks
-
-
-def _split_comment(line: str) -> tuple[str, str | None]:
-    """``line`` split at its ``#`` comment (a ``#`` inside a string literal does not start one)."""
-    quote = None
-    for i, ch in enumerate(line):
-        if quote:
-            if ch == "\\":
-                continue
-            if ch == quote:
+    for number, line in enumerate(source.splitlines()):
+        quote, cut = None, None
+        for i, ch in enumerate(line):
+            if quote and ch == quote and line[i - 1] != "\\":
                 quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#":
-            return line[:i], line[i + 1:]
-    return line, None
+            elif not quote and ch in "'\"":
+                quote = ch
+            elif not quote and ch == "#":
+                cut = i
+                break
+        code.append(line if cut is None else line[:cut])
+        if cut is not None:
+            if number == last + 1 and blocks:
+                blocks[-1] += "\n" + line[cut + 1:]
+            else:
+                blocks.append(line[cut + 1:])
+            last = number
+    return "\n".join(code), blocks
 
 
 def _numbers(text: str) -> set[float]:
@@ -240,13 +260,21 @@ def evidence(nb) -> set[float]:
     return values
 
 
-def supported(number: ProseNumber, values: set[float]) -> bool:
-    """Whether ``number`` is one of ``values`` as rounded the way the prose writes it."""
+def _tolerance(number: ProseNumber) -> float:
+    """Half a unit of the last digit written; for an approximate integer, of its trailing zeros."""
     tol = 0.5 * 10 ** -number.decimals * number.scale + 1e-9
     if number.approx and number.decimals == 0:
         digits = number.text.replace(",", "")
         zeros = len(digits) - len(digits.rstrip("0")) if digits.strip("0") else 0
         tol = max(tol, 0.5 * 10 ** zeros * number.scale + 1e-9)
+    return tol
+
+
+def supported(number: ProseNumber, values: set[float]) -> bool:
+    """Whether ``number`` is one of ``values`` as rounded the way the prose writes it."""
+    if number.checked:
+        return True
+    tol = _tolerance(number)
     target = number.value
     candidates = set(values)
     if number.percent:
