@@ -11,9 +11,12 @@ never leave it stale. ``res`` is ``lab10.run_pareto_lab``'s result.
 """
 from __future__ import annotations
 
-from course.labs.lab10 import DEFAULT_MODEL_DIR
+from pathlib import Path
+
 from minimal_engine.calculators.sim_step import DEFAULT_CONSTANTS
 from minimal_engine.calculators.simulator import simulate, simulate_batch
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "minimal_engine" / "default_model"   # as lab10's
 
 
 def constants_rows(res: dict) -> list[dict]:
