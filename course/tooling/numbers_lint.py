@@ -24,7 +24,7 @@ What is not a number to check (``IGNORED`` holds the patterns, removed before ex
 - code and markup: fenced blocks, inline code spans, HTML tags, link targets, URLs, file names,
   math (``$...$`` holding a backslash command or only ASCII: formulas such as ``$n^2/2$``);
 - references: 第3章, 3章, 第5節, §5, 課題2, 問3, 図1, ステップ2, list numbering and numbered
-  headings, ``#89`` (a row or PR number), 「86 行目」;
+  headings, ``#89`` (a row or PR number), 「86 行目」「行 87」;
 - time estimates and durations in minutes or hours (「約 20 分」「50〜70 分」「1時間」);
 - years and dates (2024年, 2025-06-01, 6月1日, SOSP 2023, OSDI'24), arXiv ids (2309.06180),
   versions (Python 3.11, any ``x.y.z``) and numbered names (Llama 3.1, PCIe 5.0, NVLink 4);
@@ -73,7 +73,7 @@ IGNORED = [re.compile(p, re.M | re.S) for p in (
     r"第\s*\d+(?:\s*[章節項問部回])?", r"§\s*\d+(?:\.\d+)*",            # references
     rf"(?:{_REF_WORDS})\s*\d+(?:\s*[〜~・、,–-]\s*\d+)*", r"\d+\s*[章節]",
     r"^\s*(?:[-*]\s+)?\d+[.)]\s", r"^#+\s*\d+(?:\.\d+)*[.)]?\s",       # list numbers, headings
-    r"#\d+", r"\d+\s*行目",
+    r"#\d+", r"\d+\s*行目", r"(?<![実並進])行\s*\d+(?:\s*[・、,]\s*\d+)*",         # rows
     r"\d+(?:\.\d+)?\s*(?:[〜~–-]\s*\d+(?:\.\d+)?\s*)?(?:分(?!の)|時間(?!あたり|の料金))",  # durations
     r"\d{4}\s*年(?:\s*\d{1,2}\s*月(?:\s*\d{1,2}\s*日)?)?",
     r"(?:19|20)\d\d[-/](?:0?[1-9]|1[0-2])(?:[-/][0-3]?\d)?(?!\d)",
@@ -140,7 +140,7 @@ def _blank_identifiers(text: str) -> str:
 
 
 _OPERAND = r"\(?\s*\d[\d,]*(?:\.\d+)?\s*\)?"
-_ARITHMETIC = re.compile(rf"(?<![\d.,])((?:{_OPERAND}\s*[×*÷/+−-]\s*)+{_OPERAND})"
+_ARITHMETIC = re.compile(rf"(?<![\d.,])((?:{_OPERAND}\s*[×*÷/+−^-]\s*)+{_OPERAND})"
                          r"\s*[=≈≒]\s*(?:約\s*)?$")
 
 
@@ -151,7 +151,7 @@ def _derived(before: str) -> tuple[float, int] | None:
     if not m:
         return None
     expr = re.sub(r"(?<=\d),(?=\d{3})", "", m.group(1))
-    expr = expr.replace("×", "*").replace("÷", "/").replace("−", "-")
+    expr = expr.replace("×", "*").replace("÷", "/").replace("−", "-").replace("^", "**")
     if expr.count("(") != expr.count(")"):
         return None
     try:
