@@ -2,9 +2,9 @@
 
     python -m course.tooling.numbers_lint [notebooks...]   # one line per number, exit 1 if any
 
-Why: a sentence that restates a measured figure goes stale the day the notebook is re-executed.
-So each number in a Markdown cell of a ``lessons/``, ``labs/``, ``exercises/`` or ``quizzes/``
-notebook must be found in the same notebook, either
+A sentence that restates a measured figure goes stale the day the notebook is re-executed. So each
+number in a Markdown cell of a lessons/, labs/, exercises/ or quizzes/ notebook must be found in
+the same notebook, either
 
 - in a **saved output** (stream, ``text/plain``, ``text/markdown``, ``text/html`` without tags),
   as printed or rounded the way the prose writes it (see "Matching" below), or
@@ -13,11 +13,10 @@ notebook must be found in the same notebook, either
   (``docs/published_points.md``), and a date (YYYY-MM-DD). That is where a cited fact (a GPU's
   bandwidth, a price, a paper's figure) lives: ``# H100 SXM 3.35 TB/s (https://..., 2025-06-01)``.
 
-How to satisfy it, in order of preference: make the cell print the sentence that states a
-measured figure (``print(f"TPOT は {a:.1f} → {b:.1f} ms")``); or rephrase the Markdown to point at
-the printed line without restating it (「下のセルが表示する TPOT の比」); or, for a cited fact, put
-the constant and its source and date in a comment of the nearest code cell (a comment changes no
-output, so the saved notebook still passes nbval).
+To satisfy it, best first: make the cell print the sentence that states a measured figure
+(``print(f"TPOT は {a:.1f} → {b:.1f} ms")``); or point the Markdown at the printed line without
+restating it (「下のセルが表示する TPOT の比」); or, for a cited fact, put the constant with its
+source and date in a comment of the nearest code cell (a comment changes no output: nbval passes).
 
 What is not a number to check (``IGNORED`` holds the patterns, removed before extracting):
 
@@ -32,8 +31,7 @@ What is not a number to check (``IGNORED`` holds the patterns, removed before ex
   1k/1k, 70B); a number glued to a unit (``5.6ms``, ``2x``, ``80GB``) is still a number;
 - unit conversions next to ×, ÷ or / (60, 1000, 1024, 3600, 10⁶) and the 100万 of 100万トークン;
 - a task's settings: the line of a ``**試すこと**`` bullet (the values the learner sets);
-- single-digit integers (no decimal point) unless a ratio follows (倍, %, x, ×): 「2つ」「1人」
-  are counting words, 「8 倍」 is a claim.
+- single-digit integers unless a ratio follows (倍, %, x): 「2つ」「1人」 count, 「8 倍」 claims.
 
 Matching (``supported``): a prose number with *d* digits after the point matches an evidence
 number that rounds to it at *d* digits (5.6 matches 5.63; 1,575 matches 1575.2); 2,500万 reads
@@ -87,6 +85,7 @@ IGNORED = [re.compile(p, re.M | re.S) for p in (
     r"^\s*[-*]\s*\*\*試すこと\*\*[^\n]*$",                           # a task's settings
 )]
 _UNIT = r"(?:ms|us|µs|s|ns|x|GB|GiB|MB|MiB|KB|KiB|TB|TiB|W|kW|MW|GHz|TFLOPS|FLOPs?|B/s|GB/s|TB/s)"
+_UNIT_WORD = re.compile(rf"[\d.,]+{_UNIT}(?:/\w+)?")
 _IDENTIFIER = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z0-9][A-Za-z0-9_.\-]*")
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.,])[-+−]?"
                      r"(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?![\d])")
@@ -117,8 +116,7 @@ class Finding:
     context: str
 
     def line(self) -> str:
-        return (f"{self.notebook}: cell {self.cell}: {self.number} is in no output or code cell"
-                f"  …{self.context}…")
+        return f"{self.notebook}: cell {self.cell}: {self.number} is unsupported  …{self.context}…"
 
 
 def _blank(text: str) -> str:
@@ -129,13 +127,10 @@ def _blank(text: str) -> str:
 
 
 def _blank_identifiers(text: str) -> str:
-    def keep_units(m):
+    def keep_units(m):                                  # 5.6ms, 2x, 80GB: a number and its unit
         word = m.group(0)
-        if not (re.search(r"\d", word) and re.search(r"[A-Za-z]", word)):
-            return word
-        if re.fullmatch(rf"[\d.,]+{_UNIT}(?:/\w+)?", word):    # 5.6ms, 2x, 80GB: a number, a unit
-            return word
-        return " " * len(word)
+        mixed = re.search(r"\d", word) and re.search(r"[A-Za-z]", word)
+        return " " * len(word) if mixed and not _UNIT_WORD.fullmatch(word) else word
     return _IDENTIFIER.sub(keep_units, text)
 
 
@@ -173,20 +168,14 @@ def prose_numbers(markdown: str) -> list[ProseNumber]:
         if single_digit and not _RATIO_AFTER.match(after):
             continue
         decimals = len(written.split(".")[1]) if "." in written else 0
-        scale = 1.0
-        if after.lstrip().startswith("万"):                    # 2,500万, 1億2,500万
-            scale = 1e4
-            oku = re.search(r"(\d+)\s*億\s*$", text[:m.start()])
-        value = float(written.replace(",", "")) * scale
-        if scale > 1 and oku:
-            value += int(oku.group(1)) * 1e8
+        scale = 1e4 if after.lstrip().startswith("万") else 1.0      # 2,500万, 1億2,500万
+        oku = re.search(r"(\d+)\s*億\s*$", text[:m.start()]) if scale > 1 else None
+        value = float(written.replace(",", "")) * scale + (int(oku.group(1)) * 1e8 if oku else 0)
         context = re.sub(r"\s+", " ", markdown[max(0, m.start() - 25):m.end() + 25]).strip()
         derived = _derived(markdown[:m.start()])
-        out.append(ProseNumber(written, value, decimals, scale,
-                               bool(re.match(r"\s*[%％]", after)),
-                               bool(_APPROX_BEFORE.search(before) or _APPROX_AFTER.match(after)),
-                               context,
-                               m.start(1)))
+        approx = bool(_APPROX_BEFORE.search(before) or _APPROX_AFTER.match(after))
+        out.append(ProseNumber(written, value, decimals, scale, bool(re.match(r"\s*[%％]", after)),
+                               approx, context, m.start(1)))
         if derived and abs(derived[0] - value) <= _tolerance(out[-1]):
             # a correct equation written out: its result and its operands are checked by it
             out = [replace(n, checked=True) if n.start >= derived[1] else n for n in out]
@@ -221,12 +210,11 @@ def _code_and_comments(source: str) -> tuple[str, list[str]]:
                 cut = i
                 break
         code.append(line if cut is None else line[:cut])
-        if cut is not None:
-            if number == last + 1 and blocks:
-                blocks[-1] += "\n" + line[cut + 1:]
-            else:
-                blocks.append(line[cut + 1:])
-            last = number
+        if cut is not None and number == last + 1:
+            blocks[-1] += "\n" + line[cut + 1:]
+        elif cut is not None:
+            blocks.append(line[cut + 1:])
+        last = number if cut is not None else last
     return "\n".join(code), blocks
 
 
@@ -248,16 +236,10 @@ def evidence(nb) -> set[float]:
     """Every number printed in the notebook's saved outputs, written in its code (outside
     comments) or in a comment block that cites its source (``cited``)."""
     values = set()
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
+    for cell in (c for c in nb.cells if c.cell_type == "code"):
         code, comments = _code_and_comments(cell.source)
-        values |= _numbers(code)
-        for comment in comments:
-            if cited(comment):
-                values |= _numbers(comment)
-        for output in cell.get("outputs", []):
-            values |= _numbers(_output_text(output))
+        texts = [code] + [c for c in comments if cited(c)] + [_output_text(o) for o in cell.outputs]
+        values |= set().union(*map(_numbers, texts))
     return values
 
 
@@ -275,34 +257,24 @@ def supported(number: ProseNumber, values: set[float]) -> bool:
     """Whether ``number`` is one of ``values`` as rounded the way the prose writes it."""
     if number.checked:
         return True
-    tol = _tolerance(number)
-    target = number.value
     candidates = set(values)
     if number.percent:
         candidates |= {v * 100 for v in values} | {(v - 1) * 100 for v in values if v > 1}
-    return any(abs(v - target) <= tol for v in candidates)
+    return any(abs(v - number.value) <= _tolerance(number) for v in candidates)
 
 
 def lint_notebook(nb, name: str) -> list[Finding]:
     values = evidence(nb)
-    found = []
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "markdown":
-            continue
-        for number in prose_numbers(cell.source):
-            if not supported(number, values):
-                found.append(Finding(name, index, number.text, number.context))
-    return found
-
-
-def default_paths(root: Path = REPO) -> list[Path]:
-    return [p for d in NOTEBOOK_DIRS for p in sorted((root / d).glob("*.ipynb"))]
+    return [Finding(name, index, number.text, number.context)
+            for index, cell in enumerate(nb.cells) if cell.cell_type == "markdown"
+            for number in prose_numbers(cell.source) if not supported(number, values)]
 
 
 def lint(paths=None, root: Path = REPO) -> list[Finding]:
+    """Findings for ``paths`` (default: every notebook of ``NOTEBOOK_DIRS`` under ``root``)."""
     import nbformat
     found = []
-    for path in paths or default_paths(root):
+    for path in paths or [p for d in NOTEBOOK_DIRS for p in sorted((root / d).glob("*.ipynb"))]:
         path = Path(path).resolve()
         name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
         found += lint_notebook(nbformat.read(path, as_version=4), name)
@@ -310,8 +282,7 @@ def lint(paths=None, root: Path = REPO) -> list[Finding]:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    found = lint([Path(a) for a in argv] or None)
+    found = lint([Path(a) for a in (sys.argv[1:] if argv is None else argv)] or None)
     for f in found:
         print(f.line())
     print(f"{len(found)} unsupported number(s)", file=sys.stderr)
