@@ -54,3 +54,13 @@ def test_raising_solution_is_reported(bad):
     fn = {"shard_columns": bad, "shard_rows": bad, "combine": bad} if "pareto_frontier" == "None" else bad
     cases = _grader().check(fn, CTX)
     assert cases and not any(c.passed for c in cases)
+
+
+def test_numpy_integer_indices_pass_and_the_sweep_traces_two_curves():
+    import numpy as np
+    sol = _solution()
+    cases = _grader().check(lambda pts: [np.int64(i) for i in sol(pts)], CTX)
+    assert cases and all(c.passed for c in cases), [c.message for c in cases if not c.passed]
+    from course.exercises.ex10_pareto_frontier import reference, sweep_points
+    pts = sweep_points()
+    assert len(pts) >= 12 and 2 < len(reference(pts)) < len(pts)     # two curves, some points dominated
