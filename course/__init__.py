@@ -9,6 +9,7 @@ compute. Read the tree as the course's architecture:
 - ``demos``: helpers the lessons call (generation without a cache, block pools, KV simulation, formats).
 - ``quiz``: question banks in YAML, grading as plain functions, the ipywidgets renderer.
 - ``tooling``: the learner's working copies, saving notebooks with placeholders, the layout lints.
+- ``instructor``: the workshop's instructor: the /metrics dashboard, a rehearsal class, the class summary.
 
 Submodules are imported on demand, so that ``import course.quiz.bank`` does not load matplotlib and
 ``import course.plots`` does not load ipywidgets.

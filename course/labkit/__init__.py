@@ -13,7 +13,8 @@ Importing the kit applies the course's thread policy (``course.runtime.apply_thr
 """
 from course.runtime import apply_thread_policy, course_threads, default_threads
 from course.labkit.arrivals import ARRIVALS, DEFAULT_RATE, arrival_plan, check_arrivals, describe
-from course.labkit.backends import Backend, build_result, local_backend, openai_backend, run_plan
+from course.labkit.backends import (Backend, build_result, class_server, local_backend, openai_backend, run_plan,
+                                    use_class_server)
 from course.labkit.charts import figure, plot_history_sweeps, plot_merged, plot_sweeps
 from course.labkit.history import (add_measurement, add_sweep, read_csv, read_csvs, save_csv, summary_line, sweeps,
                                    to_csv)
@@ -26,8 +27,9 @@ apply_thread_policy()
 
 __all__ = ["ARRIVALS", "Backend", "DEFAULT_RATE", "METRICS", "add_measurement", "add_sweep", "aggregate",
            "apply_thread_policy", "arrival_plan", "build_result", "check_arrivals", "check_load", "check_repeats",
-           "cost", "cost_html", "course_threads", "default_threads", "describe", "figure", "history_html",
+           "class_server", "cost", "cost_html", "course_threads", "default_threads", "describe", "figure",
+           "history_html",
            "load_warning", "local_backend", "measure", "openai_backend", "order_held", "parse_sweep_list",
            "plot_history_sweeps", "plot_merged", "plot_sweeps", "read_csv", "read_csvs", "readout_html", "run_plan",
            "sample_cpu_load", "save_csv", "summary_line", "sweep", "sweep_warnings", "sweeps", "table_html", "to_csv",
-           "warnings_html"]
+           "use_class_server", "warnings_html"]

@@ -14,6 +14,14 @@ the course model's tokenizer (or ``tokenizer=``) sent as text, and the server re
 A shared server started with an API key (a workshop's) needs ``api_key=`` (default: the
 environment variable MINIMAL_ENGINE_API_KEY, which the server reads too), sent as
 ``Authorization: Bearer``.
+
+In a workshop, one line sends every lab panel made afterwards in this kernel to the instructor's
+server (the panel's backend starts on 「OpenAI 互換サーバー」 with that URL and model)::
+
+    labkit.use_class_server("http://192.168.1.20:8000", api_key="KEY")
+
+It sets the environment variables COURSE_SERVER_URL, COURSE_SERVER_MODEL and MINIMAL_ENGINE_API_KEY,
+which ``class_server()`` reads; setting them before ``make lab`` does the same for every notebook.
 """
 from __future__ import annotations
 
@@ -62,6 +70,31 @@ def openai_backend(base_url: str, model: str, tokenizer: str | None = None,
                          "入れてください。 / api_key is empty: pass the server's key")
     return Backend("openai", model.strip(), "", base_url.rstrip("/"), tokenizer, endpoint,
                    key.strip() if key else None)
+
+
+SERVER_URL_ENV, SERVER_MODEL_ENV = "COURSE_SERVER_URL", "COURSE_SERVER_MODEL"
+API_KEY_ENV = "MINIMAL_ENGINE_API_KEY"
+
+
+def class_server() -> Backend | None:
+    """The workshop's server named by COURSE_SERVER_URL (model: COURSE_SERVER_MODEL, default
+    minimal-ja), or None when the variable is not set."""
+    url = os.environ.get(SERVER_URL_ENV, "").strip()
+    if not url:
+        return None
+    try:
+        return openai_backend(url, os.environ.get(SERVER_MODEL_ENV, "").strip() or "minimal-ja")
+    except ValueError as e:
+        raise ValueError(f"環境変数 {SERVER_URL_ENV} の値が使えません: {e}") from e
+
+
+def use_class_server(base_url: str, model: str = "minimal-ja", api_key: str | None = None) -> Backend:
+    """Send this kernel's lab panels made from now on to the server at ``base_url`` (checked first)."""
+    backend = openai_backend(base_url, model, api_key=api_key)
+    os.environ[SERVER_URL_ENV], os.environ[SERVER_MODEL_ENV] = backend.base_url, backend.model
+    if backend.api_key:
+        os.environ[API_KEY_ENV] = backend.api_key
+    return backend
 
 
 # ---------------------------------------------------------------- the common result
@@ -241,4 +274,5 @@ def _run_openai(backend: Backend, plan, output_len, seed, progress, timeout_s: f
                                                      "dtype": ""})
 
 
-__all__ = ["Backend", "build_result", "local_backend", "openai_backend", "run_plan"]
+__all__ = ["Backend", "build_result", "class_server", "local_backend", "openai_backend", "run_plan",
+           "use_class_server"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from course.runtime import course_threads
 from course.labkit.arrivals import ARRIVALS, DEFAULT_RATE
-from course.labkit.backends import local_backend, openai_backend
+from course.labkit.backends import class_server, local_backend, openai_backend
 from course.labkit.history import save_csv, summary_line
 from course.labkit.measure import REPEATS_RANGE, cost, parse_sweep_list
 from course.labkit.tables import cost_html, history_html, warnings_html
@@ -38,10 +38,14 @@ class KitControls:
         self.threads = w.IntSlider(value=min(course_threads(), os.cpu_count() or 1), min=1,
                                    max=max(os.cpu_count() or 1, course_threads()), description="スレッド数",
                                    style=style, layout=wide, continuous_update=False)
-        self.backend = w.Dropdown(options=[(v, k) for k, v in BACKENDS.items()], value="local",
-                                  description="バックエンド", style=style, layout=wide)
-        self.base_url = w.Text(value="http://127.0.0.1:8000", description="サーバーの URL", style=style, layout=wide)
-        self.served_model = w.Text(value="", description="サーバーのモデル名", style=style, layout=wide,
+        server = class_server()             # the workshop's server (labkit.use_class_server), if any
+        self.backend = w.Dropdown(options=[(v, k) for k, v in BACKENDS.items()],
+                                  value="openai" if server else "local", description="バックエンド",
+                                  style=style, layout=wide)
+        self.base_url = w.Text(value=server.base_url if server else "http://127.0.0.1:8000",
+                               description="サーバーの URL", style=style, layout=wide)
+        self.served_model = w.Text(value=server.model if server else "", description="サーバーのモデル名",
+                                   style=style, layout=wide,
                                    placeholder="例: Qwen/Qwen3-8B（/v1/models に出る名前）")
         self.usd_per_hour = w.FloatText(value=usd_per_hour, description="料金 [$/時間]", style=style)
         self.watts = w.FloatText(value=watts, description="全込み電力 [W]", style=style)
