@@ -1,21 +1,35 @@
 # 2つのコマンドで始める:  make lab (講座を開く) / make test (全テスト)
 # どちらも、必要なら .venv を作って requirements.txt の固定バージョンを入れる。
 # make update: 新しい章を git pull で取得する / make reset-copy NB=labs/...ipynb: 1冊を元の版に戻す
+# 教室で: make wheelhouse (講師の PC で wheel を集める) / make lab WHEELHOUSE=フォルダ (ネットワークなしで入れる)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: lab test setup update reset-copy clean gpu-check
+.PHONY: lab test setup update reset-copy clean gpu-check wheelhouse
+
+# 教室のオフラインインストール (docs/instructor_guide.md の「準備」、course/tooling/wheelhouse.py)。
+# make wheelhouse: requirements.txt の固定バージョンの wheel (Linux は CPU 版の torch) と pip・setuptools を
+# プラットフォームと Python ごとに WHEELHOUSE (既定 wheelhouse/) の下の <プラットフォーム>-py<版> に集める。
+# WHEELHOUSE_PLATFORMS=here でこの PC の分だけ。make lab WHEELHOUSE=フォルダ: そこから --no-index で入れる
+WHEELHOUSE_PLATFORMS ?= linux-x86_64 macos-arm64 windows-x86_64
+WHEELHOUSE_PYTHONS ?= 3.11
+PIP_FROM = $(if $(WHEELHOUSE),--no-index --find-links "$$($(PYTHON) -m course.tooling.wheelhouse where "$(WHEELHOUSE)")")
+
+wheelhouse:
+	$(PYTHON) -m course.tooling.wheelhouse --out "$(or $(WHEELHOUSE),wheelhouse)" \
+		--platforms $(WHEELHOUSE_PLATFORMS) --pythons $(WHEELHOUSE_PYTHONS)
 
 setup: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10 以上が必要です (今は %s)" % sys.version.split()[0]'
+	$(if $(WHEELHOUSE),$(PYTHON) -m course.tooling.wheelhouse where "$(WHEELHOUSE)")
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -r requirements.txt
-	$(BIN)/python -m pip install --no-deps -e .
+	$(BIN)/python -m pip install $(PIP_FROM) -r requirements.txt
+	$(BIN)/python -m pip install $(PIP_FROM) --no-deps -e .
 	touch $(STAMP)
 
 # 受講者はノートブックの作業用コピー (work/、git の対象外) で作業する。まだコピーのないノートブックだけを
