@@ -59,14 +59,19 @@ def prediction_lines(res: dict) -> list[str]:
     ratios = "、".join(f"同時 {r['concurrency']} で {r['pred_ttft_ms'] / r['ttft_ms']:.2f} 倍" for r in fit)
     out.append(f"当てはめに使った同時リクエスト数での TTFT の予測は、実測に対して{ratios}です"
                f"（compute_eff = {res['spec']['compute_eff']:.2f}）。")
-    tpot = "、".join(f"同時 {r['concurrency']} で {r['err_tpot_ms']:+.0%}" for r in fit)
+    tpot = "、".join(f"同時 {r['concurrency']} で {_pct(r['err_tpot_ms'])}" for r in fit)
     out.append(f"TPOT の誤差は、当てはめに使った点では{tpot}です（2点に直線を合わせるので、ほぼ 0 になります）。")
     return out
 
 
+def _pct(x: float) -> str:
+    """A signed percentage, "0%" (not "-0%") when it rounds to zero."""
+    return "0%" if round(x * 100) == 0 else f"{x:+.0%}"
+
+
 def _span(errs: list[float]) -> str:
-    lo, hi = min(errs), max(errs)
-    return f"{lo:+.0%}" if f"{lo:+.0%}" == f"{hi:+.0%}" else f"{lo:+.0%}〜{hi:+.0%}"
+    lo, hi = _pct(min(errs)), _pct(max(errs))
+    return lo if lo == hi else f"{lo}〜{hi}"
 
 
 def cost_line(res: dict, usd_per_hour: float, watts: float) -> str:

@@ -33,6 +33,7 @@ def test_prediction_lines_quote_the_run(res):
     assert "同時 8 で 1.00 倍" in ex.prediction_lines(res)[1]
     one = dict(res, table=[res["table"][0], res["table"][1], res["table"][3]])
     assert "TPOT の誤差は -10%、" in ex.prediction_lines(one)[0]   # one held-out point: no range
+    assert "同時 1 で 0%" in ex.prediction_lines(res)[2]              # not "-0%" nor "+0%"
 
 
 def test_constants_rows_name_value_provenance_and_meaning(res):
