@@ -1,13 +1,13 @@
 """Lab 10's explanations, printed from the run (第10章ラボの説明の数字は、すべてこの実行から出します).
 
-    constants_rows(res)          # this machine's simulator constants: value, measured / fitted / set, meaning
-    prediction_lines(res)        # the prediction errors as sentences (held-out TPOT and tok/s, TTFT at fit points)
-    cost_line(res)               # $/M output tokens and tok/s/user at the smallest and largest concurrency
-    default_model_on_gpu(res)    # the default model on one GPU, two ways (予測): which part a constant decides
-    serving_overhead_lines(curves)
+    constants_rows(res)         # this machine's constants: value, measured / fitted / set, meaning
+    prediction_lines(res)       # the errors as sentences (held-out TPOT, tok/s; TTFT at fit points)
+    cost_line(res, usd, watts)  # $/M output tokens and tok/s/user, smallest to largest concurrency
+    default_model_on_gpu(res)   # the default model on one GPU, two ways (予測)
+    serving_overhead_lines(curves)   # ... which part of that curve a constant decides
 
-A sentence that quotes a measured figure is printed by the notebook's cell, so re-executing the notebook can
-never leave it stale. ``res`` is ``lab10.run_pareto_lab``'s result.
+A sentence that quotes a measured figure is printed by the notebook's cell, so re-executing the
+notebook can never leave it stale. ``res`` is ``lab10.run_pareto_lab``'s result.
 """
 from __future__ import annotations
 
@@ -16,22 +16,24 @@ from pathlib import Path
 from minimal_engine.calculators.sim_step import DEFAULT_CONSTANTS
 from minimal_engine.calculators.simulator import simulate, simulate_batch
 
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "minimal_engine" / "default_model"   # as lab10's
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "minimal_engine" / "default_model"
 
 
 def constants_rows(res: dict) -> list[dict]:
     """The constants this machine enters the simulator with: 値, 決め方 (測定 / 当てはめ / 設定) and what each
     means physically, with the part of the curve it decides."""
     s, pk = res["spec"], res["peaks"]
+    key = "flops_fp32" if res.get("dtype", "fp32") == "fp32" else "flops_bf16"
     return [
-        {"定数": "演算性能", "値": f"{s['flops_fp32'] / 1e9:.0f} GFLOP/s（fp32）", "決め方": "測定",
+        {"定数": "演算性能", "値": f"{s[key] / 1e9:.0f} GFLOP/s（{key[6:]}）", "決め方": "測定",
          "意味": "第2章の方法で測った行列積の速さ。Prefill（TTFT）の計算時間の分母です"},
         {"定数": "帯域", "値": f"{pk['bandwidth'] / 1e9:.1f} GB/s", "決め方": "測定",
          "意味": "重みと KV を読む速さ。ルーフラインの Decode の時間の分母です"},
         {"定数": "compute_eff", "値": f"{s['compute_eff']:.2f}", "決め方": "当てはめ（TTFT）",
          "意味": "エンジンの Prefill の行列積が、測った演算性能の何倍の速さで動いたか。1 を超えるのは、"
                  "エンジンの行列の形とカーネルが測定の行列積より速いときです。TTFT を決めます"},
-        {"定数": "layer_overhead_us", "値": f"{s['layer_overhead_us']:.0f} µs", "決め方": "当てはめ（TPOT）",
+        {"定数": "layer_overhead_us", "値": f"{s['layer_overhead_us']:.0f} µs",
+         "決め方": "当てはめ（TPOT）",
          "意味": "1ステップに層ごとにかかる固定の時間（Python の処理とカーネルの呼び出し）。同時リクエスト数に"
                  "よらないので、同時 1 の TPOT、つまり曲線の右端を決めます"},
         {"定数": "seq_overhead_us", "値": f"{s['seq_overhead_us']:.1f} µs", "決め方": "当てはめ（TPOT）",
@@ -45,8 +47,8 @@ def constants_rows(res: dict) -> list[dict]:
 
 
 def prediction_lines(res: dict) -> list[str]:
-    """How far the prediction is off, as sentences: TPOT and tok/s at the held-out concurrencies, TTFT (as
-    predicted / measured) at the fit concurrencies."""
+    """How far the prediction is off, as sentences: TPOT and tok/s at the held-out concurrencies,
+    TTFT (as predicted / measured) at the fit concurrencies."""
     t = res["table"]
     held = [r for r in t if r["split"] == "held-out"]
     fit = [r for r in t if r["split"] == "fit"]
@@ -56,7 +58,8 @@ def prediction_lines(res: dict) -> list[str]:
         tp = [r["err_tpot_ms"] for r in held]
         tk = [r["err_tok_s"] for r in held]
         out.append(f"予測のみの同時 {cs} で、TPOT の誤差は {_span(tp)}、出力 tok/s の誤差は {_span(tk)} でした。")
-    ratios = "、".join(f"同時 {r['concurrency']} で {r['pred_ttft_ms'] / r['ttft_ms']:.2f} 倍" for r in fit)
+    ratios = "、".join(f"同時 {r['concurrency']} で {r['pred_ttft_ms'] / r['ttft_ms']:.2f} 倍"
+                      for r in fit)
     out.append(f"当てはめに使った同時リクエスト数での TTFT の予測は、実測に対して{ratios}です"
                f"（compute_eff = {res['spec']['compute_eff']:.2f}）。")
     tpot = "、".join(f"同時 {r['concurrency']} で {_pct(r['err_tpot_ms'])}" for r in fit)
@@ -75,31 +78,36 @@ def _span(errs: list[float]) -> str:
 
 
 def cost_line(res: dict, usd_per_hour: float, watts: float) -> str:
-    """$/M output tokens (at ``usd_per_hour`` and ``watts``) and tok/s/user from the smallest to the largest
-    concurrency of the run."""
+    """$/M output tokens (at ``usd_per_hour`` and ``watts``) and tok/s/user from the smallest to the
+    largest concurrency of the run."""
     from course.labkit.measure import cost
     a, b = res["rows"][0], res["rows"][-1]
-    ua, ub = (cost(usd_per_hour, watts, r["tok_s"], r["total_tok_s"])["usd_per_m_output_tokens"] for r in (a, b))
+    ua, ub = (cost(usd_per_hour, watts, r["tok_s"], r["total_tok_s"])["usd_per_m_output_tokens"]
+              for r in (a, b))
     return (f"同時 {a['concurrency']} → {b['concurrency']} で、$/M 出力トークンは ${ua:.3f} → ${ub:.3f}"
-            f"（{ua / ub:.1f} 分の 1）、tok/s/user は {a['tok_s_per_user']:.0f} → {b['tok_s_per_user']:.0f} です。")
+            f"（{ua / ub:.1f} 分の 1）、tok/s/user は {a['tok_s_per_user']:.0f} → "
+            f"{b['tok_s_per_user']:.0f} です。")
 
 
 def default_model_on_gpu(res: dict, gpu: str = "H100", dtype: str = "bf16") -> dict:
     """The default model on one ``gpu`` at this run's lengths and concurrencies (予測), two ways:
-    ``batch``: all requests at once (``simulate_batch``, this lab's workload; no serving overhead), and
-    ``served``: InferenceX's closed loop (``simulate``) with the fitted serving overhead
-    ``request_overhead_ms x (1 - 1/C)``. Rows carry interactivity and output_tok_s_per_gpu (frontier rows)."""
-    kw = dict(weight_dtype=dtype, kv_dtype=dtype, input_len=res["prompt_len"], output_len=res["output_len"])
+    ``batch``: all requests at once (``simulate_batch``, this lab's workload; no serving overhead),
+    and ``served``: InferenceX's closed loop (``simulate``) with the fitted serving overhead
+    ``request_overhead_ms x (1 - 1/C)``. Rows carry interactivity and output_tok_s_per_gpu."""
+    kw = dict(weight_dtype=dtype, kv_dtype=dtype, input_len=res["prompt_len"],
+              output_len=res["output_len"])
     model = DEFAULT_MODEL_DIR
     batch, served = [], []
     for c in res["concurrencies"]:
         b = simulate_batch(model, gpu, concurrency=c, **kw)
-        batch.append({"concurrency": c, "interactivity": b["tok_s_per_user"], "output_tok_s_per_gpu": b["tok_s"],
-                      "ttft_ms": b["ttft_ms"], "tpot_ms": b["tpot_ms"]})
+        batch.append({"concurrency": c, "interactivity": b["tok_s_per_user"],
+                      "output_tok_s_per_gpu": b["tok_s"], "ttft_ms": b["ttft_ms"],
+                      "tpot_ms": b["tpot_ms"]})
         s = simulate(model, gpu, num_gpus=1, tp=1, concurrency=c, **kw)
-        served.append({k: s[k] for k in ("concurrency", "interactivity", "output_tok_s_per_gpu", "ttft_ms",
-                                         "tpot_ms")})
-    return {"gpu": gpu, "batch": batch, "served": served, "request_overhead_ms": DEFAULT_CONSTANTS.request_overhead_ms}
+        served.append({k: s[k] for k in ("concurrency", "interactivity", "output_tok_s_per_gpu",
+                                         "ttft_ms", "tpot_ms")})
+    return {"gpu": gpu, "batch": batch, "served": served,
+            "request_overhead_ms": DEFAULT_CONSTANTS.request_overhead_ms}
 
 
 def serving_overhead_lines(curves: dict) -> list[str]:
@@ -112,4 +120,5 @@ def serving_overhead_lines(curves: dict) -> list[str]:
     return out
 
 
-__all__ = ["constants_rows", "cost_line", "default_model_on_gpu", "prediction_lines", "serving_overhead_lines"]
+__all__ = ["constants_rows", "cost_line", "default_model_on_gpu", "prediction_lines",
+           "serving_overhead_lines"]

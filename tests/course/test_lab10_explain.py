@@ -1,5 +1,5 @@
-"""Lab 10's printed explanations follow the run's numbers (planted here), and the default model's H100 curve
-shows what the fitted serving constant, not the GPU, decides."""
+"""Lab 10's printed explanations follow the run's numbers (planted here), and the default model's
+H100 curve shows what the fitted serving constant, not the GPU, decides."""
 import pytest
 
 from course.labs import lab10_explain as ex
@@ -8,28 +8,32 @@ from minimal_engine.tools.sim_calibration import machine_spec
 
 
 def _row(c, split, ttft, pred_ttft, tpot, pred_tpot, tok_s, pred_tok_s):
-    return {"concurrency": c, "split": split, "ttft_ms": ttft, "pred_ttft_ms": pred_ttft, "tpot_ms": tpot,
-            "pred_tpot_ms": pred_tpot, "tok_s": tok_s, "pred_tok_s": pred_tok_s,
-            "err_ttft_ms": pred_ttft / ttft - 1, "err_tpot_ms": pred_tpot / tpot - 1, "err_tok_s": pred_tok_s / tok_s - 1}
+    return {"concurrency": c, "split": split, "ttft_ms": ttft, "pred_ttft_ms": pred_ttft,
+            "tpot_ms": tpot, "pred_tpot_ms": pred_tpot, "tok_s": tok_s, "pred_tok_s": pred_tok_s,
+            "err_ttft_ms": pred_ttft / ttft - 1, "err_tpot_ms": pred_tpot / tpot - 1,
+            "err_tok_s": pred_tok_s / tok_s - 1}
 
 
 @pytest.fixture
 def res():
-    spec = {**machine_spec({"flops_bf16": 200e9, "flops_fp32": 100e9, "bandwidth": 25e9}, memory_gb=8),
-            "layer_overhead_us": 400.0, "seq_overhead_us": 20.0, "compute_eff": 1.4}
-    table = [_row(1, "fit", 10, 15, 3.0, 3.0, 300, 310), _row(2, "held-out", 14, 21, 3.5, 3.15, 440, 400),
-             _row(4, "held-out", 23, 30, 4.0, 4.4, 800, 880), _row(8, "fit", 47, 94, 5.0, 5.0, 1200, 1100)]
+    peaks = {"flops_bf16": 200e9, "flops_fp32": 100e9, "bandwidth": 25e9}
+    spec = {**machine_spec(peaks, memory_gb=8), "layer_overhead_us": 400.0, "seq_overhead_us": 20.0,
+            "compute_eff": 1.4}
+    table = [_row(1, "fit", 10, 15, 3.0, 3.0, 300, 310),
+             _row(2, "held-out", 14, 21, 3.5, 3.15, 440, 400),
+             _row(4, "held-out", 23, 30, 4.0, 4.4, 800, 880),
+             _row(8, "fit", 47, 94, 5.0, 5.0, 1200, 1100)]
     rows = [{"concurrency": t["concurrency"], "tok_s": t["tok_s"], "total_tok_s": 3 * t["tok_s"],
              "tok_s_per_user": 1000 / t["tpot_ms"]} for t in table]
-    return {"spec": spec, "peaks": {"bandwidth": 25e9}, "table": table, "rows": rows, "prompt_len": 64,
-            "output_len": 32, "concurrencies": [1, 2, 4, 8]}
+    return {"spec": spec, "peaks": {"bandwidth": 25e9}, "table": table, "rows": rows,
+            "prompt_len": 64, "output_len": 32, "concurrencies": [1, 2, 4, 8]}
 
 
 def test_prediction_lines_quote_the_run(res):
     held, ttft, tpot = ex.prediction_lines(res)
     assert "同時 2・4" in held and "TPOT の誤差は -10%〜+10%" in held and "-9%〜+10%" in held
     assert "同時 1 で 1.50 倍" in ttft and "同時 8 で 2.00 倍" in ttft and "compute_eff = 1.40" in ttft
-    res["table"][3]["pred_ttft_ms"] = 47.0                          # a planted exact fit changes the sentence
+    res["table"][3]["pred_ttft_ms"] = 47.0          # a planted exact fit changes the sentence
     assert "同時 8 で 1.00 倍" in ex.prediction_lines(res)[1]
     one = dict(res, table=[res["table"][0], res["table"][1], res["table"][3]])
     assert "TPOT の誤差は -10%、" in ex.prediction_lines(one)[0]   # one held-out point: no range
@@ -52,9 +56,10 @@ def test_cost_line_uses_the_given_prices(res):
 def test_serving_constant_not_the_gpu_shapes_the_default_model_curve(res):
     gpu = ex.default_model_on_gpu(res)
     b, s = gpu["batch"], gpu["served"]
-    assert b[0]["output_tok_s_per_gpu"] == pytest.approx(s[0]["output_tok_s_per_gpu"], rel=0.05)   # C = 1
+    assert b[0]["output_tok_s_per_gpu"] == pytest.approx(s[0]["output_tok_s_per_gpu"], rel=0.05)
     for bb, ss in zip(b[1:], s[1:]):
         c = ss["concurrency"]
-        assert ss["ttft_ms"] >= DEFAULT_CONSTANTS.request_overhead_ms * (1 - 1 / c)   # the constant, whole
-        assert ss["ttft_ms"] > 50 * bb["ttft_ms"] and ss["output_tok_s_per_gpu"] < bb["output_tok_s_per_gpu"] / 5
+        assert ss["ttft_ms"] >= DEFAULT_CONSTANTS.request_overhead_ms * (1 - 1 / c)   # all of it
+        assert ss["ttft_ms"] > 50 * bb["ttft_ms"]
+        assert ss["output_tok_s_per_gpu"] < bb["output_tok_s_per_gpu"] / 5
     assert len(ex.serving_overhead_lines(gpu)) == 4
