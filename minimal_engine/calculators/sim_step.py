@@ -1,11 +1,12 @@
-"""One engine step for the chapter-10 simulator: its constants, the hardware, and the step's roofline time.
+"""One engine step for the chapter-10 simulator: its constants, the hardware, the step's time.
 
-``step_time_s`` is part 1 of the model that ``simulator`` describes: ``max(FLOPs / (peak x COMPUTE_EFF),
-bytes / (bandwidth x MEMORY_EFF))`` plus the all-reduces of tensor parallelism and fixed times. It counts
-what the engine computes: the layers for every token of the step, the ``lm_head`` (``vocab x hidden``) only
-for the rows that sample a token (every decode, and the last row of each prompt's final chunk: the engine's
-``batch.logits_indices``, vLLM's ``logits_indices``), and no FLOPs for the embedding lookup. ``simulator``
-re-exports these names for the notebooks. Plain Python (no torch).
+``step_time_s`` is part 1 of the model that ``simulator`` describes: ``max(FLOPs / (peak x
+COMPUTE_EFF), bytes / (bandwidth x MEMORY_EFF))`` plus the all-reduces of tensor parallelism and
+fixed times. It counts what the engine computes: the layers for every token of the step, the
+``lm_head`` (``vocab x hidden``) only for the rows that sample a token (every decode, and the last
+row of each prompt's final chunk: the engine's ``batch.logits_indices``, vLLM's ``logits_indices``),
+and no FLOPs for the embedding lookup. ``simulator`` re-exports these names for the notebooks.
+Plain Python (no torch).
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from minimal_engine.calculators.datasheets import GpuSpec, _check_positive, byte
 from minimal_engine.calculators.flops import attention_flops_per_token
 from minimal_engine.calculators.kv import kv_bytes_per_token, weight_bytes
 from minimal_engine.calculators.roofline import active_params, decode_step_bytes
-from minimal_engine.calculators.sim_tables import SIM_GPUS, SIM_MODELS, SimGpu, SimModel, model_from_hf_config
+from minimal_engine.calculators.sim_tables import (SIM_GPUS, SIM_MODELS, SimGpu, SimModel,
+                                                   model_from_hf_config)
 from minimal_engine.calculators.transfer import allreduce_bytes
 
 
@@ -29,7 +31,7 @@ class SimConstants:
     layer_overhead_us: float = 25.0    # fixed time per layer per step (kernel launches, syncs) [fit]
     moe_overhead_us: float = 66.7      # extra fixed time per MoE layer per step (routing, dispatch, combine) [fit]
     seq_overhead_us: float = 0.0       # fixed time per request per layer per step (not batched work) [set]
-    allreduce_latency_us: float = 26.25 # fixed time of one all-reduce (plus bytes / link bandwidth) [fit]
+    allreduce_latency_us: float = 26.25  # fixed time of one all-reduce (plus bytes / link bandwidth) [fit]
     request_overhead_ms: float = 96.9  # serving overhead per TTFT under load, x (1 - 1/C); 0 when idle [fit]
     max_batched_tokens: int = 8192     # tokens per step (vLLM max_num_batched_tokens; InferenceX's scripts) [set]
     memory_utilization: float = 0.9    # share of HBM the engine may use (vLLM gpu_memory_utilization) [set]
@@ -108,34 +110,39 @@ def compute_dtype(weight_dtype: str) -> str:
     return {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(weight_dtype, "bf16")
 
 
-def weight_read_bytes(model: SimModel, tokens: float, dtype: str, sampled: float | None = None) -> float:
-    """Weight bytes a step with ``tokens`` tokens reads (all GPUs). Dense: every layer weight once. MoE: the
-    shared part plus each routed expert some token picks (idle with chance (1 - k/E)^tokens): active params to
-    all of them. The ``lm_head`` only when a row samples (``sampled`` rows; default: any token), the embedding
-    table only for the rows the step looks up (a table of unknown vocab counts whole, as a layer weight)."""
+def weight_read_bytes(model: SimModel, tokens: float, dtype: str,
+                      sampled: float | None = None) -> float:
+    """Weight bytes a step with ``tokens`` tokens reads (all GPUs). Dense: every layer weight once.
+    MoE: the shared part plus each routed expert some token picks (idle with chance
+    (1 - k/E)^tokens): active params to all of them. The ``lm_head`` only when a row samples
+    (``sampled`` rows; default: any token), the embedding table only for the rows the step looks up
+    (a table of unknown vocab counts whole, as a layer weight)."""
     total = weight_bytes(model.shape, dtype)
     if model.experts:
         frac = model.top_k / model.experts
         routed = (total - active_params(model.shape) * bytes_per_value(dtype)) / (1 - frac)
         total -= routed * (1 - frac) ** max(tokens, 1)
     vocab = (model.lm_head_params + model.embedding_params) * bytes_per_value(dtype)
-    head = model.lm_head_params * bytes_per_value(dtype) * ((tokens if sampled is None else sampled) > 0)
-    return total - vocab + head + (tokens * model.hidden * bytes_per_value(dtype) if model.vocab else 0)
+    any_sampled = (tokens if sampled is None else sampled) > 0
+    head = model.lm_head_params * bytes_per_value(dtype) * any_sampled
+    rows = tokens * model.hidden * bytes_per_value(dtype) if model.vocab else 0   # embedding lookups
+    return total - vocab + head + rows
 
 
 def step_time_s(model: SimModel, hw: Hardware, tp: int, decodes: float, context: float, prefill_tokens: float,
                 prompt_len: float, weight_dtype: str, kv_dtype: str, prefills: float | None = None,
                 sampled_prompts: float | None = None) -> dict:
-    """One engine step on a TP group: ``decodes`` requests at an average ``context``, plus ``prefill_tokens``
-    prompt tokens of ``prefills`` prompts (default 1 if any) ``prompt_len`` long, ``sampled_prompts`` of which
-    end in this step and sample their first token (default: all ``prefills``; a share on average). The lm_head
-    runs for the decodes and those prompts only. Returns t_compute, t_memory, t_comm and t (seconds)."""
+    """One engine step on a TP group: ``decodes`` requests at an average ``context``, plus
+    ``prefill_tokens`` prompt tokens of ``prefills`` prompts (default 1 if any) ``prompt_len`` long,
+    ``sampled_prompts`` of which end in this step and sample their first token (default: all
+    ``prefills``; a share on average). The lm_head runs for the decodes and those prompts only.
+    Returns t_compute, t_memory, t_comm and t (seconds)."""
     c, s = hw.constants, model.shape
     tokens = decodes + prefill_tokens
     prefills = prefills if prefills is not None else 1 if prefill_tokens else 0
-    sampled = decodes + (prefills if sampled_prompts is None else sampled_prompts)   # rows through the lm_head
-    body = active_params(s) - model.lm_head_params - model.embedding_params       # the layers' weights
-    dense = 2 * body * tokens + 2 * model.lm_head_params * sampled                 # matmuls with the weights
+    sampled = decodes + (prefills if sampled_prompts is None else sampled_prompts)   # lm_head rows
+    body = active_params(s) - model.lm_head_params - model.embedding_params   # the layers' weights
+    dense = 2 * body * tokens + 2 * model.lm_head_params * sampled             # matmuls with weights
     attn = sum(n * attention_flops_per_token(s.layers, s.heads, s.head_dim, int(ctx))   # decodes, prompt tokens
                for n, ctx in ((decodes, context), (prefill_tokens, (prompt_len + 1) / 2)))
     kv_shards = 1 if s.is_mla else min(tp, s.kv_heads)            # MLA's latent is replicated on every rank

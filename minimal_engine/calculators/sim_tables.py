@@ -18,10 +18,11 @@ _HF = "https://huggingface.co/{}/blob/main/config.json"
 
 @dataclass(frozen=True)
 class SimModel:
-    """What the simulator needs beyond :class:`ModelShape`: the hidden size (TP all-reduce bytes), the
-    vocabulary and whether the lm_head shares the embedding table (the engine computes the lm_head only for
-    rows that sample; the embedding is a lookup) and, for a mixture of experts, how many routed experts there
-    are and how many each token uses. ``vocab`` 0: unknown, every weight counts for every token."""
+    """What the simulator needs beyond :class:`ModelShape`: the hidden size (TP all-reduce bytes),
+    the vocabulary and whether the lm_head shares the embedding table (the engine computes the
+    lm_head only for rows that sample; the embedding is a lookup) and, for a mixture of experts, how
+    many routed experts there are and how many each token uses. ``vocab`` 0: unknown, every weight
+    counts for every token."""
 
     shape: ModelShape
     hidden: int
@@ -46,19 +47,22 @@ class SimModel:
 
 
 def _dense(name, layers, heads, kv_heads, head_dim, params, hidden, repo, vocab):
-    return SimModel(ModelShape(name, layers, heads, kv_heads, head_dim, params, _HF.format(repo)), hidden, vocab=vocab)
+    shape = ModelShape(name, layers, heads, kv_heads, head_dim, params, _HF.format(repo))
+    return SimModel(shape, hidden, vocab=vocab)
 
 
 # Shapes from each model's config.json (num_hidden_layers, num_attention_heads, num_key_value_heads,
-# head_dim, hidden_size, vocab_size, tie_word_embeddings: only Qwen3-0.6B ties); params from the model card
-# (Llama 3.1 405B: 405B; Qwen3: "Number of Parameters").
+# head_dim, hidden_size, vocab_size, tie_word_embeddings: only Qwen3-0.6B ties); params from the
+# model card (Llama 3.1 405B: 405B; Qwen3: "Number of Parameters").
 SIM_MODELS = {
     "llama-2-7b": SimModel(MODEL_SHAPES["Llama 2 7B"], 4096, vocab=32000),
-    "llama-2-70b": _dense("Llama 2 70B", 80, 64, 8, 128, 68.98e9, 8192, "meta-llama/Llama-2-70b-hf", 32000),
+    "llama-2-70b": _dense("Llama 2 70B", 80, 64, 8, 128, 68.98e9, 8192, "meta-llama/Llama-2-70b-hf",
+                          32000),
     "llama-3.1-8b": SimModel(MODEL_SHAPES["Llama 3.1 8B"], 4096, vocab=128256),
-    "llama-3.1-70b": _dense("Llama 3.1 70B", 80, 64, 8, 128, 70.6e9, 8192, "meta-llama/Llama-3.1-70B", 128256),
-    "llama-3.1-405b": _dense("Llama 3.1 405B", 126, 128, 8, 128, 405.9e9, 16384, "meta-llama/Llama-3.1-405B",
-                             128256),
+    "llama-3.1-70b": _dense("Llama 3.1 70B", 80, 64, 8, 128, 70.6e9, 8192, "meta-llama/Llama-3.1-70B",
+                            128256),
+    "llama-3.1-405b": _dense("Llama 3.1 405B", 126, 128, 8, 128, 405.9e9, 16384,
+                             "meta-llama/Llama-3.1-405B", 128256),
     "llama-3.3-70b": SimModel(MODEL_SHAPES["Llama 3.3 70B"], 8192, vocab=128256),
     "qwen3-0.6b": SimModel(MODEL_SHAPES["Qwen3-0.6B"], 1024, vocab=151936, tied=True),
     "qwen3-8b": _dense("Qwen3-8B", 36, 32, 8, 128, 8.2e9, 4096, "Qwen/Qwen3-8B", 151936),

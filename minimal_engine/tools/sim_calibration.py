@@ -2,8 +2,8 @@
 
     python -m minimal_engine.tools.sim_calibration            # fit, print the table, write docs/simulator.md
 
-The points, their splits and groups (fit / held-out same / held-out independent) are ``sim_points``'s;
-this module fits the constants on the ``fit`` points and writes the error by group.
+The points, their splits and groups (fit / held-out same / held-out independent) are
+``sim_points``'s; this module fits the constants on the ``fit`` points and writes the error by group.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import statistics
 from dataclasses import replace
 
 from minimal_engine.calculators.simulator import DEFAULT_CONSTANTS, SimConstants, simulate
-from minimal_engine.tools.sim_points import (ARCHITECTURES, STACKS, family, group, is_low_load,  # noqa: F401
-                                             mark_independent, published_points)
+from minimal_engine.tools.sim_points import (ARCHITECTURES, STACKS, family,  # noqa: F401
+                                             group, is_low_load, mark_independent, published_points)
 from minimal_engine.tools.sim_calibration_machine import (error, fit_machine, fit_machine_all,  # noqa: F401
                                                           machine_spec, machine_table)
 
@@ -87,22 +87,24 @@ def summary(rows: list[dict], split: str = "held-out", low_load: bool | None = N
 
 
 def group_table(rows: list[dict]) -> list[dict]:
-    """docs/simulator.md's error by group, and lesson 10's: one row per group (``GROUPS``) and metric kind
-    with n, median and worst absolute relative error."""
-    return [{"group": g, "metric": kind, **s} for g in GROUPS for kind, s in summary(rows, g).items()]
+    """docs/simulator.md's error by group, and lesson 10's: one row per group (``GROUPS``) and
+    metric kind with n, median and worst absolute relative error."""
+    return [{"group": g, "metric": kind, **s} for g in GROUPS
+            for kind, s in summary(rows, g).items()]
 
 
 def coverage(rows: list[dict], group_name: str = "held-out independent") -> dict:
-    """What a group's points check: GPUs, architectures, serving stacks (``sim_points.STACKS``), model
-    families and whether a MoE is among them; and the architectures of the simulator's GPU table and the
-    model kinds (MoE) it has no point on, which the group does not check."""
+    """What a group's points check: GPUs, architectures, serving stacks (``sim_points.STACKS``),
+    model families and whether a MoE is among them; and the architectures of the simulator's GPU
+    table and the model kinds (MoE) it has no point on, which the group does not check."""
     from minimal_engine.calculators.sim_tables import SIM_MODELS
     pts = [r for r in rows if r["group"] == group_name]
     arch = sorted({ARCHITECTURES[r["gpu"]] for r in pts})
     moe = any(SIM_MODELS[r["model"]].experts for r in pts)
     missing = sorted(set(ARCHITECTURES.values()) - set(arch)) + ([] if moe else ["MoE"])
-    return {"gpus": sorted({r["gpu"] for r in pts}), "architectures": arch, "moe": moe, "not_covered": missing,
-            "stacks": sorted({STACKS[r["source"]] for r in pts}), "families": sorted({family(r["model"]) for r in pts})}
+    return {"gpus": sorted({r["gpu"] for r in pts}), "architectures": arch, "moe": moe,
+            "not_covered": missing, "stacks": sorted({STACKS[r["source"]] for r in pts}),
+            "families": sorted({family(r["model"]) for r in pts})}
 
 
 CANNOT_PREDICT = [
@@ -138,9 +140,10 @@ def markdown(constants: SimConstants = DEFAULT_CONSTANTS) -> str:
     lines += [f"| {g['group']} | {g['metric']} | {g['n']} | {g['median']:.0%} | {g['worst']:.0%} |"
               for g in group_table(rows)]
     cov = coverage(rows)
-    lines += ["", f"The independent points cover {', '.join(cov['gpus'])} ({', '.join(cov['architectures'])}) with "
-              f"{'; '.join(cov['stacks'])}, model families {', '.join(cov['families'])}. They do not cover "
-              f"{', '.join(cov['not_covered'])}: predictions there rest on fit and same-source points only."]
+    lines += ["", f"The independent points cover {', '.join(cov['gpus'])} "
+              f"({', '.join(cov['architectures'])}) with {'; '.join(cov['stacks'])}, model families "
+              f"{', '.join(cov['families'])}. They do not cover {', '.join(cov['not_covered'])}: "
+              "predictions there rest on fit and same-source points only."]
     low = [r for r in rows if r["low_load"]]
     lines += ["", "## Low load: one request on an idle engine (TTFT)", "",
               "Serving overhead (`request_overhead_ms x (1 - 1/C)`) is 0 at C = 1, so these TTFTs are the prefill "
@@ -150,8 +153,8 @@ def markdown(constants: SimConstants = DEFAULT_CONSTANTS) -> str:
         if s:
             lines.append(f"| {split} | {s['n']} | {s['median']:.0%} | {s['worst']:.0%} |")
     ind = summary(rows, "held-out independent")["all"]
-    lines += ["", f"What this means for a learner: on points from another source, on another GPU or model family "
-              f"(independent points), half of the "
+    lines += ["", "What this means for a learner: on points from another source, on another GPU or "
+              f"model family (independent points), half of the "
               f"predictions are within {ind['median']:.0%} of the measurement and the worst is off by "
               f"{ind['worst']:.0%}. A difference between two setups smaller than that is not shown by the "
               "simulator; use it for orders of magnitude and for which term (compute, memory, overhead) dominates."]
