@@ -3,7 +3,7 @@ longest context), in one process, alternating rounds.
 
     PYTHONPATH=. python benchmarks/decode_groups_ab.py --threads 2 --rounds 5 [--out benchmarks/results/x.json]
 
-`attention.GROUP_PADDING_SLACK` decides the groups (attention.gathered_decode); an infinite slack puts every
+`decode_groups.GROUP_PADDING_SLACK` decides the groups (decode_groups.gathered_decode); an infinite slack puts every
 request in one group padded to the longest, which is exactly the engine before 2026-12-05. For each case the
 engine holds the requests of the case, all decoding (prompts prefilled first), and times pure decode steps:
   long + short   chapter 1's lab: four requests with 64-token prompts, with and without one 448-token request
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.model import attention
+from minimal_engine.model import decode_groups
 
 CASES = {
     "4 short (64)": [64] * 4,
@@ -35,7 +35,7 @@ CASES = {
     "batch 32 (300 each)": [300] * 32,
     "mixed 32 (40-440)": [round(40 + i * 400 / 31) for i in range(32)],
 }
-SETTINGS = {"old (one padded group)": math.inf, "new (groups)": attention.GROUP_PADDING_SLACK}
+SETTINGS = {"old (one padded group)": math.inf, "new (groups)": decode_groups.GROUP_PADDING_SLACK}
 
 
 def decode_step_ms(llm, prompt_lens: list[int], steps: int, slack: float) -> float:
@@ -45,20 +45,20 @@ def decode_step_ms(llm, prompt_lens: list[int], steps: int, slack: float) -> flo
     ids = [engine.add_request(torch.randint(5, vocab, (n,), generator=g).tolist(),
                               SamplingParams(temperature=0, max_tokens=steps + 8, ignore_eos=True))
            for n in prompt_lens]
-    saved = attention.GROUP_PADDING_SLACK
+    saved = decode_groups.GROUP_PADDING_SLACK
     try:
         while any(s.num_computed_tokens < s.num_prompt_tokens for s in engine.scheduler.running) or \
                 engine.scheduler.waiting:          # prefill everything first
             engine.step()
         engine.step()
-        attention.GROUP_PADDING_SLACK = slack
+        decode_groups.GROUP_PADDING_SLACK = slack
         times = []
         for _ in range(steps):
             t = time.perf_counter()
             engine.step()
             times.append(time.perf_counter() - t)
     finally:
-        attention.GROUP_PADDING_SLACK = saved
+        decode_groups.GROUP_PADDING_SLACK = saved
         for rid in ids:
             engine.abort_request(rid)
     return statistics.median(times) * 1000

@@ -239,7 +239,7 @@ def nano_vllm_workload(llm, hf, tiny: bool, deadline: float, skipped: list, log)
 
 def check_memory(device: str, tiny: bool) -> dict:
     """The KV pool sized from free memory (LLM's default), one generate, peak memory."""
-    from minimal_engine.llm import CPU_KV_BUDGET, GPU_KV_FRACTION
+    from minimal_engine.llm_setup import CPU_KV_BUDGET, GPU_KV_FRACTION
     cuda = torch.device(device).type == "cuda"
     gc.collect()
     if cuda:

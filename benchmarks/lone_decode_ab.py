@@ -4,7 +4,7 @@ masked batched path (two bmm, mask, softmax), at several context lengths, in one
     python benchmarks/lone_decode_ab.py --model synthetic:llama-125m --dtype bfloat16 --context 128 512 1024 2000
 
 Two engines on the same weights: one always takes SDPA for a lone decode request, the other never does (the
-engine itself chooses by `attention.lone_decode_sdpa`). Each round times 20 pure decode steps of one request
+engine itself chooses by `decode_groups.lone_decode_sdpa`). Each round times 20 pure decode steps of one request
 whose prompt is the context length, both engines one after the other; prints the median step times and the
 median of the per-round ratios (below 1: SDPA is faster).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from minimal_engine import LLM
-from minimal_engine.model import attention
+from minimal_engine.model import decode_groups
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from batch1_breakdown import step_ms  # noqa: E402
@@ -34,13 +34,13 @@ def engines(model, dtype: str) -> dict:
 @contextlib.contextmanager
 def forced(name: str):
     """Within: a lone decode request attends with SDPA ("sdpa") or with the masked batched path ("masked"),
-    whatever attention.lone_decode_sdpa would choose."""
-    rule = attention.lone_decode_sdpa
-    attention.lone_decode_sdpa = lambda gqa, context: name == "sdpa"
+    whatever decode_groups.lone_decode_sdpa would choose."""
+    rule = decode_groups.lone_decode_sdpa
+    decode_groups.lone_decode_sdpa = lambda gqa, context: name == "sdpa"
     try:
         yield
     finally:
-        attention.lone_decode_sdpa = rule
+        decode_groups.lone_decode_sdpa = rule
 
 
 def main(argv=None) -> int:

@@ -6,7 +6,7 @@ The workload is the speed issue's mixed one (`python -m minimal_engine.bench ...
 --output-len 256 --output-range-ratio 0.0625 --num-prompts 64 --max-concurrency 32 --seed 0`, 125M shape, bf16).
 Each engine step is timed, with its model forward, and put in one of two kinds:
   * decode-only steps: rows = requests decoding; the gathered decode attention pads each request's context to
-    its group's longest (attention.GatheredDecode; before 2026-12-05, to the step's longest), so the script
+    its group's longest (decode_groups.GatheredDecode; before 2026-12-05, to the step's longest), so the script
     also sums real and padded context tokens;
   * steps with prefill: prefill tokens (chunked at max_num_batched_tokens) plus any decode rows riding along.
 Then one decode-only step at the run's median batch and context is profiled (`bench.profile`), to split it into
@@ -44,7 +44,7 @@ class StepLog:
             out = forward(input_ids, batch, kv_caches)
             d = batch.num_decodes
             real = padded = 0
-            for g in getattr(batch.decode, "groups", []):       # GatheredDecode (attention.py)
+            for g in getattr(batch.decode, "groups", []):       # GatheredDecode (decode_groups.py)
                 if g.padding is not None:                        # [n, 1, 1, W * block_size], True = padding
                     padded += g.padding.numel()
                     real += g.padding.numel() - int(g.padding.sum())

@@ -205,16 +205,16 @@ def measure_draft_cost(prompt_len: int = 32, device: str = "cpu", num_steps: int
     if method not in ("draft_model", "draft_model_lm"):
         raise ValueError(f"method must be 'draft_model' or 'draft_model_lm', got {method!r}")
     from minimal_engine.bench.offline import decode_step_time
-    from minimal_engine.engine.sequence import Sequence
+    from minimal_engine.features.spec_decode.proposers import DraftState
     t_target = decode_step_time(_engine("none", 1, 1, device), 1, prompt_len, num_steps=num_steps)["median_step_ms"]
     draft = _engine(method, 1, 1, device).engine.speculator.draft
     ids = list(range(1, prompt_len + num_steps + 1))
-    seq = Sequence("cost", None, ids[:prompt_len], SamplingParams(temperature=0))
+    seq = DraftState("cost", ids[:prompt_len], SamplingParams(temperature=0))
     draft.bm.allocate(seq, len(ids))
     draft.forward([(seq, 0, prompt_len)])
     times = []
     for i in range(num_steps):          # one token each, the last row's logits computed (as when proposing)
-        seq.token_ids = ids[:prompt_len + i + 1]
+        seq.computed(ids[prompt_len + i])   # its tokens: ids[:prompt_len + i + 1]
         t = time.perf_counter()
         draft.forward([(seq, prompt_len + i, 1)])
         times.append(time.perf_counter() - t)

@@ -24,7 +24,8 @@ import torch
 
 from minimal_engine.calculators.flops import attention_flops_per_token
 from minimal_engine.calculators.roofline import gpu_bandwidth, gpu_peak_flops, ridge_intensity, roof_flops
-from minimal_engine.config import ModelConfig, weight_counts  # noqa: F401  (weight_counts: importable from here)
+from minimal_engine.config import ModelConfig
+from minimal_engine.param_counts import weight_counts  # noqa: F401  (weight_counts: importable from here)
 
 
 def _best_time(fn, repeats: int) -> float:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from minimal_engine.config import KV_CACHE_DTYPES, check_kv_cache_dtype  # noqa: F401 (the vocabulary: config.py)
+from minimal_engine.checks import KV_CACHE_DTYPES, check_kv_cache_dtype  # noqa: F401 (the vocabulary: checks.py)
 from minimal_engine.model.attention import ForwardBatch, PrefillChunk
 
 QMAX = {"fp8": 448.0, "int8": 127.0}

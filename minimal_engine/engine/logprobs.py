@@ -7,7 +7,7 @@ and a greedy and a sampled request see the same numbers for the same context.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -31,9 +31,10 @@ def token_logprobs(logprobs: torch.Tensor, token: int, k: int) -> dict[int, Logp
     return out
 
 
-def decode_logprobs(entries: list[dict[int, Logprob]], tokenizer) -> None:
-    """Fill decoded_token of every entry (the text of that one token)."""
-    for entry in entries:
-        for tid, lp in (entry or {}).items():       # the first prompt token has no entry (None)
-            if lp is not None and lp.decoded_token is None:
-                lp.decoded_token = tokenizer.decode([tid], skip_special_tokens=False)
+def with_text(entries: list, tokenizer) -> list:
+    """The same entries with decoded_token filled in (the text of that one token); new objects, so an
+    entry a request already holds never changes. The first prompt token has no entry (None)."""
+    def text(t: int) -> str:
+        return tokenizer.decode([t], skip_special_tokens=False)
+    return [None if e is None else {t: replace(lp, decoded_token=text(t)) for t, lp in e.items()}
+            for e in entries]

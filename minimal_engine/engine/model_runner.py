@@ -25,8 +25,9 @@ from minimal_engine.model.cpu_linears import use_cpu_linears
 from minimal_engine.engine.cuda_graphs import DecodeGraphs
 from minimal_engine.engine.kv_cache import calibrate_kv_scales, make_kv_caches
 from minimal_engine.engine.logprobs import token_logprobs
+from minimal_engine.engine.outputs import ModelRunnerOutput
 from minimal_engine.engine.sampler import sample
-from minimal_engine.engine.scheduler import SchedulerOutput
+from minimal_engine.engine.scheduler import ScheduledSeq, SchedulerOutput
 
 def cuda_graphs_wanted(requested: bool | None, device: torch.device, kv_quantized: bool) -> bool:
     """Decode steps through DecodeGraphs' static buffers: as requested (None: on CUDA, off elsewhere), never with
@@ -36,15 +37,15 @@ def cuda_graphs_wanted(requested: bool | None, device: torch.device, kv_quantize
     return torch.device(device).type == "cuda" if requested is None else bool(requested)
 
 
-def prompt_logprobs(logits: torch.Tensor, num_samplers: int, rows: list) -> torch.Tensor:
-    """Score the prompt tokens of requests with prompt_logprobs (rows after the samplers'); return the rest."""
-    i = num_samplers
+def score_prompt(logits: torch.Tensor, rows: list) -> dict[str, list]:
+    """Logprobs of the prompt tokens that rows (after the samplers' rows) predict, by request id."""
+    out, i = {}, 0
     for seq, first, _, last in rows:
         lps = logits[i:i + last - first].float().log_softmax(-1)
-        for j, pos in enumerate(range(first, last)):
-            seq.prompt_logprobs.append(token_logprobs(lps[j], seq.token_ids[pos + 1], seq.params.prompt_logprobs))
+        out[seq.request_id] = [token_logprobs(lps[j], seq.token_ids[pos + 1], seq.params.prompt_logprobs)
+                               for j, pos in enumerate(range(first, last))]
         i += last - first
-    return logits[:num_samplers]
+    return out
 
 
 @dataclass
@@ -59,9 +60,9 @@ class PreparedStep:
 
 class ModelRunner:
     def __init__(self, model, config: EngineConfig, num_blocks: int, dtype: torch.dtype, device: torch.device,
-                 verifier=None, decode_attention=None):
-        """verifier: speculative decoding's verify(logits, samplers) -> {seq: tokens} (features/spec_decode/);
-        None: the plain sampler. A verifier turns CUDA graphs off (its steps carry draft rows).
+                 speculator=None, decode_attention=None):
+        """speculator: None, or speculative decoding's verify(logits, steps) -> {request id: tokens or
+        exception} (features/spec_decode/). It turns CUDA graphs off (its steps carry draft rows).
         decode_attention: None, or fn(q [H, Dh], k [L, KVH, Dh], v [L, KVH, Dh]) -> [H, Dh] used for every decode
         row (chapter 3's exercise: attention.py's CustomDecode; no paged kernel, no CUDA graphs).
         config.attention_backend: "paged" or "gathered" for the decode rows; None: paged on CUDA (and under
@@ -89,8 +90,9 @@ class ModelRunner:
             raise ValueError("attention_backend 'paged' needs a KV pool in the model dtype (kv_cache_dtype "
                              "'auto'): a one-byte pool is dequantized while gathering")
         self.attention_backend = attention_backend
-        self.verifier = verifier
-        self.set_cuda_graphs(False if verifier is not None or decode_attention is not None else config.cuda_graphs)
+        self.speculator = speculator
+        self.set_cuda_graphs(False if speculator is not None or decode_attention is not None
+                             else config.cuda_graphs)
 
     def set_cuda_graphs(self, enabled: bool | None) -> None:
         """None: CUDA graphs on CUDA, off elsewhere. True on the CPU: the static-buffer path, not captured."""
@@ -133,12 +135,13 @@ class ModelRunner:
         prompt_rows = []                        # (seq, first position, ...): prompt_logprobs rows, after the samplers'
         for s in decodes + prefills:
             seq, row0 = s.seq, len(input_ids)
-            input_ids.extend(seq.token_ids[s.start:s.start + s.num_tokens])
+            input_ids.extend(s.token_ids)
             for pos in range(s.start, s.start + s.num_tokens):
                 positions.append(pos)
                 slots.append(seq.block_table[pos // bs] * bs + pos % bs)
-            if s.samples:   # the last row, and the rows before it that verify draft tokens (features/spec_decode/)
-                logits_rows.extend(range(row0 + s.num_tokens - 1 - len(seq.spec_token_ids), row0 + s.num_tokens))
+            if s.samples:   # the last row, and the rows before it that verify drafts (spec_decode/)
+                logits_rows.extend(range(row0 + s.num_tokens - 1 - len(s.spec_token_ids),
+                                         row0 + s.num_tokens))
             if seq.prompt_logprobs is not None:  # positions whose next token is a prompt token not yet scored
                 first = max(s.start, len(seq.prompt_logprobs) - 1)
                 last = min(s.start + s.num_tokens, seq.num_prompt_tokens - 1)
@@ -173,13 +176,14 @@ class ModelRunner:
         return PreparedStep(tensor(input_ids), batch, decodes + prefills, prompt_rows)
 
     @torch.inference_mode()
-    def run(self, out: SchedulerOutput) -> dict:
-        """One forward pass; returns {sequence: [tokens]} for the requests that sample this step: one sampled
-        token each (a verifier may give several), or the exception that this request's sampling raised."""
+    def run(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        """One forward pass; the tokens of the requests that sample this step (one each, or what the
+        speculator verified), their logprobs, the prompt logprobs scored, and per-request errors."""
         steps = out.scheduled
-        scoring = any(s.seq.prompt_logprobs is not None and s.start < s.seq.num_prompt_tokens - 1 for s in steps)
-        if (self.graphs is not None and all(s.num_tokens == 1 for s in steps) and self.graphs.fits(len(steps))
-                and not scoring):
+        scoring = any(s.seq.prompt_logprobs is not None and s.start < s.seq.num_prompt_tokens - 1
+                      for s in steps)
+        if (self.graphs is not None and all(s.num_tokens == 1 for s in steps)
+                and self.graphs.fits(len(steps)) and not scoring):
             logits = self.graphs.run([self.decode_row(s) for s in steps])   # one row per request
             logits = logits[[i for i, s in enumerate(steps) if s.samples]]
             order, prompt_rows = steps, []
@@ -187,12 +191,20 @@ class ModelRunner:
             step = self.prepare(out)
             order, prompt_rows = step.order, step.prompt_rows
             logits = self.model(step.input_ids, step.batch, self.kv_caches)
-        samplers = [s.seq for s in order if s.samples]
-        rows = len(samplers) + sum(len(s.spec_token_ids) for s in samplers)   # + draft rows (features/spec_decode/)
-        logits = prompt_logprobs(logits, rows, prompt_rows)
-        if not samplers:
-            return {}
-        if self.verifier is not None:      # {seq: [accepted drafts..., one more]}
-            return self.verifier.verify(logits, samplers)
-        tokens = sample(logits, [s.params for s in samplers], [s.generator for s in samplers], samplers)
-        return {seq: t if isinstance(t, Exception) else [t] for seq, t in zip(samplers, tokens)}
+        sampling = [s for s in order if s.samples]
+        rows = sum(1 + len(s.spec_token_ids) for s in sampling)   # then the prompt-logprob rows
+        prompt_lps, logits, logprobs = score_prompt(logits[rows:], prompt_rows), logits[:rows], {}
+        if self.speculator is not None:      # {request id: [accepted drafts..., one more]}
+            tokens = self.speculator.verify(logits, sampling)
+        else:
+            seqs = [s.seq for s in sampling]
+            sampled = sample(logits, [q.params for q in seqs], [q.generator for q in seqs], seqs)
+            tokens = {q.request_id: t if isinstance(t, Exception) else [t] for q, t in zip(seqs, sampled)}
+            for row, q, t in zip(logits, seqs, sampled):   # logprobs of the raw logits (logprobs.py)
+                if q.params.logprobs is not None and not isinstance(t, Exception):
+                    lps = row.float().log_softmax(-1)
+                    logprobs[q.request_id] = [token_logprobs(lps, t, q.params.logprobs)]
+        errors = {rid: f"sampling failed: {type(t).__name__}: {t}"   # this request alone fails
+                  for rid, t in tokens.items() if isinstance(t, Exception)}
+        return ModelRunnerOutput({rid: t for rid, t in tokens.items() if rid not in errors}, errors,
+                                 logprobs, prompt_lps)

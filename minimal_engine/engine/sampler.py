@@ -2,19 +2,19 @@
 
 Greedy rows take the argmax. Other rows are divided by their temperature, masked by top-k and top-p
 (masked logits become -inf) and drawn from the softmax, each with its own torch.Generator when the
-request has a seed, so the same seed gives the same tokens whatever else is in the batch.
-Each row is sampled on its own: when one row fails (e.g. its logits are not finite), that row's entry is
-the exception instead of a token and the engine fails that request alone; the other rows are unaffected.
+request has a seed, so the same seed gives the same tokens whatever else is in the batch. Each row is
+sampled on its own: when one row fails (e.g. its logits are not finite), its entry is the exception
+instead of a token and that request alone fails.
 
-With the sequences (`seqs`), as vLLM's sampler and in its order: logprobs of the raw logits are kept
-(logprobs.py); a structured-output grammar masks the tokens it forbids; logit_bias is added and min_tokens masks EOS and stop tokens; repetition, frequency and presence
-penalties change the logits (greedy rows too); then temperature, min-p, top-k, top-p and the draw.
+With the sequences (`seqs`), in vLLM's order: a structured-output grammar masks the tokens it forbids;
+logit_bias is added; min_tokens masks EOS and stop tokens; repetition, frequency and presence penalties
+change the logits (greedy rows too); then temperature, min-p, top-k, top-p and the draw. The sampler
+only reads the sequences; it returns tokens (their logprobs: model_runner.py, logprobs.py).
 """
 from __future__ import annotations
 
 import torch
 
-from minimal_engine.engine.logprobs import token_logprobs
 from minimal_engine.sampling_params import SamplingParams
 
 
@@ -34,8 +34,8 @@ def apply_penalties(row: torch.Tensor, seq, p: SamplingParams) -> torch.Tensor:
 
 
 def adjust(row: torch.Tensor, seq) -> torch.Tensor:
-    """The grammar's mask, logit_bias, the min_tokens mask and the penalties of one sequence (a copy when anything
-    changes). The grammar (structured outputs) comes first, as vLLM applies its bitmask to the raw logits."""
+    """The grammar's mask, logit_bias, the min_tokens mask and the penalties of one sequence (a copy
+    when anything changes). The grammar comes first: vLLM applies its bitmask to the raw logits."""
     p = seq.params
     if seq.grammar is not None:
         row = seq.grammar.mask(row)
@@ -92,8 +92,8 @@ def sample_row(row: torch.Tensor, p: SamplingParams, gen: torch.Generator | None
 def sample(logits: torch.Tensor, params: list[SamplingParams],
            generators: list[torch.Generator | None], seqs: list | None = None) -> list:
     """logits: [S, vocab] float32, one row per request that samples this step; seqs: their Sequences
-    (penalties, min_tokens and logprobs need them; each gets its logprobs appended to seq.logprobs).
-    Returns one token id per row, or the exception that row raised (the engine fails that request)."""
+    (the grammar, penalties and min_tokens need them). Returns one token id per row, or the exception
+    that row raised (that request fails)."""
     tokens: list = logits.argmax(dim=-1).tolist()
     for i, p in enumerate(params):
         seq = seqs[i] if seqs is not None else None
@@ -104,8 +104,6 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
                 tokens[i] = int(row.argmax().item())
             if not p.greedy:
                 tokens[i] = sample_row(row[None], p, generators[i])
-            if seq is not None and p.logprobs is not None:
-                seq.logprobs.append(token_logprobs(logits[i].float().log_softmax(-1), tokens[i], p.logprobs))
         except (RuntimeError, ValueError) as e:     # this request alone fails
             tokens[i] = e
     return tokens

@@ -1,54 +1,59 @@
-"""Scheduler: decides, before every step, which requests run and how many of their tokens.
+"""Scheduler: decides before every step which requests run and how many of their tokens, and after
+it applies the results: the one owner of request state (vLLM's Scheduler and update_from_output).
 
-Continuous batching: requests join and leave between steps, and one step can mix
-  * decode tokens of running requests (1 token each), and
-  * prefill chunks of new or partly prefilled requests (chunked prefill),
-under two limits: `max_num_batched_tokens` tokens and `max_num_seqs` requests per step.
-Running requests go first (so decoding never stalls behind a long prompt), then waiting ones are admitted
-while the token budget and KV blocks last. When blocks run out, the newest running request is preempted:
-its blocks are freed and it goes back to the front of the waiting queue, to be recomputed later.
+Continuous batching: requests join and leave between steps, and one step can mix decode tokens of
+running requests (1 token each) and prefill chunks of new or partly prefilled requests (chunked
+prefill), under `max_num_batched_tokens` tokens and `max_num_seqs` requests per step. Running
+requests go first (decoding never stalls behind a long prompt), then waiting ones while the budget
+and KV blocks last. When blocks run out, the newest running request is preempted: its blocks are
+freed and it goes back to the front of the queue, to be recomputed later.
 
-Prefix caching (block_manager.py, prefix_cache.py): a waiting request first asks how many tokens of its start
-are already cached, takes those blocks, and is scheduled as if they were an already computed chunk.
-
-batching="static" (for comparison, chapter 5): requests are taken in groups of max_num_seqs; no request
-joins until every member of the running group has finished, so finished members' slots stay idle (StaticGroups).
-
-A policy (chapter 5's exercise) may replace the token counts: Scheduler(config, bm, policy=schedule_step), where
-schedule_step(running, waiting, token_budget, max_num_seqs) gets (request_id, tokens left) pairs and returns the
-(request_id, num_tokens) of this step; blocks, preemption and prefix caching stay the scheduler's (check_plan).
-
-Speculative decoding (features/spec_decode/): a proposer appends draft tokens to running requests before
-schedule(); they are scheduled like a prefill chunk, and the drafts a step does not reach are taken back here.
+Prefix caching (block_manager.py): a waiting request takes the cached blocks of its prefix and is
+scheduled as if they were an already computed chunk. Speculative decoding (features/spec_decode/):
+schedule() gets proposed drafts as data and schedules those a decoding request can afford
+(`ScheduledSeq.spec_token_ids`); after the step the rejected ones leave no trace but free slots.
+Static batching and scheduling policies (chapter 5): static_batching.py, scheduling_policy.py.
 """
 from __future__ import annotations
 
+import time
 from collections import deque
+from math import inf
 from dataclasses import dataclass, field
 
-from minimal_engine.engine.block_manager import BlockManager
 from minimal_engine.config import EngineConfig
+from minimal_engine.engine.block_manager import BlockManager
+from minimal_engine.engine.outputs import ModelRunnerOutput, RequestOutput, request_output
+from minimal_engine.engine.scheduling_policy import PolicyPlanner
 from minimal_engine.engine.sequence import Sequence, SequenceStatus
-
-MAX_IDLE_POLICY_STEPS = 1000    # a policy's empty steps in a row before the engine gives up
+from minimal_engine.engine.static_batching import StaticGroups
+from minimal_engine.engine.stop_strings import check_stop, sendable_end
 
 
 @dataclass
 class ScheduledSeq:
     seq: Sequence
     start: int          # tokens of seq already in the KV cache before this step
-    num_tokens: int     # tokens of seq computed in this step
+    num_tokens: int     # tokens computed in this step: seq's own, then its drafts
+    spec_token_ids: list[int] = field(default_factory=list)   # drafts after seq's last token
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The tokens this step computes."""
+        end = self.start + self.num_tokens - len(self.spec_token_ids)
+        return self.seq.token_ids[self.start:end] + self.spec_token_ids
 
     @property
     def samples(self) -> bool:
         """Does this step reach the end of seq's tokens, so that a next token is sampled?"""
-        return self.start + self.num_tokens == len(self.seq)
+        return self.start + self.num_tokens - len(self.spec_token_ids) == len(self.seq)
 
 
 @dataclass
 class SchedulerOutput:
     scheduled: list[ScheduledSeq] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    new_requests: list[Sequence] = field(default_factory=list)   # scheduled for the first time
 
     @property
     def num_tokens(self) -> int:
@@ -59,86 +64,38 @@ class SchedulerOutput:
         return not self.scheduled
 
 
-class StaticGroups:
-    """batching="static": admission in groups. A group is the first max_num_seqs waiting requests once nothing
-    runs; only its members are admitted (a preempted member rejoins it; one that leaves the queue leaves it)."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.left = 0                 # members of the current group not yet admitted
-
-    def open_if_idle(self, running: list, waiting: deque) -> None:
-        if not running and not self.left:
-            self.left = min(len(waiting), self.size)
-
-    def may_admit(self) -> bool:
-        return self.left > 0
-
-    def admitted(self) -> None:
-        self.left -= 1
-
-    def rejoined(self) -> None:
-        self.left += 1
-
-    def left_queue(self, index: int) -> None:
-        """The request at `index` of the waiting queue finished (aborted) before it was admitted."""
-        if index < self.left:
-            self.left -= 1
-
-
-def check_plan(plan, running: list[tuple[str, int]], waiting: list[tuple[str, int]], budget: int,
-               max_num_seqs: int) -> dict[str, int]:
-    """A policy's plan -> {request_id: num_tokens}, or a ValueError saying what the plan broke."""
-    left = dict(running + waiting)
-    try:
-        pairs = [(rid, n) for rid, n in plan]
-    except (TypeError, ValueError):
-        raise ValueError(f"the policy must return a list of (request_id, num_tokens) pairs, got {plan!r:.80}") from None
-    out = dict(pairs)
-    if not out and (running or waiting):
-        raise ValueError("the policy scheduled nothing although requests are running or waiting: they would wait forever")
-    if len(out) != len(pairs):
-        raise ValueError("the policy's plan names a request twice")
-    for rid, n in pairs:
-        if rid not in left:
-            raise ValueError(f"the policy's plan names {rid!r}, which is neither running nor waiting")
-        if not isinstance(n, int) or not 1 <= n <= left[rid]:
-            raise ValueError(f"the policy gives {rid!r} {n!r} tokens; it has {left[rid]} left (1..{left[rid]})")
-    if sum(out.values()) > budget:
-        raise ValueError(f"the policy's plan has {sum(out.values())} tokens, more than the budget of {budget}")
-    admitted = [rid for rid, _ in waiting if rid in out]
-    if admitted != [rid for rid, _ in waiting[:len(admitted)]]:
-        raise ValueError("the policy must admit waiting requests in arrival order (first come, first served)")
-    if len(running) + len(admitted) > max_num_seqs:
-        raise ValueError(f"the policy's plan admits {len(admitted)} requests beside {len(running)} running: more "
-                         f"than max_num_seqs={max_num_seqs}")
-    return out
-
-
 class Scheduler:
-    def __init__(self, config: EngineConfig, block_manager: BlockManager, policy=None):
-        self.config = config
-        self.block_manager = block_manager
+    def __init__(self, config: EngineConfig, block_manager: BlockManager, policy=None,
+                 eos_ids=frozenset()):
+        """policy: None (the rule below) or schedule_step (scheduling_policy.py); eos_ids: tokens
+        that end a request (unless SamplingParams.ignore_eos)."""
+        self.config, self.block_manager, self.eos_ids = config, block_manager, frozenset(eos_ids)
         if policy is not None and config.batching == "static":
-            raise ValueError("a scheduling policy replaces continuous batching; it does not take batching='static'")
-        self.policy = policy                  # None: the rule below; else schedule_step(...) (check_plan)
-        self.idle_steps = 0                   # the policy's steps in a row that scheduled nothing
+            raise ValueError("a scheduling policy replaces continuous batching; it does not take "
+                             "batching='static'")
+        self.planner = None if policy is None else PolicyPlanner(policy, config.max_num_seqs)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []     # oldest first: the last one is preempted first
         self.groups = StaticGroups(config.max_num_seqs) if config.batching == "static" else None
+        self.finish_listeners: list = []      # add_finish_listener
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
+    def add_finish_listener(self, listener) -> None:
+        """listener(seq) is called when a request finishes normally, while it still holds its KV
+        blocks (disaggregation: the prefill engine copies them out, disagg/prefill_worker.py)."""
+        self.finish_listeners.append(listener)
+
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
-        budget = self.config.max_num_batched_tokens
-        bm = self.block_manager
-        plan = None if self.policy is None else self._plan(budget)
-
+    def schedule(self, drafts: dict[str, list[int]] | None = None) -> SchedulerOutput:
+        """drafts: request id -> proposed draft tokens (speculative decoding), or None."""
+        out, budget, bm, drafts = SchedulerOutput(), self.config.max_num_batched_tokens, \
+            self.block_manager, drafts or {}
+        plan = None if self.planner is None else self.planner.plan(self.running, self.waiting,
+                                                                   budget, bm)
         # 1) running requests: one decode token each, or the next chunk of an unfinished prefill
         i = 0
         while i < len(self.running) and budget > 0:
@@ -152,9 +109,12 @@ class Scheduler:
             if not bm.can_allocate(seq, seq.num_computed_tokens + n):
                 self._preempt(self.running.pop(), out)  # seq is the newest: it yields itself
                 break
-            bm.allocate(seq, seq.num_computed_tokens + n)
-            out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
-            budget -= n
+            spec = drafts.get(seq.request_id, [])[:budget - n] if n == seq.num_uncomputed_tokens else []
+            while spec and not bm.can_allocate(seq, seq.num_computed_tokens + n + len(spec)):
+                spec = spec[:-1]                        # drafts only where blocks are free
+            bm.allocate(seq, seq.num_computed_tokens + n + len(spec))
+            out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n + len(spec), spec))
+            budget -= n + len(spec)
             i += 1
 
         # 2) waiting requests, oldest first, while budget, sequence slots and blocks last
@@ -166,69 +126,41 @@ class Scheduler:
             seq = self.waiting[0]
             cached = bm.num_cached_tokens(seq)           # prefix caching: a chunk that is already computed
             n = min(len(seq) - cached, budget) if plan is None else plan.get(seq.request_id, 0)
-            if n == 0:
-                break
-            if not bm.can_allocate(seq, cached + n):
+            if n == 0 or not bm.can_allocate(seq, cached + n):
                 break
             self.waiting.popleft()
             if groups is not None:
                 groups.admitted()
-            seq.num_computed_tokens = bm.take_cached(seq)
-            if seq.num_cached_tokens is None:           # as vLLM: counted when the request is first scheduled
-                seq.num_cached_tokens = seq.num_computed_tokens
+            self._admit(seq, bm.take_cached(seq), out)
             bm.allocate(seq, seq.num_computed_tokens + n)
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
             out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
             budget -= n
-        self._take_back_drafts(out)
         if plan is not None:
-            self._check_progress(out, plan)
+            self.planner.check_progress(bool(out.scheduled), plan, len(self.running),
+                                        len(self.waiting), bm)
         return out
 
-    def _check_progress(self, out: SchedulerOutput, plan: dict[str, int]) -> None:
-        """A plan that schedules nothing changes nothing, so the next plan is likely the same: after
-        MAX_IDLE_POLICY_STEPS such steps in a row, stop with an error instead of spinning on."""
-        self.idle_steps = 0 if out.scheduled else self.idle_steps + 1
-        if self.idle_steps < MAX_IDLE_POLICY_STEPS:
-            return
-        self.idle_steps = 0
-        bm, name = self.block_manager, getattr(self.policy, "__name__", type(self.policy).__name__)
-        raise ValueError(
-            f"scheduler_policy {name!r} scheduled nothing in {MAX_IDLE_POLICY_STEPS} steps in a "
-            f"row while {len(self.running)} requests ran and {len(self.waiting)} waited; its plan "
-            f"was {list(plan.items())[:4]}, with {bm.num_free_blocks} of {bm.num_blocks} KV blocks "
-            "free. "
-            "A plan that gives the budget to waiting requests that cannot get KV blocks, while the "
-            "running requests holding the blocks get none, never moves: schedule the running "
-            "requests first, or leave budget for them")
-
-    def _plan(self, budget: int) -> dict[str, int]:
-        """Ask the policy; it sees what each running request has left and what each waiting one would compute."""
-        running = [(s.request_id, s.num_uncomputed_tokens) for s in self.running]
-        waiting = [(s.request_id, len(s) - self.block_manager.num_cached_tokens(s)) for s in self.waiting]
-        return check_plan(self.policy(list(running), list(waiting), budget, self.config.max_num_seqs), running,
-                          waiting, budget, self.config.max_num_seqs)
-
-    def _take_back_drafts(self, out: SchedulerOutput) -> None:
-        """Speculative decoding: drafts this step does not compute (token budget, preemption) leave the request."""
-        scheduled = {id(s.seq): s for s in out.scheduled}
-        for seq in [*self.running, *self.waiting]:
-            if seq.spec_token_ids:
-                s = scheduled.get(id(seq))
-                first_draft = len(seq) - len(seq.spec_token_ids)
-                seq.keep_drafts(0 if s is None else s.start + s.num_tokens - first_draft)
+    def _admit(self, seq: Sequence, num_computed: int, out: SchedulerOutput | None) -> None:
+        """seq starts running with the K/V of its first num_computed tokens already in its blocks."""
+        seq.num_computed_tokens = num_computed
+        if seq.num_cached_tokens is None:           # as vLLM: counted when first scheduled
+            seq.num_cached_tokens = num_computed if out is not None else 0
+        if out is not None and seq.metrics.first_scheduled_time is None:
+            seq.metrics.first_scheduled_time = time.perf_counter()
+            out.new_requests.append(seq)
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
 
     def admit_prefilled(self, seq: Sequence, num_computed: int) -> bool:
-        """Disaggregation (disagg/llm.py): seq (just added, waiting) arrives with the K/V of its first `num_computed`
-        tokens from a prefill engine: give it blocks and run it as a decode. False (seq stays waiting) if no room."""
-        if len(self.running) >= self.config.max_num_seqs or not self.block_manager.can_allocate(seq, num_computed):
+        """Disaggregation (disagg/llm.py): seq (just added, waiting) arrives with the K/V of its first
+        `num_computed` tokens from a prefill engine: give it blocks and run it as a decode.
+        False (seq stays waiting) if there is no room."""
+        if (len(self.running) >= self.config.max_num_seqs
+                or not self.block_manager.can_allocate(seq, num_computed)):
             return False
         self.waiting.remove(seq)
         self.block_manager.allocate(seq, num_computed)
-        seq.num_computed_tokens, seq.num_cached_tokens = num_computed, 0
-        seq.status = SequenceStatus.RUNNING
-        self.running.append(seq)
+        self._admit(seq, num_computed, None)
         return True
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
@@ -242,10 +174,90 @@ class Scheduler:
         self.waiting.appendleft(seq)
         out.preempted.append(seq)
 
-    def finish(self, seq: Sequence, reason: str) -> None:
-        """Mark seq finished, free its blocks, drop it from the queues."""
-        seq.status = SequenceStatus.FINISHED
-        seq.finish_reason = reason
+    # ---- after the forward pass: the one place where a step changes its requests ------------------
+    def update_from_output(self, out: SchedulerOutput, result: ModelRunnerOutput,
+                           now: float) -> list[RequestOutput]:
+        """Computed tokens advance; each request that sampled gets its tokens (with speculative
+        decoding the accepted drafts and one more) and finishes on EOS, a stop token or string, or
+        length; one whose sampling failed finishes alone with its error. Returns an output for every
+        request that got tokens or finished."""
+        outputs = []
+        for s in out.scheduled:
+            seq, rid = s.seq, s.seq.request_id
+            tokens, drafts = result.sampled.get(rid, []), len(s.spec_token_ids)
+            accepted = len(tokens) - 1 if drafts and tokens else 0
+            seq.num_computed_tokens += s.num_tokens - drafts + accepted   # accepted drafts keep K/V
+            if drafts:                               # the rejected drafts' slots go back
+                self.block_manager.trim(seq, seq.num_computed_tokens)
+            if drafts and tokens:
+                m = seq.metrics
+                m.num_draft_tokens, m.num_accepted_tokens, m.num_spec_steps = (
+                    m.num_draft_tokens + drafts, m.num_accepted_tokens + accepted, m.num_spec_steps + 1)
+            if rid in result.prompt_logprobs:
+                seq.prompt_logprobs += result.prompt_logprobs[rid]
+            if rid in result.errors:
+                outputs.append(self._fail(seq, result.errors[rid], now))
+            elif tokens:
+                outputs.append(self._append(seq, tokens, result.logprobs.get(rid), now))
+        return outputs
+
+    def _append(self, seq: Sequence, tokens: list[int], logprobs: list | None,
+                now: float) -> RequestOutput:
+        reason, cut, m = None, None, seq.metrics
+        for n, token in enumerate(tokens):
+            if seq.grammar is not None:
+                try:
+                    seq.grammar.accept(token)      # structured outputs: the matcher takes it
+                except ValueError as e:
+                    return self._fail(seq, str(e), now)
+            seq.token_ids.append(token)
+            if seq.logprobs is not None:
+                seq.logprobs.append(logprobs[n])
+            m.first_token_time = now if m.first_token_time is None else m.first_token_time
+            m.token_times.append(now)
+            reason, cut = self._check_stop(seq, token)
+            if reason is not None:
+                tokens = tokens[:n + 1]
+                break
+        end = sendable_end(seq, reason is not None) if cut is None else cut
+        new_text, seq.sent_chars = seq.detokenizer.text[seq.sent_chars:end], end
+        if reason is not None:
+            self.finish(seq, reason, now)
+        return request_output(seq, new_text, tuple(tokens))
+
+    def _check_stop(self, seq: Sequence, token: int) -> tuple[str | None, int | None]:
+        """(finish reason or None, where a stop string cuts the text or None) after seq got token.
+        As vLLM, a stop token's (or EOS's) text stays out unless include_stop_str_in_output."""
+        p, reason = seq.params, None
+        if (token in self.eos_ids and not p.ignore_eos) or token in p.stop_set:
+            reason, seq.stop_reason = "stop", (token if token in p.stop_set else None)
+        elif seq.num_output_tokens >= p.max_tokens or len(seq) >= (self.config.max_model_len or inf):
+            reason = "length"
+        if reason != "stop" or p.include_stop_str_in_output:
+            delta = seq.detokenizer.add(token)
+            hit = check_stop(seq, len(delta)) if reason != "stop" else None   # stop_strings.py
+            if hit is not None:
+                seq.stop_reason = hit[1]
+                return "stop", hit[0]
+        if reason is not None:
+            seq.detokenizer.finish()               # drops an incomplete last character, as vLLM
+        return reason, None
+
+    def _fail(self, seq: Sequence, message: str, now: float) -> RequestOutput:
+        seq.error = message
+        seq.detokenizer.finish()
+        seq.sent_chars = len(seq.detokenizer.text)
+        self.finish(seq, "error", now)
+        return request_output(seq)
+
+    def finish(self, seq: Sequence, reason: str, now: float | None = None) -> None:
+        """Mark seq finished, free its blocks (after the finish listeners saw a request that ended
+        normally), drop it from the queues."""
+        if reason in ("stop", "length"):
+            for listener in self.finish_listeners:
+                listener(seq)
+        seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
+        seq.metrics.finished_time = time.perf_counter() if now is None else now
         self.block_manager.free(seq)
         if seq in self.running:
             self.running.remove(seq)

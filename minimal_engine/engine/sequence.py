@@ -1,8 +1,10 @@
-"""Sequence: one request as the engine sees it: its tokens, its KV blocks, its progress and its clock.
+"""Sequence: one request as the engine sees it: its tokens, KV blocks, progress and clock.
 
-A sequence holds prompt and generated tokens in one list. `num_computed_tokens` counts how many of them
-already have K and V in the cache; the scheduler moves it forward, chunk by chunk during prefill and one
-token per step during decode. After a preemption it drops back to 0 and everything is recomputed.
+A sequence holds prompt and generated tokens in one list. `num_computed_tokens` counts how many
+of them already have K and V in the cache (as vLLM's). LLMEngine.add_request builds a Sequence
+whole; after that one owner changes it, the Scheduler (admission, preemption, and
+update_from_output after each step; its BlockManager keeps the block table), as vLLM's Scheduler
+owns its Requests. tests/engine/test_request_state_owner.py checks that nothing else does.
 """
 from __future__ import annotations
 
@@ -30,8 +32,8 @@ class RequestMetrics:
     token_times: list[float] = field(default_factory=list)   # one per generated token
     num_prompt_tokens: int = 0
     num_preemptions: int = 0
-    num_draft_tokens: int = 0       # speculative decoding (features/spec_decode/): drafts proposed, those accepted,
-    num_accepted_tokens: int = 0    # and verification steps with drafts
+    num_draft_tokens: int = 0       # speculative decoding (features/spec_decode/): drafts
+    num_accepted_tokens: int = 0    # proposed, those accepted, and verification steps
     num_spec_steps: int = 0
 
     @property
@@ -41,7 +43,8 @@ class RequestMetrics:
     @property
     def ttft(self) -> float | None:
         """TTFT = first token time - arrival."""
-        return None if self.first_token_time is None else self.first_token_time - self.arrival_time
+        t = self.first_token_time
+        return None if t is None else t - self.arrival_time
 
     @property
     def e2e_latency(self) -> float | None:
@@ -60,7 +63,7 @@ class RequestMetrics:
 
     @property
     def mean_accepted_length(self) -> float | None:
-        """Tokens per verification step: 1 + accepted drafts / steps (vLLM's mean acceptance length)."""
+        """Tokens per verification step: 1 + accepted / steps (vLLM's mean acceptance length)."""
         return 1 + self.num_accepted_tokens / self.num_spec_steps if self.num_spec_steps else None
 
     @property
@@ -72,7 +75,11 @@ class RequestMetrics:
 
 class Sequence:
     def __init__(self, request_id: str, prompt: str | None, prompt_token_ids: list[int],
-                 params: SamplingParams, arrival_time: float | None = None):
+                 params: SamplingParams, arrival_time: float | None = None, *, detokenizer=None,
+                 generator=None, grammar=None, min_tokens_ids=frozenset(), metrics=None):
+        """detokenizer: model/tokenizer.py's IncrementalDetokenizer; generator: torch.Generator for
+        sampled rows; grammar: structured outputs' matcher; min_tokens_ids: EOS and stop tokens, masked
+        before min_tokens; metrics: None, or a RequestMetrics to start from (disaggregation)."""
         self.request_id = request_id
         self.prompt = prompt
         self.token_ids: list[int] = list(prompt_token_ids)
@@ -81,20 +88,20 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         self.block_table: list[int] = []       # physical block ids, in order
-        self.num_cached_tokens: int | None = None   # prompt tokens found in the prefix cache when first scheduled
+        self.num_cached_tokens: int | None = None   # prefix-cache hits when first scheduled
         self.finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
         self.error: str | None = None          # why the request failed (finish_reason "error")
-        self.metrics = RequestMetrics(time.perf_counter() if arrival_time is None else arrival_time,
-                                      num_prompt_tokens=len(prompt_token_ids))
-        self.detokenizer = None                # set by the engine (incremental text)
-        self.generator = None                  # torch.Generator when params.seed is set
-        self.grammar = None                    # structured outputs: this request's grammar matcher (set by the engine)
-        self.min_tokens_ids = frozenset()      # set by the engine: EOS + stop tokens, masked before min_tokens
-        self.logprobs = [] if params.logprobs is not None else None   # one dict per output token (sampler)
-        self.prompt_logprobs = [None] if params.prompt_logprobs is not None else None   # first token: None
-        self.stop_reason = None                # the stop string or stop token id that ended the request
-        self.sent_chars = 0                    # characters of text already returned (stop-string hold-back)
-        self.spec_token_ids: list[int] = []    # draft tokens at the end of token_ids, to verify (spec_decode/)
+        self.metrics = metrics or RequestMetrics(
+            time.perf_counter() if arrival_time is None else arrival_time,
+            num_prompt_tokens=len(prompt_token_ids))
+        self.detokenizer = detokenizer
+        self.generator = generator
+        self.grammar = grammar
+        self.min_tokens_ids = min_tokens_ids
+        self.logprobs = [] if params.logprobs is not None else None   # one dict per output token
+        self.prompt_logprobs = [None] if params.prompt_logprobs is not None else None   # 1st: None
+        self.stop_reason = None                # the stop string or stop token id that ended it
+        self.sent_chars = 0                    # characters of text returned (stop_strings.py)
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -110,18 +117,6 @@ class Sequence:
     @property
     def num_uncomputed_tokens(self) -> int:
         return len(self.token_ids) - self.num_computed_tokens
-
-    def add_drafts(self, ids: list[int]) -> None:
-        """Speculative decoding: append draft tokens; the scheduler schedules them like a prefill chunk."""
-        self.token_ids.extend(ids)
-        self.spec_token_ids = list(ids)
-
-    def keep_drafts(self, keep: int) -> None:
-        """Take back every draft token except the first `keep` (those not scheduled, or all after verifying)."""
-        n = len(self.spec_token_ids)
-        if keep < n:
-            del self.token_ids[len(self.token_ids) - n + keep:]
-            self.spec_token_ids = self.spec_token_ids[:keep]
 
     @property
     def is_finished(self) -> bool:

@@ -1,7 +1,7 @@
 """Stop strings on the incremental detokenizer's text, as vLLM does.
 
 A stop string may span several tokens, so after each token the end of the text is searched (the new
-characters plus the len(stop) - 1 before them). When one is found the text is cut before it (or after it,
+characters plus the len(stop) - 1 before them). When one is found the text ends before it (or after it,
 with include_stop_str_in_output) and the request stops with stop_reason = that string.
 While streaming, the last max(len(stop)) - 1 characters are held back: they may be the start of a stop
 string, which must never reach the client. They are sent when the request ends.
@@ -22,23 +22,18 @@ def find_stop(text: str, new_chars: int, stops: list[str], include: bool) -> tup
     return (best[0] + len(best[1]) if include else best[0]), best[1]
 
 
-def check_stop(seq, new_chars: int) -> str | None:
-    """Cut seq's text at a stop string that just appeared; return that string (or None)."""
+def check_stop(seq, new_chars: int) -> tuple[int, str] | None:
+    """(where to cut seq's text, which stop string) for a stop string that just appeared, or None.
+    It cuts nothing: the scheduler sends the text only up to the cut (Scheduler.update_from_output)."""
     p = seq.params
     if not p.stop or seq.num_output_tokens < p.min_tokens:
         return None
-    hit = find_stop(seq.detokenizer.text, new_chars, p.stop, p.include_stop_str_in_output)
-    if hit is None:
-        return None
-    seq.detokenizer.text = seq.detokenizer.text[:hit[0]]
-    seq.stop_reason = hit[1]
-    return hit[1]
+    return find_stop(seq.detokenizer.text, new_chars, p.stop, p.include_stop_str_in_output)
 
 
-def take_new_text(seq, finished: bool) -> str:
-    """The text not yet returned, less what may still turn out to be the start of a stop string."""
+def sendable_end(seq, finished: bool) -> int:
+    """How far seq's text may be sent: all of it when finished, else less what may still turn out to be
+    the start of a stop string (never less than what was sent already)."""
     p, text = seq.params, seq.detokenizer.text
     hold = 0 if finished or not p.stop or p.include_stop_str_in_output else max(map(len, p.stop)) - 1
-    end = max(seq.sent_chars, len(text) - hold)
-    new, seq.sent_chars = text[seq.sent_chars:end], end
-    return new
+    return max(seq.sent_chars, len(text) - hold)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minimal_engine.config import QUANTIZATION_METHODS, check_quantization  # noqa: F401 (the vocabulary: config.py)
+from minimal_engine.checks import QUANTIZATION_METHODS, check_quantization  # noqa: F401 (the vocabulary: checks.py)
 from minimal_engine.model.cpu_linears import fast_paths_allowed, probe_int8pack
 
 INT8PACK_MAX_ROWS = 16     # rows (tokens) of a step up to which the CPU int8 kernel is used

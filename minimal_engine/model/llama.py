@@ -3,22 +3,23 @@
     tokens -> embed -> N x [RMSNorm -> attention (+RoPE, paged KV) -> +residual
                            RMSNorm -> SwiGLU MLP -> +residual] -> RMSNorm -> lm_head -> logits
 
-Differences between the variants are small switches read from config.json: Qwen2 adds a bias to the
-q/k/v projections, Qwen3 normalises each head of q and k with its own RMSNorm. Grouped-query attention
-(GQA) keeps fewer K/V heads than query heads, which shrinks the KV cache. As in vLLM, q/k/v are one
-matmul (qkv_proj) and gate/up are one matmul (gate_up_proj): fewer, larger matmuls run faster.
-Shapes: T = tokens in the step (all requests together), H = query heads, KVH = KV heads, Dh = head dim.
+Differences between the variants are small switches read from config.json: Qwen2 adds a bias
+to the q/k/v projections, Qwen3 normalises each head of q and k with its own RMSNorm. Grouped-query
+attention (GQA) keeps fewer K/V heads than query heads, which shrinks the KV cache. As in vLLM,
+q/k/v are one matmul (qkv_proj) and gate/up are one matmul (gate_up_proj): fewer, larger matmuls
+run faster. On the CPU the runner may swap these nn.Linear for kernels it probed there
+(model/cpu_linears.py). Shapes: T = tokens in the step (all requests), H = query heads, KVH = KV
+heads, Dh = head dim.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minimal_engine.model.attention import ForwardBatch, paged_attention
 from minimal_engine.config import ModelConfig
+from minimal_engine.model.attention import ForwardBatch, paged_attention
+from minimal_engine.model.rope_scaling import scaled_inv_freq
 
 
 class RMSNorm(nn.Module):
@@ -33,25 +34,11 @@ class RMSNorm(nn.Module):
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
-    """Rotation speed of each pair of dimensions; Llama 3.x slows the low frequencies ("llama3")."""
+    """Rotation speed of each pair of dimensions; a checkpoint's rope_scaling (Llama 3.x's
+    "llama3", "linear") changes some of them (rope_scaling.py)."""
     dim = cfg.head_dim
     inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-    rs = cfg.rope_scaling
-    if rs is None:
-        return inv_freq
-    kind = rs.get("rope_type", rs.get("type"))
-    if kind == "linear":
-        return inv_freq / rs["factor"]
-    if kind == "llama3":
-        factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
-        old_len = rs["original_max_position_embeddings"]
-        wavelen = 2 * math.pi / inv_freq
-        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
-        smooth = (old_len / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
-        return torch.where(medium, smoothed, scaled)
-    raise ValueError(f"unsupported rope_scaling type {kind!r}: supported are default, linear, llama3")
+    return inv_freq if cfg.rope_scaling is None else scaled_inv_freq(inv_freq, cfg.rope_scaling)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -64,7 +51,8 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.h, self.kvh, self.dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.qkv_proj = nn.Linear(cfg.hidden_size, (self.h + 2 * self.kvh) * self.dh, bias=cfg.attention_bias)
+        self.qkv_proj = nn.Linear(cfg.hidden_size, (self.h + 2 * self.kvh) * self.dh,
+                                  bias=cfg.attention_bias)
         self.o_proj = nn.Linear(self.h * self.dh, cfg.hidden_size,
                                 bias=cfg.attention_bias and cfg.variant != "qwen2")
         if cfg.qk_norm:
@@ -75,11 +63,11 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, kv_cache, batch: ForwardBatch):
         t = x.shape[0]
-        qkv = self.qkv_proj(x).view(t, self.h + 2 * self.kvh, self.dh)  # heads: H query, KVH key, KVH value
+        qkv = self.qkv_proj(x).view(t, self.h + 2 * self.kvh, self.dh)  # H q, KVH k, KVH v heads
         qk, v = qkv[:, :self.h + self.kvh], qkv[:, self.h + self.kvh:]
         if self.qk_norm:
             qk = torch.cat((self.q_norm(qk[:, :self.h]), self.k_norm(qk[:, self.h:])), dim=1)
-        qk = qk * cos + rotate_half(qk) * sin                       # RoPE on q and k at once; cos/sin [T, 1, Dh]
+        qk = qk * cos + rotate_half(qk) * sin       # RoPE on q and k at once; cos/sin [T, 1, Dh]
         q, k = qk[:, :self.h], qk[:, self.h:]
         o = paged_attention(q, k, v, kv_cache[0], kv_cache[1], batch, self.scale)  # [T, H, Dh]
         return self.o_proj(o.reshape(t, self.h * self.dh))
@@ -130,7 +118,8 @@ class LlamaForCausalLM(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]             # [T, 1, Dh]
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
-    def forward(self, input_ids: torch.Tensor, batch: ForwardBatch, kv_caches: list) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, batch: ForwardBatch,
+                kv_caches: list) -> torch.Tensor:
         """input_ids: [T] -> logits [S, vocab] for the rows in batch.logits_indices (float32)."""
         x = self.embed_tokens(input_ids)                                # [T, hidden]
         cos, sin = self.rope(batch.positions, x.dtype)

@@ -43,7 +43,7 @@ def synthetic_config(name: str) -> ModelConfig:
 
 def num_parameters(cfg: ModelConfig) -> int:
     """Parameters of a model of this shape (biases aside): layers, norms, embedding, lm_head unless tied."""
-    from minimal_engine.config import weight_counts
+    from minimal_engine.param_counts import weight_counts
     w = weight_counts(cfg)
     qk_norms = cfg.num_layers * 2 * cfg.head_dim if cfg.qk_norm else 0
     return w["layers"] + w["norms"] + qk_norms + w["embedding"] + (0 if cfg.tie_word_embeddings else w["lm_head"])

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
 from minimal_engine.serve.limits import ServeLimits, check_json, error_response, read_body, wait_for_disconnect
-from minimal_engine.sampling_params import child_seed
+from minimal_engine.engine.requests import child_seed
 from minimal_engine.serve.errors import RequestError, server_error
 from minimal_engine.serve.messages import chat_prompt
 from minimal_engine.serve.streaming import ClosingStream, sse

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from minimal_engine.features.structured_limits import check_limits
-from minimal_engine.sampling_params import MAX_LOGPROBS, SEED_RANGE, SamplingParams, StructuredOutputsParams
+from minimal_engine.checks import MAX_LOGPROBS, SEED_RANGE
+from minimal_engine.sampling_params import SamplingParams, StructuredOutputsParams
 from minimal_engine.serve.errors import RequestError, check_text, flag
 from minimal_engine.serve.fields import FieldError, check_fields
 from minimal_engine.serve.messages import parse_messages

@@ -234,16 +234,16 @@ def test_matvec_kernels_measures_every_kernel():
 
 def test_lone_decode_ab_forces_each_path(llama_dir):
     ab = load_benchmark("lone_decode_ab")
-    from minimal_engine.model import attention
+    from minimal_engine.model import decode_groups
     e = ab.engines(str(llama_dir), "float32")
     p = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
     prompt = [5, 17, 33, 100, 7, 9]
     tokens = {}
     for name, llm in e.items():
         with ab.forced(name):
-            assert attention.lone_decode_sdpa(False, 10 ** 6) == (name == "sdpa")
+            assert decode_groups.lone_decode_sdpa(False, 10 ** 6) == (name == "sdpa")
             tokens[name] = llm.generate([prompt], p, use_tqdm=False)[0].token_ids
-    assert attention.lone_decode_sdpa(False, 1) is False          # the rule is back afterwards (no GQA here)
+    assert decode_groups.lone_decode_sdpa(False, 1) is False          # the rule is back afterwards (no GQA here)
     assert tokens["sdpa"] == tokens["masked"]
 
 

@@ -116,7 +116,7 @@ def test_bad_engine_settings(llama_dir):
 
 def test_seed_at_the_int64_edge_with_n_greater_than_one_offline(llm):
     """Issue 29 #10: the per-choice seeds (seed + i) left int64 and failed deep in torch."""
-    from minimal_engine.sampling_params import child_seed
+    from minimal_engine.engine.requests import child_seed
     assert child_seed(2 ** 63 - 1, 1) == -(2 ** 63) and child_seed(5, 2) == 7 and child_seed(None, 3) is None
     out = llm.generate(["吾輩は"], SamplingParams(max_tokens=2, n=3, seed=2 ** 63 - 1))
     assert len(out[0].outputs) == 3

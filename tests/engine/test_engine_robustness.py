@@ -205,8 +205,10 @@ def test_generation_config_adds_eos_ids(tmp_path, llama_dir, alone):
 # ---- 9. smaller correctness points ------------------------------------------------------------------
 def scripted(llm, monkeypatch, tokens: list[int]):
     """Make the model 'sample' exactly these tokens, in order (the runner is replaced; the engine is real)."""
+    from minimal_engine.engine.outputs import ModelRunnerOutput
     it = iter(tokens)
-    monkeypatch.setattr(llm.engine.runner, "run", lambda sched: {s.seq: [next(it)] for s in sched.scheduled if s.samples})
+    monkeypatch.setattr(llm.engine.runner, "run", lambda sched: ModelRunnerOutput(
+        sampled={s.seq.request_id: [next(it)] for s in sched.scheduled if s.samples}))
 
 
 def test_arrival_time_zero_is_kept(llm):

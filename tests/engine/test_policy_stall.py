@@ -9,7 +9,8 @@ import pytest
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.config import EngineConfig
 from minimal_engine.engine.block_manager import BlockManager
-from minimal_engine.engine.scheduler import MAX_IDLE_POLICY_STEPS, Scheduler
+from minimal_engine.engine.scheduler import Scheduler
+from minimal_engine.engine.scheduling_policy import MAX_IDLE_POLICY_STEPS
 from minimal_engine.engine.sequence import Sequence
 
 

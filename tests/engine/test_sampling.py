@@ -1,8 +1,11 @@
 """Sampling: masks, seeds, stop conditions."""
 
+from dataclasses import replace
+
 import torch
 
 from minimal_engine import LLM, SamplingParams
+from minimal_engine.engine.llm_engine import LLMEngine
 from minimal_engine.engine.sampler import apply_top_k, apply_top_p, sample
 
 
@@ -61,11 +64,17 @@ def test_stop_token_ids_and_eos(llama_dir):
     out = llm.generate(["吾輩は"], SamplingParams(temperature=0, max_tokens=10, stop_token_ids=[stop_at]),
                        use_tqdm=False)[0]
     assert out.token_ids == greedy.token_ids[:first + 1] and out.finish_reason == "stop"
-    # make the model's first greedy token its EOS: generation stops there unless ignore_eos
-    llm.engine.eos_ids = {greedy.token_ids[0]}
-    out = llm.generate(["吾輩は"], SamplingParams(temperature=0, max_tokens=10), use_tqdm=False)[0]
-    assert out.token_ids == greedy.token_ids[:1] and out.finish_reason == "stop"
-    out = llm.generate(["吾輩は"], SamplingParams(temperature=0, max_tokens=10, ignore_eos=True), use_tqdm=False)[0]
+    # an engine whose model config makes the first greedy token its EOS: it stops there unless ignore_eos
+    e = llm.engine
+    mc = replace(e.model_config, eos_token_ids=[greedy.token_ids[0]])
+    engine = LLMEngine(llm.model, mc, llm.tokenizer, e.config, e.block_manager.num_blocks, llm.dtype, llm.device)
+
+    def run(params):
+        engine.add_request("吾輩は", params)
+        return [o for _ in range(20) for o in engine.step() if o.finished][0]
+    out = run(SamplingParams(temperature=0, max_tokens=10))
+    assert out.token_ids == greedy.token_ids[:1] and out.finish_reason == "stop" and out.stop_reason is None
+    out = run(SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
     assert len(out.token_ids) == 10 and out.finish_reason == "length"
 
 

@@ -5,21 +5,37 @@ import pytest
 
 from minimal_engine.engine.block_manager import BlockManager
 from minimal_engine.config import EngineConfig
+from minimal_engine.engine.outputs import ModelRunnerOutput
 from minimal_engine.sampling_params import SamplingParams
 from minimal_engine.engine.scheduler import Scheduler
+from minimal_engine.engine.scheduling_policy import check_plan
 from minimal_engine.engine.sequence import Sequence, SequenceStatus
 
 
-def seq(rid, n_prompt, max_tokens=8):
-    return Sequence(rid, None, list(range(1, n_prompt + 1)), SamplingParams(max_tokens=max_tokens))
+class Detokenizer:
+    """Token i reads as "<i>" (the scheduler only feeds it and reads its text)."""
+
+    def __init__(self):
+        self.text = ""
+
+    def add(self, token):
+        self.text += f"<{token}>"
+        return f"<{token}>"
+
+    def finish(self):
+        return ""
 
 
-def complete_step(out):
-    """What the engine does after a forward pass: advance computed tokens, append a token where sampled."""
-    for s in out.scheduled:
-        s.seq.num_computed_tokens += s.num_tokens
-        if s.samples:
-            s.seq.token_ids.append(7)
+def seq(rid, n_prompt, max_tokens=8, **params):
+    return Sequence(rid, None, list(range(1, n_prompt + 1)), SamplingParams(max_tokens=max_tokens, **params),
+                    detokenizer=Detokenizer())
+
+
+def complete_step(out, sched=None, token=7):
+    """The runner's part of a step, as data: every request that samples gets `token`; the scheduler applies it."""
+    sched = sched or Scheduler(EngineConfig(), BlockManager(1, 4))
+    sampled = {s.seq.request_id: [token] for s in out.scheduled if s.samples}
+    return sched.update_from_output(out, ModelRunnerOutput(sampled=sampled), 0.0)
 
 
 def test_block_manager_allocates_and_frees():
@@ -150,7 +166,6 @@ def test_a_policys_bad_plan_is_a_clear_error_and_the_engine_stays_usable(plan, s
 
 
 def test_check_plan_refuses_over_budget_out_of_order_and_too_many_sequences():
-    from minimal_engine.engine.scheduler import check_plan
     with pytest.raises(ValueError, match="more than the budget"):
         check_plan([("a", 1), ("b", 8)], [("a", 1)], [("b", 20)], 8, 4)
     with pytest.raises(ValueError, match="arrival order"):
@@ -163,3 +178,73 @@ def test_a_scheduling_policy_does_not_take_static_batching():
     from minimal_engine import LLM
     with pytest.raises(ValueError, match="static"):
         LLM(batching="static", scheduler_policy=_rule)
+
+
+def test_update_from_output_advances_appends_and_finishes_on_eos_and_length():
+    cfg = EngineConfig(block_size=4, max_num_batched_tokens=100, max_num_seqs=8)
+    bm = BlockManager(10, 4)
+    sched = Scheduler(cfg, bm, eos_ids={2})
+    a, b, c = seq("a", 5), seq("b", 3, max_tokens=1), seq("c", 3)
+    for s in (a, b, c):
+        sched.add(s)
+    out = sched.schedule()
+    outs = sched.update_from_output(out, ModelRunnerOutput(sampled={"a": [9], "b": [9], "c": [2]}), 1.5)
+    assert [(o.request_id, o.finished, o.finish_reason, o.new_token_ids) for o in outs] == [
+        ("a", False, None, (9,)), ("b", True, "length", (9,)), ("c", True, "stop", (2,))]
+    assert a.num_computed_tokens == 5 and a.token_ids[-1] == 9 and a.metrics.first_token_time == 1.5
+    assert sched.running == [a] and b.block_table == [] and c.block_table == []
+    assert bm.num_free_blocks == 10 - 2 and outs[0].text == "<9>" and outs[2].text == ""   # EOS's text stays out
+
+
+def test_update_from_output_fails_one_request_alone():
+    sched = Scheduler(EngineConfig(block_size=4), BlockManager(10, 4))
+    a, b = seq("a", 3), seq("b", 3)
+    sched.add(a), sched.add(b)
+    out = sched.schedule()
+    outs = sched.update_from_output(out, ModelRunnerOutput(sampled={"b": [5]}, errors={"a": "bad row"}), 0.0)
+    assert [(o.request_id, o.finish_reason, o.error) for o in outs] == [("a", "error", "bad row"), ("b", None, None)]
+    assert sched.running == [b] and a.is_finished and a.token_ids == [1, 2, 3]
+
+
+def test_a_stop_string_ends_the_text_where_it_starts():
+    sched = Scheduler(EngineConfig(block_size=4), BlockManager(10, 4))
+    a = seq("a", 3, stop=["<5><6"])
+    sched.add(a)
+    sent = []
+    for token in (4, 5, 6):
+        outs = complete_step(sched.schedule(), sched, token)
+        sent.append(outs[0].new_text)
+    assert outs[0].finished and outs[0].stop_reason == "<5><6" and outs[0].text == "<4>"
+    assert sent == ["", "<4", ">"]      # the last 4 characters are held back: "<5>" never went out
+
+
+def test_drafts_are_data_scheduled_as_far_as_the_budget_allows():
+    cfg = EngineConfig(block_size=4, max_num_batched_tokens=8, max_num_seqs=8)
+    bm = BlockManager(5, 4)
+    sched = Scheduler(cfg, bm)
+    a, b = seq("a", 3), seq("b", 3)
+    sched.add(a), sched.add(b)
+    complete_step(sched.schedule(), sched)           # both prefilled and sampled 7: 4 tokens, 3 computed
+    out = sched.schedule({"a": [11, 12, 13, 14, 15, 16], "b": [21, 22]})
+    sa, sb = out.scheduled
+    assert (sa.start, sa.num_tokens, sa.spec_token_ids) == (3, 7, [11, 12, 13, 14, 15, 16])
+    assert sa.token_ids == [7, 11, 12, 13, 14, 15, 16] and sa.samples
+    assert (sb.num_tokens, sb.spec_token_ids) == (1, [])                # the budget of 8 is spent
+    assert a.token_ids == [1, 2, 3, 7] and len(a.block_table) == 3      # nothing joined token_ids
+    # a's target kept 2 of its 6 drafts and sampled one more: the blocks past the kept K/V go back
+    outs = sched.update_from_output(out, ModelRunnerOutput(sampled={"a": [11, 12, 30], "b": [40]}), 0.0)
+    assert a.token_ids == [1, 2, 3, 7, 11, 12, 30] and a.num_computed_tokens == 6 and len(a.block_table) == 2
+    assert b.num_computed_tokens == 4 and outs[0].new_token_ids == (11, 12, 30)
+    m = a.metrics
+    assert (m.num_draft_tokens, m.num_accepted_tokens, m.num_spec_steps) == (6, 2, 1)
+    assert bm.num_free_blocks == 5 - 2 - 1
+
+
+def test_drafts_take_only_free_blocks_and_never_preempt():
+    sched = Scheduler(EngineConfig(block_size=4, max_num_batched_tokens=100), BlockManager(2, 4))
+    a = seq("a", 3)
+    sched.add(a)
+    complete_step(sched.schedule(), sched)           # 4 tokens, 3 computed, one block
+    out = sched.schedule({"a": [1] * 9})             # 8 slots in all: the real token and 4 drafts
+    assert not out.preempted and out.scheduled[0].spec_token_ids == [1] * 4
+    assert sched.block_manager.num_free_blocks == 0

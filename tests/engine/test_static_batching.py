@@ -19,8 +19,8 @@ def run_recording(llm):
     """Generate PROMPTS; return the outputs and, per step, the ids of the requests it computed."""
     steps, schedule = [], llm.engine.scheduler.schedule
 
-    def recording():
-        out = schedule()
+    def recording(drafts=None):
+        out = schedule(drafts)
         steps.append({int(s.seq.request_id) for s in out.scheduled})
         return out
     llm.engine.scheduler.schedule = recording

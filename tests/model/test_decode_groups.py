@@ -1,4 +1,4 @@
-"""The CPU decode path (attention.GatheredDecode): requests are gathered in groups of similar context length, so
+"""The CPU decode path (decode_groups.GatheredDecode): requests are gathered in groups of similar context length, so
 a long request in the batch never pads the short ones; outputs equal in-place paged attention's."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from minimal_engine import LLM, SamplingParams
-from minimal_engine.model import attention
-from minimal_engine.model.attention import (GROUP_PADDING_SLACK, ForwardBatch, PagedDecode, gathered_decode,
-                                            group_by_length, paged_attention)
+from minimal_engine.model import decode_groups
+from minimal_engine.model.attention import ForwardBatch, PagedDecode, paged_attention
+from minimal_engine.model.decode_groups import GROUP_PADDING_SLACK, gathered_decode, group_by_length
 
 
 @pytest.mark.parametrize("lens", [[24, 30, 36, 40, 448], [300] * 8, [5], list(range(10, 330, 20)),
@@ -71,4 +71,4 @@ def test_engine_tokens_with_a_long_request_among_short_ones(llama_dir):
     llm.engine.runner.model.forward = lambda ids, batch, kv: (layouts.append(batch.decode), forward(ids, batch, kv))[1]
     together = [o.token_ids for o in llm.generate(prompts, p, use_tqdm=False)]
     assert together == alone
-    assert any(isinstance(x, attention.GatheredDecode) and len(x.groups) == 2 for x in layouts)
+    assert any(isinstance(x, decode_groups.GatheredDecode) and len(x.groups) == 2 for x in layouts)

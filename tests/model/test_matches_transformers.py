@@ -138,7 +138,8 @@ def test_text_prompts_and_metrics(llama_dir):
 def test_lone_decode_attention_equals_the_masked_batch_path():
     """A group of one decode request may attend with one SDPA call over exactly its context (no mask); it must
     give what the batched path (padded to whole blocks, masked) gives for the same request."""
-    from minimal_engine.model.attention import DecodeGroup, ForwardBatch, GatheredDecode, paged_attention
+    from minimal_engine.model.attention import ForwardBatch, paged_attention
+    from minimal_engine.model.decode_groups import DecodeGroup, GatheredDecode
     torch.manual_seed(0)
     kvh, g, dh, bs, blocks = 2, 3, 16, 4, 8
     kc, vc = torch.randn(kvh, (blocks + 1) * bs, dh), torch.randn(kvh, (blocks + 1) * bs, dh)
@@ -157,12 +158,12 @@ def test_lone_decode_attention_equals_the_masked_batch_path():
 
 
 def test_a_lone_decode_takes_sdpa_only_with_gqa_and_a_short_context(llama_dir, monkeypatch):
-    """attention.lone_decode_sdpa: GQA and at most LONE_DECODE_SDPA_MAX_CONTEXT tokens (measured: faster there,
+    """decode_groups.lone_decode_sdpa: GQA and at most LONE_DECODE_SDPA_MAX_CONTEXT tokens (measured: faster there,
     slower on long contexts and without GQA); prepare() then leaves out the padding mask."""
-    from minimal_engine.model import attention
-    assert attention.lone_decode_sdpa(True, 10)
-    assert not attention.lone_decode_sdpa(False, 10)
-    assert not attention.lone_decode_sdpa(True, attention.LONE_DECODE_SDPA_MAX_CONTEXT + 1)
+    from minimal_engine.model import decode_groups
+    assert decode_groups.lone_decode_sdpa(True, 10)
+    assert not decode_groups.lone_decode_sdpa(False, 10)
+    assert not decode_groups.lone_decode_sdpa(True, decode_groups.LONE_DECODE_SDPA_MAX_CONTEXT + 1)
     llm = LLM(llama_dir, dtype="float32", device="cpu")
     runner = llm.engine.runner
     batches = []
@@ -171,7 +172,7 @@ def test_a_lone_decode_takes_sdpa_only_with_gqa_and_a_short_context(llama_dir, m
     greedy = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
     expected = llm.generate([PROMPTS[0]], greedy, use_tqdm=False)[0].token_ids
     for sdpa in (True, False):
-        monkeypatch.setattr(attention, "lone_decode_sdpa", lambda gqa, context, sdpa=sdpa: sdpa)
+        monkeypatch.setattr(decode_groups, "lone_decode_sdpa", lambda gqa, context, sdpa=sdpa: sdpa)
         batches.clear()
         assert llm.generate([PROMPTS[0]], greedy, use_tqdm=False)[0].token_ids == expected
         decode = batches[-1]                      # the last step: the 2nd decode, context = prompt + 2 tokens

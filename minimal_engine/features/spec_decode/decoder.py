@@ -5,16 +5,16 @@ forward pass, and every guess it agrees with is a token gained without a step of
     LLM(speculative_config={"method": "draft_model", "num_speculative_tokens": 4})   # the shipped draft model
 
 LLM builds a SpecDecoder and gives it to LLMEngine (`speculator=`), which gives it to its ModelRunner. One step:
-  1. engine -> propose(): for every running request that is decoding, the proposer appends up to k draft tokens
-     to its token list (Sequence.add_drafts). The scheduler then sees 1 + k uncomputed tokens and schedules them
-     like a chunk of chunked prefill (KV blocks, token budget, preemption as usual); drafts it does not schedule
-     it takes back itself (Scheduler._take_back_drafts).
+  1. engine -> propose(): for every running request that is decoding, the proposer guesses up to k draft
+     tokens and returns them as data ({request id: drafts}); nothing is added to the request. The scheduler
+     schedules the drafts each request can afford (token budget, free KV blocks) after its last token
+     (ScheduledSeq.spec_token_ids), like a short chunk of chunked prefill.
   2. one target forward over every scheduled token; the runner hands the logits of each request's last 1 + k rows
      to verify(): greedy requests keep drafts while they equal the target's argmax, sampled ones use the exact
      rejection sampler (rejection.py). One more token (a correction, or the bonus) comes from the target.
-  3. the engine takes every step result as a list of tokens (1..k+1 here): drafts leave the token list, the
-     accepted ones come back as ordinary tokens (stop checks, detokenizer, metrics) and the KV blocks past them go
-     back to the pool (block_manager.trim). Rejected tokens' K/V slots are simply overwritten later.
+  3. the step result is a list of tokens per request (1..k+1 here); Scheduler.update_from_output appends them as
+     ordinary tokens (stop checks, detokenizer, metrics), keeps the accepted drafts' K/V and gives the KV blocks
+     past them back to the pool (block_manager.trim). Rejected tokens' K/V slots are simply overwritten later.
 
 Proposers (proposers.py): "ngram" (prompt lookup) and "draft_model" (a small model with its own KV pool). Refused with a ValueError: penalties, min_tokens, logprobs,
 prompt_logprobs, prefix caching, static batching, CUDA graphs.
@@ -96,11 +96,11 @@ class SpecDecoder:
                 "acceptance_by_position": [a / self.steps if self.steps else None for a in self.accepted_at]}
 
     # ---- called by LLMEngine.step and ModelRunner.run ----------------------------------------------------
-    def propose(self, running: list) -> None:
-        """Append up to k drafts to every running request that is decoding (Sequence.add_drafts)."""
+    def propose(self, seqs: list) -> dict[str, list[int]]:
+        """{request id: up to k draft tokens} for the requests among seqs that are decoding. Reads them only."""
         self.q = {}                                            # q's live for one step: verify() takes them
         items = []
-        for seq in running:
+        for seq in seqs:
             if seq.num_uncomputed_tokens != 1:                 # still prefilling: nothing to guess yet
                 continue
             cap = min(seq.num_prompt_tokens + seq.params.max_tokens, self.max_model_len) - 1  # KV tokens
@@ -111,47 +111,46 @@ class SpecDecoder:
             found = self.draft.propose(items)
         else:
             found = {seq: (ngram_propose(seq.token_ids, k, self.n_max, self.n_min), None) for seq, k in items}
+        drafts = {}
         for seq, (ids, q) in found.items():
             if ids:
-                seq.add_drafts(ids)
-                self.q[seq.request_id] = q
+                drafts[seq.request_id], self.q[seq.request_id] = list(ids), q
+        return drafts
 
-    def verify(self, logits: torch.Tensor, samplers: list) -> dict:
-        """logits: [sum(1 + k_i), V], the last 1 + k_i rows of each sampler in order. Returns {seq: [accepted
-        drafts..., one more]} (just [token] for a request without drafts), or {seq: the exception} for a request
-        whose verification failed. `last_verified` keeps this call's decisions: (seq, drafts, tokens)."""
+    def verify(self, logits: torch.Tensor, steps: list) -> dict:
+        """logits: [sum(1 + k_i), V], the last 1 + k_i rows of each ScheduledSeq in steps (k_i: its scheduled
+        drafts). Returns {request id: [accepted drafts..., one more]} (just [token] without drafts), or
+        {request id: the exception} where verification failed. `last_verified` keeps this call's decisions."""
         out, i = {}, 0
         self.last_verified = []
-        for seq in samplers:
-            k, p = len(seq.spec_token_ids), seq.params
+        for s in steps:
+            seq, drafts, p = s.seq, s.spec_token_ids, s.seq.params
+            k, rid = len(drafts), seq.request_id
             rows = logits[i:i + k + 1].float()                                    # [k+1, V]
             i += k + 1
-            q = self.q.pop(seq.request_id, None)
+            q = self.q.pop(rid, None)
             if not k:
                 token = sample(rows, [p], [seq.generator], [seq])[0]
-                out[seq] = token if isinstance(token, Exception) else [token]
+                out[rid] = token if isinstance(token, Exception) else [token]
                 continue
             try:
-                drafts = torch.tensor(seq.spec_token_ids, device=rows.device)     # [k]
+                ids = torch.tensor(drafts, device=rows.device)                    # [k]
                 if p.greedy:
                     target = rows.argmax(-1)                                      # [k+1]
-                    n = int((drafts == target[:k]).long().cumprod(0).sum())
-                    tokens = seq.spec_token_ids[:n] + [int(target[n])]
+                    n = int((ids == target[:k]).long().cumprod(0).sum())
+                    tokens = drafts[:n] + [int(target[n])]
                 else:
                     q = None if q is None else q[:k]                      # the drafts the step kept
-                    t, n = self.rejection_sample(probs_of(rows, p)[None], None if q is None else q[None], drafts[None],
-                                            seq.generator)
+                    t, n = self.rejection_sample(probs_of(rows, p)[None], None if q is None else q[None], ids[None],
+                                                 seq.generator)
                     n = int(n[0])
                     tokens = t[0, :n + 1].tolist()
             except (RuntimeError, ValueError) as e:                               # this request alone fails
-                out[seq] = e
+                out[rid] = e
                 continue
-            m = seq.metrics
-            m.num_draft_tokens, m.num_accepted_tokens, m.num_spec_steps = (
-                m.num_draft_tokens + k, m.num_accepted_tokens + n, m.num_spec_steps + 1)
             self.proposed, self.accepted, self.steps = self.proposed + k, self.accepted + n, self.steps + 1
             for j in range(n):
                 self.accepted_at[j] += 1
-            out[seq] = tokens
-            self.last_verified.append((seq, list(seq.spec_token_ids), tokens))
+            out[rid] = tokens
+            self.last_verified.append((seq, list(drafts), tokens))
         return out

@@ -10,7 +10,6 @@ from minimal_engine.config import EngineConfig, ModelConfig
 from minimal_engine.engine.block_manager import BlockManager
 from minimal_engine.engine.model_runner import ModelRunner
 from minimal_engine.engine.scheduler import ScheduledSeq, SchedulerOutput
-from minimal_engine.engine.sequence import Sequence
 from minimal_engine.features.spec_decode.rejection import probs_of
 from minimal_engine.model.loader import load_model, resolve_model_path
 from minimal_engine.model.tokenizer import Tokenizer
@@ -45,8 +44,38 @@ def ngram_propose(tokens: list[int], k: int, n_max: int, n_min: int = 1) -> list
     return []
 
 
+class DraftState:
+    """One request as the draft model's pool sees it: its tokens, its blocks there (the draft's BlockManager
+    keeps block_table) and how many of them have K/V. Only its own methods change the rest."""
+
+    def __init__(self, request_id: str, token_ids: list[int], params):
+        self.request_id, self.params = request_id, params
+        self.token_ids = list(token_ids)
+        self.block_table: list[int] = []
+        self.num_computed_tokens = 0
+        self.prompt_logprobs = None           # the runner scores no prompt for it
+        self.synced = 0                       # tokens known to equal the target's
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def sync(self, target_ids: list[int]) -> int:
+        """Take the target's tokens; K/V stay valid up to the first token that differs (at least one token
+        is left to run). Returns how many stay valid."""
+        c, end = self.synced, min(self.num_computed_tokens, len(target_ids) - 1)
+        while c < end and self.token_ids[c] == target_ids[c]:
+            c += 1
+        self.num_computed_tokens, self.token_ids, self.synced = c, list(target_ids), len(target_ids)
+        return c
+
+    def computed(self, token: int) -> None:
+        """A draft forward computed every token's K/V and guessed `token` next."""
+        self.num_computed_tokens = len(self.token_ids)
+        self.token_ids.append(token)
+
+
 class DraftProposer:
-    """A small model with its own KV pool. Each request has a shadow Sequence in the draft's pool; after a step
+    """A small model with its own KV pool. Each request has a DraftState in the draft's pool; after a step
     only the K/V of tokens the target kept stay valid (the accepted drafts were computed by the draft already)."""
 
     def __init__(self, path, target: TargetInfo, k: int):
@@ -68,7 +97,7 @@ class DraftProposer:
         net = load_model(path, mc, target.dtype, target.device)
         self.runner = ModelRunner(net, ecfg, blocks, target.dtype, target.device)
         self.bm = BlockManager(blocks, bs)
-        self.shadows: dict = {}              # request id -> its Sequence in the draft's pool
+        self.shadows: dict = {}              # request id -> its DraftState in the draft's pool
 
     def forward(self, scheduled: list) -> dict:
         """One draft forward over [(shadow, start, num_tokens)]; returns {shadow: logits [V]} of each last row."""
@@ -86,14 +115,9 @@ class DraftProposer:
         for seq, k in items:
             sh = self.shadows.get(seq.request_id)
             if sh is None:
-                sh = self.shadows[seq.request_id] = Sequence(seq.request_id, None, seq.token_ids, seq.params)
-                sh.safe = 0
-            else:                            # K/V stay valid up to the first token that differs from the target's
-                c, end = sh.safe, min(sh.num_computed_tokens, len(seq) - 1)   # >= 1 token left to run
-                while c < end and sh.token_ids[c] == seq.token_ids[c]:
-                    c += 1
-                sh.num_computed_tokens, sh.token_ids, sh.safe = c, list(seq.token_ids), len(seq)
-                self.bm.trim(sh, c)
+                sh = self.shadows[seq.request_id] = DraftState(seq.request_id, seq.token_ids, seq.params)
+            else:
+                self.bm.trim(sh, sh.sync(seq.token_ids))
             need = len(seq) + k - 1                                    # the last draft's K/V is never computed
             if self.bm.can_allocate(sh, need):                         # else: no drafts for it this step
                 self.bm.allocate(sh, need)
@@ -105,13 +129,12 @@ class DraftProposer:
             for seq, sh, k, qs in active:
                 if k <= i:
                     continue
-                sh.num_computed_tokens = len(sh)
                 if seq.params.greedy:
                     token, q = int(logits[sh].argmax()), None
                 else:
                     q = probs_of(logits[sh][None], seq.params)[0]
                     token = int(torch.multinomial(q, 1, generator=seq.generator))
-                sh.token_ids.append(token)
+                sh.computed(token)
                 qs.append(q)
                 if len(qs) == k:
                     drafts[seq] = (sh.token_ids[len(seq):], None if q is None else torch.stack(qs))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 
 import torch
 
@@ -50,4 +50,16 @@ class Comm:
 def for_workers(batch):
     """Rank 0's ForwardBatch as the workers need it: on the CPU (to be pickled), without logits rows (only
     rank 0 samples). Layouts name blocks by number, so each rank reads its own pool's heads from it."""
-    return replace(batch.to("cpu"), logits_indices=batch.logits_indices[:0].cpu())
+    return replace(batch_to(batch, "cpu"), logits_indices=batch.logits_indices[:0].cpu())
+
+
+def batch_to(x, device):
+    """A ForwardBatch (or any of its parts) with every tensor on `device`."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, list):
+        return [batch_to(y, device) for y in x]
+    if is_dataclass(x) and not isinstance(x, type):
+        return replace(x, **{f.name: batch_to(getattr(x, f.name), device)
+                             for f in fields(x) if f.init})
+    return x

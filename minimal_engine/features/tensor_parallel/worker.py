@@ -39,7 +39,7 @@ def worker_main(rank: int, world: int, port: int, spec: tuple, dtype, device_typ
     import torch
     import torch.distributed as dist
 
-    from minimal_engine.features.tensor_parallel.comm import Comm, make_process_group
+    from minimal_engine.features.tensor_parallel.comm import Comm, batch_to, make_process_group
     from minimal_engine.engine.model_runner import ModelRunner
     from minimal_engine.features.tensor_parallel.sharding import shard_model
     import signal
@@ -78,7 +78,7 @@ def worker_main(rank: int, world: int, port: int, spec: tuple, dtype, device_typ
             input_ids, batch = payload
             if fail_next:
                 raise RuntimeError("injected failure (TensorParallelModel.inject_failure, for tests)")
-            batch = batch.to(device)
+            batch = batch_to(batch, device)
             with torch.inference_mode():
                 net(input_ids.to(device), batch, runner.kv_caches)
         except BaseException:
