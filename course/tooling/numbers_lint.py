@@ -147,7 +147,8 @@ def _derived(before: str) -> tuple[float, int] | None:
         return None
     expr = re.sub(r"(?<=\d),(?=\d{3})", "", m.group(1))
     expr = expr.replace("×", "*").replace("÷", "/").replace("−", "-").replace("^", "**")
-    if expr.count("(") != expr.count(")"):
+    huge = any(float(e) > 64 for e in re.findall(r"\*\*\s*([\d.]+)", expr))   # 9^99999999
+    if huge or expr.count("(") != expr.count(")"):
         return None
     try:
         value = float(eval(expr, {"__builtins__": {}}))     # digits, operators, parentheses only
