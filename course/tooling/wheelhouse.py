@@ -91,7 +91,7 @@ def where(out: Path) -> Path:
     if not any(sub.glob("*.whl")):
         have = sorted(p.name for p in out.glob("*-py*") if p.is_dir()) if out.is_dir() else []
         raise SystemExit(f"{sub} に wheel がありません（あるフォルダ: {', '.join(have) or 'なし'}）。"
-                         f"講師の PC で make wheelhouse を実行し、このPC の Python "
+                         f"講師の PC で make wheelhouse を実行し、この PC の Python "
                          f"{here()[1]} を WHEELHOUSE_PYTHONS に含めてください。")
     return sub
 
@@ -219,10 +219,10 @@ def size_mb(dest: Path) -> float:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd")
-    w = sub.add_parser("where", help="このPC の Python に合う wheel のフォルダを表示する")
+    w = sub.add_parser("where", help="この PC の Python に合う wheel のフォルダを表示する")
     w.add_argument("out", type=Path)
     ap.add_argument("--out", type=Path, default=ROOT / "wheelhouse")
-    ap.add_argument("--platforms", nargs="+", default=list(TARGETS), help="here: このPC だけ")
+    ap.add_argument("--platforms", nargs="+", default=list(TARGETS), help="here: この PC だけ")
     ap.add_argument("--pythons", nargs="+", default=["3.11"])
     args = ap.parse_args(argv)
     if args.cmd == "where":
