@@ -38,6 +38,10 @@ class GrammarLimits:
     max_choice_bytes: int = 64 << 10        # guided_choice: all items together, UTF-8
     max_json_schema_bytes: int = 64 << 10   # guided_json, response_format's schema, tools, as JSON
     max_json_schema_depth: int = 128        # objects and arrays inside each other, `$ref`s followed
+    # properties of one object not listed in `required`: llguidance's parser gives each about four
+    # items in one row, and refuses a row past 2,000 items (its max_items_in_row) at the first `{`
+    # (measured with llguidance 1.9.1: 500 optional properties compile and parse, 520 do not)
+    max_optional_properties: int = 400
 
 
 LIMITS = GrammarLimits()
@@ -200,7 +204,29 @@ def check_json_schema(schema, limits: GrammarLimits = LIMITS):
         json_depth(schema, depth)
     except _TooDeep:
         raise too_deep from None
+    _check_optional_properties(schema, limits.max_optional_properties)
     return schema
+
+
+def _check_optional_properties(schema, most: int) -> None:
+    """Every object schema in `schema` (depth already bounded) lists at most `most` properties
+    that are not `required`."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            props, required = node.get("properties"), node.get("required")
+            if isinstance(props, dict):
+                needed = set(required) & set(props) if isinstance(required, list) and all(
+                    isinstance(r, str) for r in required) else set()
+                optional = len(props) - len(needed)
+                if optional > most:
+                    raise ValueError(f"a JSON schema object has {optional} optional properties "
+                                     f"(not in `required`); at most {most} are allowed "
+                                     "(llguidance's parser refuses larger choices of keys)")
+            stack.extend(node.values())
 
 
 def check_limits(so, limits: GrammarLimits = LIMITS) -> None:

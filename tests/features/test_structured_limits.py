@@ -109,6 +109,7 @@ def accepts(llm, constraint: Constraint, text: str) -> bool:
     try:
         for t in llm.tokenizer.encode(text):
             m.accept(t)
+        m.allowed()                  # the mask pool has taken the tokens (a refused one raises)
     except ValueError:
         return False
     return m.matcher.is_accepting()
