@@ -42,15 +42,27 @@ def _watch(args) -> int:
     from course.instructor.figure import draw
     from course.instructor.metrics import scrape
     from course.instructor.rates import Series
+    if not (args.interval > 0 and args.seconds > 0):
+        raise ValueError(f"--interval と --seconds は正の数にしてください。 / --interval and --seconds must "
+                         f"be > 0, got {args.interval}, {args.seconds}")
     series, end = Series(args.window), time.monotonic() + args.seconds
     while True:
-        p = series.add(scrape(args.url, args.api_key))
+        try:
+            p = series.add(scrape(args.url, args.api_key, timeout_s=max(5.0, 2 * args.interval)))
+        except ConnectionError as e:               # a busy or restarting server: say so, read again
+            print(f"⚠ {e}", flush=True)
+            time.sleep(args.interval)
+            if time.monotonic() > end:
+                break
+            continue
         print(f"{p.t:6.1f} s  実行中 {p.running:.0f}  待機中 {p.waiting:.0f}  "
               f"KV {100 * p.kv_usage:.1f} %  出力 {p.out_tok_s:.1f} tok/s  "
               f"TTFT p50 {p.ttft_ms[0]:.0f} ms  TPOT p50 {p.tpot_ms[0]:.1f} ms", flush=True)
         if time.monotonic() + args.interval > end:
             break
         time.sleep(args.interval)
+    if not series.points:
+        raise ConnectionError(f"{args.url}/metrics を一度も読めませんでした。 / never read {args.url}/metrics")
     Path(args.png).parent.mkdir(parents=True, exist_ok=True)
     draw(series).savefig(args.png, dpi=100)
     print(f"wrote {args.png}")

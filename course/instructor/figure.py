@@ -45,7 +45,7 @@ def draw(series: Series, fig: Figure | None = None) -> Figure:
     for ax, key, title in ((axes[1][0], "ttft_ms", "TTFT"), (axes[1][1], "tpot_ms", "TPOT")):
         for i, (name, style) in enumerate(zip(PCT, ("-", "--", ":"))):
             ax.plot(t, [getattr(p, key)[i] for p in pts], style, label=name)
-        ax.set(title=f"{title} の分位点（直近 {series.window_s:g} 秒、ヒストグラムから）",
+        ax.set(title=f"{title} の p50・p90・p99（直近 {series.window_s:g} 秒）",
                xlabel="経過時間 [s]", ylabel="ms")
         ax.legend(loc="upper left")
     ax = axes[1][2]

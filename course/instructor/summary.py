@@ -95,6 +95,7 @@ def plot_spread(machines: dict) -> Figure:
                 ax.plot([min(v), max(v)], [y, y], color="tab:gray", lw=2)
                 ax.plot([statistics.median(v)], [y], "o", color="tab:blue")
         ax.set(title=label, xlabel=label.split("（")[0])
+        ax.set_xlim(left=0)                         # from zero: the ratios between machines show
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(names)), names)
     axes[0].invert_yaxis()
