@@ -25,8 +25,10 @@ def test_test_only_requirements_are_pinned_and_stay_out_of_make_lab():
     """Triton (for the interpreter tests) is pinned in requirements-test.txt, for Linux x86-64 only, installed by
     `make test` and not by `make lab` (a learner's laptop never runs the GPU kernel)."""
     lines = pins((ROOT / "requirements-test.txt").read_text().splitlines())
-    assert lines == ['triton==3.9.0; sys_platform == "linux" and platform_machine == "x86_64"']
-    assert "triton" not in (ROOT / "requirements.txt").read_text()
+    assert lines == ["langchain-core==1.8.3", "langchain-openai==1.8.1",   # tests/serve/test_real_clients.py
+                     'triton==3.9.0; sys_platform == "linux" and platform_machine == "x86_64"']
+    for name in ("triton", "langchain"):
+        assert name not in (ROOT / "requirements.txt").read_text()
     import subprocess
     test = subprocess.run(["make", "-n", "-B", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
     lab = subprocess.run(["make", "-n", "-B", "lab"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
