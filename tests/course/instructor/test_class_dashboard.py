@@ -92,7 +92,7 @@ def test_thirty_learners_and_the_dashboard_agree(server):
                       timeout=300)                                            # first-use setup
     assert warm.status_code == 200, warm.text
     series = Series(window_s=3)
-    series.add(scrape(server))
+    series.add(scrape(server, timeout_s=60))
     result: dict = {}
     worker = threading.Thread(target=lambda: result.update(reports=simulate_class(
         server, "minimal-ja", learners=LEARNERS, seconds=SECONDS, join_over_s=SECONDS / 3,
@@ -100,9 +100,9 @@ def test_thirty_learners_and_the_dashboard_agree(server):
     worker.start()
     while worker.is_alive():                     # the dashboard's loop, as the notebook runs it
         time.sleep(1.0)
-        series.add(scrape(server))
+        series.add(scrape(server, timeout_s=60))
     worker.join()
-    series.add(scrape(server))
+    series.add(scrape(server, timeout_s=60))
     reports = result["reports"]
     assert len(reports) == LEARNERS and not [r["error"] for r in reports if r["error"]]
     assert all(r["runs"] >= 1 for r in reports), "every learner ran at least once"
