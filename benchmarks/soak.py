@@ -22,6 +22,7 @@ import csv
 import json
 import os
 import platform
+import signal
 import socket
 import subprocess
 import sys
@@ -130,8 +131,10 @@ async def drive(url: str, pid: int, args, samples: list, counts: Counter) -> Non
         async def sampler() -> None:
             while True:
                 m = gauges((await c.get("/metrics")).text)
-                samples.append({"t_s": round(time.monotonic() - state["t0"], 1),
-                                "requests": state["done"],
+                t_s = round(time.monotonic() - state["t0"], 1)
+                if args.probe and t_s >= args.warmup_s and not state.get("probed"):
+                    state["probed"] = await probed(pid, args.probe, 0)
+                samples.append({"t_s": t_s, "requests": state["done"],
                                 "rss_mib": round(rss_mib(pid), 1), "load1": os.getloadavg()[0],
                                 **m})
                 if time.monotonic() >= deadline or state["next"] >= args.max_requests:
@@ -146,9 +149,21 @@ async def drive(url: str, pid: int, args, samples: list, counts: Counter) -> Non
             if not m.get("running") and not m.get("waiting"):
                 break
             await asyncio.sleep(0.5)
+        if args.probe and state.get("probed"):
+            await probed(pid, args.probe, 1)
         samples.append({"t_s": round(time.monotonic() - state["t0"], 1), "requests": state["done"],
                         "rss_mib": round(rss_mib(pid), 1), "load1": os.getloadavg()[0],
                         **gauges((await c.get("/metrics")).text)})
+
+
+async def probed(pid: int, prefix: Path, n: int) -> bool:
+    """Ask the probing server (soak_probe.py) for its n-th memory probe and wait for it."""
+    os.kill(pid, signal.SIGUSR1)
+    for _ in range(600):
+        if Path(f"{prefix}-{n}.json").exists():
+            return True
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"the server wrote no probe {prefix}-{n}.json in 300 s")
 
 
 def summarize(samples: list[dict], warmup_s: float) -> dict:
@@ -173,9 +188,11 @@ def machine() -> dict:
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
 
-def start_server(port: int, log: Path, extra: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "minimal_engine.serve", "--port", str(port), "--dtype", "float32",
-           "--threads", "1", "--served-model-name", "soak", *extra]
+def start_server(port: int, log: Path, extra: list[str], probe: Path | None) -> subprocess.Popen:
+    serve = [sys.executable, "-m", "minimal_engine.serve"] if probe is None else [
+        sys.executable, str(Path(__file__).with_name("soak_probe.py")), str(probe)]
+    cmd = [*serve, "--port", str(port), "--dtype", "float32", "--threads", "1",
+           "--served-model-name", "soak", *extra]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
     for _ in range(600):
         if proc.poll() is not None:
@@ -200,17 +217,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--request-timeout", type=float, default=120.0)
     p.add_argument("--out", type=Path, default=Path("results/soak"))
     p.add_argument("--server-arg", action="append", default=[], help="passed to the server")
+    p.add_argument("--probe", action="store_true",
+                   help="tracemalloc in the server, probes at warm-up end and at the end (slower)")
     args = p.parse_args(argv)
     if args.minutes <= 0 or args.concurrency < 1 or args.sample_s <= 0:
         p.error("--minutes and --sample-s must be positive and --concurrency at least 1")
     if not sys.platform.startswith("linux"):
         p.error(f"the RSS is read from /proc (Linux); this is {sys.platform}")
-    warmup_s = args.minutes * 6 if args.warmup_s is None else args.warmup_s
+    if args.warmup_s is None:
+        args.warmup_s = args.minutes * 6
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.probe = args.out.with_suffix(".probe") if args.probe else None
+    for old in args.out.parent.glob(args.out.name + ".probe-*"):
+        old.unlink()
     log = args.out.with_suffix(".server.log")
     port = free_port()
     info = {"machine": machine(), "load1_start": os.getloadavg()[0]}
-    server = start_server(port, log, args.server_arg)
+    server = start_server(port, log, args.server_arg, args.probe)
     samples: list[dict] = []
     counts: Counter = Counter()
     try:
@@ -222,12 +245,15 @@ def main(argv: list[str] | None = None) -> int:
             server.wait(30)
         except subprocess.TimeoutExpired:
             server.kill()
-    summary = {**summarize(samples, warmup_s), "server_alive_at_end": alive,
+    summary = {**summarize(samples, args.warmup_s), "server_alive_at_end": alive,
                "server_tracebacks": log.read_text(errors="replace").count("Traceback")}
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     report = {"settings": settings,
               **info, "load1_end": os.getloadavg()[0], "counts": dict(sorted(counts.items())),
               "summary": summary, "samples": samples}
+    if args.probe:
+        from soak_probe import compare
+        report["probe"] = compare(str(args.probe))
     args.out.with_suffix(".json").write_text(json.dumps(report, ensure_ascii=False, indent=1))
     keys = sorted({k for s in samples for k in s})
     with args.out.with_suffix(".csv").open("w", newline="") as f:

@@ -1,6 +1,7 @@
 """The soak script (benchmarks/soak.py, issue 42) in a 20-second version: it starts the server on
-loopback, sends every kind of request (aborted streams included), samples RSS and writes its files;
-the server survives, answers no 5xx, and gives every KV block back at the end."""
+loopback (with the memory probe, benchmarks/soak_probe.py), sends every kind of request (aborted
+streams included), samples RSS and writes its files; the server survives, answers no error, and
+gives every KV block back at the end; the probe reports allocation sites, object types and malloc."""
 from __future__ import annotations
 
 import csv
@@ -23,7 +24,7 @@ def run(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
 def test_short_soak(tmp_path):
     out = tmp_path / "soak"
     r = run("--minutes", "0.34", "--sample-s", "3", "--warmup-s", "6", "--concurrency", "3",
-            "--out", str(out))
+            "--out", str(out), "--probe")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     report = json.loads(out.with_suffix(".json").read_text())
     counts, summary = report["counts"], report["summary"]
@@ -42,6 +43,10 @@ def test_short_soak(tmp_path):
     assert float(rows[-1]["requests"]) == summary["requests"]
     assert summary["rss_end_mib"] == float(rows[-1]["rss_mib"])
     assert report["machine"]["cores"] == os.cpu_count()
+    probe = report["probe"]
+    assert probe["top_sites"] and all(":" in site["where"] for site in probe["top_sites"])
+    assert probe["top_types"] and isinstance(probe["objects_growth"], int)
+    assert {"in_use_mib", "free_kept_mib"} <= set(probe["malloc_growth_mib"])   # glibc
 
 
 def test_bad_options_are_refused():
