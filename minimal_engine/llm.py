@@ -77,7 +77,7 @@ class LLM:
                                 self.device, seed, speculator=speculator, grammars=grammars,
                                 scheduler_policy=scheduler_policy,
                                 decode_attention=decode_attention)
-        self._lock = threading.RLock()       # generate/stream may run in several threads
+        self._lock = threading.RLock()
         self._inbox: dict[str, deque] = {}   # request id -> its outputs not yet taken by its caller
 
     @property
@@ -140,7 +140,6 @@ class LLM:
         prompts = [self.tokenizer.apply_chat_template(c) for c in conversations(messages)]
         return self.generate(prompts, sampling_params, use_tqdm)
 
-    # ---- one engine, many consumers: every output goes to the inbox of its request
     def _add(self, checked: list[CheckedPrompt]) -> list[str]:
         """Queue every prompt, or none: if one fails, those already queued are taken back."""
         ids: list[str] = []

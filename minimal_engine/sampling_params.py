@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from minimal_engine.checks import check_sampling_params, check_structured_outputs
 
-SAMPLING_EPS = 1e-5               # vLLM's _SAMPLING_EPS: temperatures below it mean greedy
+SAMPLING_EPS = 1e-5               # vLLM's _SAMPLING_EPS
 
 
 @dataclass(frozen=True)

@@ -118,9 +118,8 @@ def decode_attention(q: torch.Tensor, k_cache, v_cache, decode, scale: float,
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     k_cache: torch.Tensor, v_cache: torch.Tensor, batch: ForwardBatch,
                     scale: float) -> torch.Tensor:
-    """q: [T, H, Dh]; k, v: [T, KVH, Dh]; caches: [KVH, slots, Dh] (head-major: a request's
-    gathered blocks give each KV head its context as one [tokens, Dh] matrix, read in place by the
-    matmuls). Returns [T, H, Dh]."""
+    """q: [T, H, Dh]; k, v: [T, KVH, Dh]; caches: [KVH, slots, Dh] (head-major: a KV head's
+    gathered context is one [tokens, Dh] matrix for the matmuls). Returns [T, H, Dh]."""
     bs = batch.block_size
     k_cache.index_copy_(1, batch.slot_mapping, k.transpose(0, 1))
     v_cache.index_copy_(1, batch.slot_mapping, v.transpose(0, 1))
