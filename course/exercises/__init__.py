@@ -5,13 +5,16 @@
     report                     # a small table in Japanese (結果, 入力, 期待, あなたの関数, メッセージ)
 
 Graders live one per module (``ex01_request_metrics.py`` ...), imported only when graded, so importing this
-package stays cheap. Every grade is recorded in the progress file (progress.py).
+package stays cheap. Every grade is recorded in the progress file (progress.py), after the report
+is made: a progress file that cannot be saved adds a warning to the report, never an exception.
+A grading has one overall deadline (kit.grading_deadline; ``deadline_s``, default 600 s), so it
+always ends with its report.
 """
 from __future__ import annotations
 
 import importlib
 
-from course.exercises.kit import Report, summarize
+from course.exercises.kit import DEADLINE_S, Report, check_seconds, grading_deadline, summarize
 from course.exercises.progress import attempts, record_exercise, show_progress
 from course.exercises.registry import EXERCISE_IDS, REGISTRY
 
@@ -34,8 +37,10 @@ def grade(exercise_id: str, fn, record: bool = True, **options) -> Report:
     grader = get_grader(exercise_id)
     if not callable(fn):
         raise TypeError(f"grade の2つ目の引数には関数を渡してください（今は {type(fn).__name__}）。")
+    overall = grading_deadline(check_seconds(options.get("deadline_s", DEADLINE_S)))
     try:
-        cases = grader.check(fn, dict(options))
+        with overall:
+            cases = grader.check(fn, dict(options))
     except Exception as e:                       # the grader itself failed: still a report, never a traceback
         from course.exercises.kit import Case
         cases = [Case("採点", "", "", f"{type(e).__name__}: {e}", False,

@@ -7,17 +7,50 @@
 A grader (``Grader``) turns a learner's function into a list of ``Case``; ``grade`` in ``__init__.py`` adds the
 hint for the attempt number and records the result. ``call`` reports a stub (NotImplementedError) as 未実装,
 an exception with its type and message, and a call that runs past ``timeout_s`` as a timeout.
+
+``grade`` runs a grader inside ``grading_deadline(seconds)``: one overall limit for every call of
+the learner's function in that grading, so a slow function costs at most that long and a report
+always comes back (each call gets what is left, at most its own timeout_s; past the limit, calls
+return a timeout at once, naming the overall limit).
 """
 from __future__ import annotations
 
+import contextvars
 import html
 import signal
 import threading
+import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
 NOT_IMPLEMENTED = "未実装"
+DEADLINE_S = 600.0      # one grading, all calls together (grade(..., deadline_s=...) changes it)
+_DEADLINE: contextvars.ContextVar = contextvars.ContextVar("grading_deadline", default=None)
+
+
+def check_seconds(seconds) -> float:
+    """A grading's deadline_s: a positive number of seconds, else a ValueError saying so."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"deadline_s は正の秒数で指定してください（今は {seconds!r}）")
+    return float(seconds)
+
+
+@contextmanager
+def grading_deadline(seconds: float):
+    """Every call() inside shares one overall limit of `seconds` (see the module docstring)."""
+    seconds = check_seconds(seconds)
+    token = _DEADLINE.set((time.monotonic() + float(seconds), float(seconds)))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _overall_message(seconds: float) -> str:
+    return (f"採点全体の制限時間（{seconds:g} 秒）を使い切ったので、ここで打ち切りました"
+            "（あなたの関数の1回の呼び出しに時間がかかりすぎていないか確かめてください）")
 
 
 @dataclass
@@ -50,6 +83,14 @@ def call(fn: Callable, *args, timeout_s: float = 10.0, **kwargs) -> CallResult:
     """fn(*args, **kwargs), never raising: the value, or what went wrong (stub, exception, timeout)."""
     if timeout_s <= 0:
         raise ValueError(f"timeout_s は正の秒数で指定してください（今は {timeout_s!r}）")
+    overall = _DEADLINE.get()
+    late = None                             # the message when the overall limit ends this call
+    if overall is not None:
+        left = overall[0] - time.monotonic()
+        if left <= 0:
+            return CallResult(None, _overall_message(overall[1]), "timeout")
+        if left < timeout_s:
+            timeout_s, late = left, _overall_message(overall[1])
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
         def alarm(signum, frame):
             raise _Timeout()
@@ -58,7 +99,7 @@ def call(fn: Callable, *args, timeout_s: float = 10.0, **kwargs) -> CallResult:
         try:
             return CallResult(fn(*args, **kwargs))
         except _Timeout:
-            return CallResult(None, f"{timeout_s:g} 秒以内に終わりませんでした（無限ループになっていませんか）", "timeout")
+            return CallResult(None, late or _too_slow(timeout_s), "timeout")
         except NotImplementedError:
             return CallResult(None, NOT_IMPLEMENTED, "not_implemented")
         except Exception as e:   # noqa: BLE001 - the learner's error is the report
@@ -79,8 +120,12 @@ def call(fn: Callable, *args, timeout_s: float = 10.0, **kwargs) -> CallResult:
     t.start()
     t.join(timeout_s)
     if t.is_alive():
-        return CallResult(None, f"{timeout_s:g} 秒以内に終わりませんでした（無限ループになっていませんか）", "timeout")
+        return CallResult(None, late or _too_slow(timeout_s), "timeout")
     return box["r"]
+
+
+def _too_slow(timeout_s: float) -> str:
+    return f"{timeout_s:g} 秒以内に終わりませんでした（無限ループになっていませんか）"
 
 
 def _describe(e: Exception) -> str:
