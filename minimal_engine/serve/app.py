@@ -73,6 +73,7 @@ def build_app(llm, max_queue: int = 64, served_model_name: str | None = None, li
         yield
         loop.stop()
         pool.shutdown(wait=False, cancel_futures=True)
+        routes.compiles.close()
 
     docs = {} if limits.docs else dict(docs_url=None, redoc_url=None, openapi_url=None)
     app = FastAPI(title="minimal_engine", lifespan=lifespan, **docs)

@@ -1,8 +1,10 @@
 """The completion routes (/v1/completions, /v1/chat/completions): check a request off the event loop, queue one
 engine request per choice, and answer with one JSON body or a stream of server-sent events.
 
-    prepare()  in a worker thread: JSON, every field (protocol.py), the chat template, LLMEngine.check (the prompt
-               tokenized and checked against the engine's limits once: the engine loop queues it as it is)
+    parse()    in a worker thread: JSON, every field (protocol.py)
+    compile    a constraint, on the grammar thread (grammars.py), stopped if the client leaves
+    prepare()  in a worker thread: the chat template, LLMEngine.check (the prompt tokenized and
+               checked against the engine's limits once: the engine loop queues it as it is)
     handle()   admission control (429 past max_num_seqs + max_queue), EngineLoop.submit, then the answer; a client
                that leaves, streaming or not, has its requests aborted and their KV blocks freed.
 The streaming response itself (server-sent events, a deadline for each chunk): streaming.py.
@@ -23,6 +25,7 @@ from starlette.requests import ClientDisconnect
 from minimal_engine.serve.limits import ServeLimits, check_json, error_response, read_body, wait_for_disconnect
 from minimal_engine.engine.requests import child_seed
 from minimal_engine.serve.errors import RequestError, server_error
+from minimal_engine.serve.grammars import GrammarCompiles
 from minimal_engine.serve.messages import chat_prompt
 from minimal_engine.serve.streaming import ClosingStream, sse
 from minimal_engine.serve.protocol import parse_request
@@ -69,6 +72,7 @@ class Completions:
         self.text = TokenText(llm.tokenizer)   # logprobs' token names, bytes and offsets
         self.unfinished = 0               # requests accepted and not yet finished (event-loop side only)
         self.pool = ThreadPoolExecutor(2, thread_name_prefix="prepare")   # JSON + tokenizing, off the event loop
+        self.compiles = GrammarCompiles(llm.engine.grammars)   # constraints: a thread of their own
 
     def full(self, extra: int = 1):
         if self.loop.dead:                  # fail fast and visibly; /health is 503 too, so a supervisor restarts us
@@ -94,15 +98,19 @@ class Completions:
                                    f"tokens and your request has {n} input tokens ({asked} > "
                                    f"{most} - {n})", field)
 
-    def prepare(self, raw: bytes, chat: bool):
-        """In a worker thread: parse, check every field, tokenize, check against the engine's limits."""
+    def parse(self, raw: bytes, chat: bool):
+        """In a worker thread: the JSON body and every field's check -> (body, parsed request)."""
         try:
             body = json.loads(raw, parse_constant=no_constants)
         except RecursionError:
             raise RequestError("the request body is nested too deeply", code="invalid_json") from None
         except ValueError as e:                 # also UnicodeDecodeError and over-long integers
             raise RequestError(f"the request body is not valid JSON: {str(e)[:200]}", code="invalid_json") from None
-        req = parse_request(body, chat, self.max_len, self.max_chars)
+        return body, parse_request(body, chat, self.max_len, self.max_chars)
+
+    def prepare(self, body: dict, req, chat: bool):
+        """In a worker thread: tokenize, check against the engine's limits (a constraint is compiled
+        by now: LLMEngine.check finds it in the GrammarBackend's cache)."""
         prompt, params = req.prompt, req.params
         if body.get("model") is not None and body["model"] not in self.names:
             raise RequestError(f"model {body['model'][:100]!r} is not served here; this server serves "
@@ -144,8 +152,10 @@ class Completions:
             check_json(request)
             self.full()                              # refuse cheaply, before reading or tokenizing anything
             raw = await read_body(request, self.limits)
-            jobs, num_prompt_tokens, req, echoes = await asyncio.get_running_loop().run_in_executor(
-                self.pool, self.prepare, raw, chat)
+            run = asyncio.get_running_loop().run_in_executor
+            body, req = await run(self.pool, self.parse, raw, chat)
+            await self.compiles.compile(request, req.params.structured_outputs)   # grammars.py
+            jobs, num_prompt_tokens, req, echoes = await run(self.pool, self.prepare, body, req, chat)
             params, stream = req.params, req.stream
             self.full(len(jobs))
         except RequestError as e:
