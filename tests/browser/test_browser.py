@@ -7,7 +7,8 @@ render as live widgets, then uses them: in a lab it sets the prompt-length slide
 the readout and the run history change; in a quiz it answers the first question and reads the feedback
 and the score. In one exercise it types the model solution into the stub cell, runs it and reads 合格 in the
 grading table; that exercise and two quizzes then show in the guide's progress table. The guide's page must
-draw Japanese glyphs, not boxes (a font check). Any browser console error or uncaught page error fails.
+draw Japanese glyphs, not boxes (a font check). The instructor's dashboard notebook, run against our server
+under steady requests, must update by itself. Any browser console error or uncaught page error fails.
 
 Completion is read from the page (kernel status and cell prompts), never from timings; the timeouts below
 only stop a hung run. Needs the system's Chromium (Debian: `apt-get install chromium`) and the `playwright`
@@ -426,6 +427,74 @@ def test_progress_through_the_ui(page):
     assert table.get("第4章", [None, None])[1] == "1/1", f"第4章: exercise passed in the table? {table}"
     assert table.get("第3章", [None])[0] == "—", f"an untouched chapter stays empty: {table}"
     screenshot(page, "guide_progress")
+
+
+DASHBOARD = "instructor/dashboard.ipynb"
+READOUT_JS = """() => {
+  const r = document.querySelector('.dashboard-readout');
+  return r ? {scrapes: +r.dataset.scrapes, tokens: r.dataset.outputTokens} : null;
+}"""
+
+
+@pytest.fixture
+def dashboard_server(monkeypatch):
+    """Our server in this process with requests coming in all the time (a class at work); its URL
+    goes to the dashboard notebook through COURSE_DASHBOARD_URL, which JupyterLab's kernel inherits
+    (this fixture is set up before lab_url starts JupyterLab)."""
+    import httpx
+
+    from minimal_engine import LLM
+    from minimal_engine.serve.app import ServerThread, build_app
+    app = build_app(LLM(device="cpu", max_num_seqs=4), served_model_name="minimal-ja")
+    stop = threading.Event()
+
+    def traffic(url):
+        while not stop.is_set():
+            httpx.post(url + "/v1/completions", json={"prompt": "吾輩は", "max_tokens": 4},
+                       timeout=120)
+
+    with ServerThread(app) as s:
+        monkeypatch.setenv("COURSE_DASHBOARD_URL", s.url)
+        sender = threading.Thread(target=traffic, args=(s.url,), daemon=True)
+        sender.start()
+        yield s.url
+        stop.set()
+        sender.join(timeout=120)
+
+
+def test_dashboard_in_browser(dashboard_server, page, tmp_path):
+    """The instructor opens instructor/dashboard.ipynb in JupyterLab and runs it: the readout and
+    the picture render, and the readout updates by itself (more scrapes, more output tokens) while the
+    class's requests come in."""
+    target = tmp_path / "course" / "work" / DASHBOARD
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / DASHBOARD, target)
+    panel = open_notebook(page, DASHBOARD, "dashboard")
+    try:
+        run_all(page, panel)
+    except AssertionError as exc:       # a one-cell notebook may show before its kernel takes Run All
+        screenshot(page, "instructor_dashboard_not_run")
+        if "ran no cell" not in str(exc):
+            raise
+        run_all(page, panel)
+    try:
+        page.wait_for_function(
+            f"() => {{ const r = ({READOUT_JS})(); return r && r.scrapes >= 2; }}",
+            timeout=ACTION_TIMEOUT_MS, polling=250)
+        first = page.evaluate(READOUT_JS)
+        page.wait_for_function(
+            f"""(first) => {{ const r = ({READOUT_JS})();
+                 return r.scrapes > first.scrapes && r.tokens !== first.tokens; }}""",
+            arg=first, timeout=ACTION_TIMEOUT_MS, polling=250)
+    except Exception as exc:
+        screenshot(page, "instructor_dashboard_no_update")
+        raise AssertionError(f"the dashboard did not update: {page.evaluate(READOUT_JS)}\n"
+                             + outputs_text(panel)[-2000:]) from exc
+    second = page.evaluate(READOUT_JS)
+    assert int(second["tokens"]) > int(first["tokens"]), (first, second)
+    assert panel.locator(".jupyter-widgets img").count() >= 1, "the dashboard's picture renders"
+    assert "実行中" in outputs_text(panel)
+    screenshot(page, "instructor_dashboard")
 
 
 def test_ci_installs_chromium_and_never_skips():
