@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from minimal_engine.hooks import quantizer as run_quantizer
 from minimal_engine.checks import QUANTIZATION_METHODS, check_quantization  # noqa: F401 (the vocabulary: checks.py)
 from minimal_engine.model.cpu_linears import fast_paths_allowed, probe_int8pack
 
@@ -67,7 +68,8 @@ class Int8Linear(nn.Module):
         super().__init__()
         w = linear.weight
         self.in_features, self.out_features = w.shape[1], w.shape[0]
-        w_q, scale = check_quantized(w, *(quantizer or quantize_int8)(w))
+        answer = run_quantizer(quantizer, w) if quantizer else quantize_int8(w)   # on a copy
+        w_q, scale = check_quantized(w, *answer)
         self.register_buffer("weight_int8", w_q.to(w.device).contiguous())       # [N, K] int8
         self.register_buffer("scales", scale.to(device=w.device, dtype=w.dtype))  # [N]
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)

@@ -11,6 +11,8 @@ from typing import Callable
 
 import torch
 
+from minimal_engine.hooks import decode_attention as run_hook
+
 
 @dataclass
 class CustomDecode:
@@ -22,7 +24,6 @@ class CustomDecode:
     def attend(self, q: torch.Tensor, kd: torch.Tensor, vd: torch.Tensor) -> torch.Tensor:
         """q [D, H, Dh]; kd, vd: each request's gathered blocks [D, KVH, W * block_size, Dh]
         -> [D, H, Dh]."""
-        d, h, dh = q.shape
         kd, vd = kd.transpose(1, 2), vd.transpose(1, 2)            # [D, W * bs, KVH, Dh]
-        return torch.stack([self.fn(q[i], kd[i, :n], vd[i, :n]).to(q.dtype).reshape(h, dh)
-                            for i, n in enumerate(self.context_lens)])
+        return torch.stack([run_hook(self.fn, q[i], kd[i, :n], vd[i, :n])
+                            for i, n in enumerate(self.context_lens)])   # checked, on copies

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from minimal_engine.hooks import checked_rejection_sampler
 from minimal_engine.calculators.roofline import spec_speedup as expected_speedup  # noqa: F401 (chapter 8's formula)
 from minimal_engine.calculators.roofline import spec_tokens_per_step as expected_tokens_per_step  # noqa: F401
 from minimal_engine.engine.sampler import sample
@@ -69,7 +70,8 @@ class SpecDecoder:
                 raise ValueError(f"speculative decoding does not support {what}: leave it at its default")
         self.max_model_len = cfg.max_model_len
         self.draft = DraftProposer(spec.get("model") or DRAFT_MODEL, target, k) if method == "draft_model" else None
-        self.rejection_sample = rejection_sampler or rejection_sample
+        self.rejection_sample = (checked_rejection_sampler(rejection_sampler) if rejection_sampler
+                                 else rejection_sample)        # a learner's answers are checked
         self.q: dict = {}                    # request id -> the draft's q [k, V] (None: one-hot proposals)
         self.proposed = self.accepted = self.steps = 0
         self.accepted_at = [0] * k           # per draft position: verification steps that kept the draft there

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from minimal_engine.hooks import per_token_rule as checked_rule
 from minimal_engine.engine.sampler import apply_top_k, apply_top_p
 
 
@@ -49,7 +50,9 @@ def per_token_rule(rule):
         for r in range(b):
             n = 0
             for i in range(k1 - 1):
-                accepted, token = rule(target_probs[r, i], draft_probs[r, i], int(draft_ids[r, i]), generator)
+                answer = rule(target_probs[r, i].clone(), draft_probs[r, i].clone(),
+                              int(draft_ids[r, i]), generator)            # on copies
+                accepted, token = checked_rule(rule, answer, v)
                 tokens[r, i] = int(token)
                 if not accepted:
                     break
