@@ -86,7 +86,7 @@ def test_quantizer_gets_a_copy_and_a_wrong_answer_is_named():
 
     def three(w):
         return w.to(torch.int8), torch.ones(w.shape[0]), "extra"
-    with pytest.raises(ValueError, match="the quantizer hook 'three' must return a pair .* 3-tuple"):
+    with pytest.raises(ValueError, match="quantizer hook 'three' must return a pair .* 3-tuple"):
         LLM(device="cpu", quantization="int8", quantizer=three)
 
 
