@@ -1,6 +1,6 @@
 """Exercise 01 (chapter 1): request_metrics(arrival_s, token_times_s) -> {ttft, tpot, itl, e2el}.
 
-vLLM's benchmark definitions, as the engine's RequestMetrics (minimal_engine/engine/sequence.py):
+vLLM's benchmark definitions, as the engine's RequestMetrics (minimal_engine/engine/metrics.py):
 TTFT = first token - arrival; E2EL = last token - arrival; ITL = the gaps between consecutive tokens;
 TPOT = (E2EL - TTFT) / (n - 1) over tokens 2..n, and None for a single-token request (undefined there:
 RequestMetrics.tpot returns None and the run summary leaves such requests out of the TPOT statistics).

@@ -25,6 +25,31 @@ from minimal_engine.model.attention import ForwardBatch, PagedDecode
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
+def cuda_graphs_wanted(requested: bool | None, device: torch.device, kv_quantized: bool) -> bool:
+    """Decode steps through DecodeGraphs' static buffers: as requested (None: on CUDA only), never
+    with a one-byte KV pool (its gather-and-dequantize decode changes shapes every step)."""
+    if kv_quantized:
+        return False
+    return torch.device(device).type == "cuda" if requested is None else bool(requested)
+
+
+def decode_graphs(model, kv_caches, config, num_blocks: int, device) -> DecodeGraphs:
+    """DecodeGraphs for a runner's pool: block tables as wide as max_model_len needs; the scratch
+    block (past num_blocks) takes the padding rows' K/V. Captured on CUDA only."""
+    bs = config.block_size
+    max_len = config.max_model_len or num_blocks * bs
+    return DecodeGraphs(model, kv_caches, config.max_num_seqs, min(-(-max_len // bs), num_blocks),
+                        bs, scratch_slot=num_blocks * bs, device=device,
+                        capture=torch.device(device).type == "cuda")
+
+
+def decode_row(s, block_size: int) -> tuple:
+    """(token, position, slot, block table, context length) of a one-token step (a ScheduledSeq)."""
+    seq, pos, bs = s.seq, s.start, block_size
+    slot = seq.block_table[pos // bs] * bs + pos % bs
+    return seq.token_ids[pos], pos, slot, seq.block_table, pos + 1
+
+
 def graph_batch_sizes(max_num_seqs: int) -> list[int]:
     """Batch sizes to capture: the powers of two below max_num_seqs, and max_num_seqs itself."""
     return [s for s in CAPTURE_SIZES if s < max_num_seqs] + [max_num_seqs]

@@ -1,15 +1,10 @@
 """LLMEngine: the loop that servers and labs drive step by step.
 
-    add_request()  ->  step(): scheduler.schedule() -> runner.run() -> scheduler.update_from_output()
-                       (repeat while has_unfinished_requests())
+    add_request() -> step(): scheduler.schedule() -> runner.run() -> scheduler.update_from_output()
 
-The runner returns data (ModelRunnerOutput, outputs.py) and the scheduler alone applies it to the
-requests. Speculative decoding (features/spec_decode/) plugs in as `speculator`, given at
-construction: it proposes drafts (data) before the scheduler runs and verifies them in the runner.
-
-Every input is checked once, in check() (requests.py), before the request touches the queues, so a
-bad request raises a clear error and never disturbs the others. A request whose own sampling fails
-in a step finishes alone with finish_reason "error" and `error` set; the others carry on.
+The runner returns data (ModelRunnerOutput) and the scheduler alone applies it to the requests.
+Every input is checked once, in check() (requests.py), before it touches the queues: a bad request
+raises a clear error and never disturbs the others; one whose sampling fails finishes alone.
 """
 from __future__ import annotations
 
@@ -35,30 +30,28 @@ class LLMEngine:
     def __init__(self, model, model_config: ModelConfig, tokenizer: Tokenizer, config: EngineConfig,
                  num_blocks: int, dtype: torch.dtype, device: torch.device, seed: int = 0,
                  speculator=None, grammars=None, scheduler_policy=None, decode_attention=None):
-        """speculator: None, or an object with validate(params), propose(seqs) -> {request id:
-        drafts} and verify(logits, steps) (features/spec_decode/decoder.py: SpecDecoder).
-        grammars: None, or an object whose matcher(constraint) compiles structured_outputs
-        (features/structured_output.py). scheduler_policy: None, or schedule_step
-        (scheduling_policy.py). decode_attention: None, or fn(q, k, v) for decode rows."""
+        """Collaborators (None: without): speculator (features/spec_decode/: validate(params),
+        propose(seqs) -> {request id: drafts}, verify(logits, steps)); grammars (structured
+        outputs' matcher(constraint)); scheduler_policy; decode_attention (model_runner.py)."""
         self.model_config, self.tokenizer, self.config = model_config, tokenizer, config
         self.device = device
         self.eos_ids = set(model_config.eos_token_ids)
         if tokenizer.eos_token_id is not None and not model_config.synthetic:
             self.eos_ids.add(tokenizer.eos_token_id)
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.block_manager = BlockManager(num_blocks, config.block_size,
+                                          config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager, scheduler_policy, self.eos_ids)
         self.runner = ModelRunner(model, config, num_blocks, dtype, device, speculator=speculator,
                                   decode_attention=decode_attention)
         self.seqs: dict[str, Sequence] = {}
         self.generator = torch.Generator(device=device).manual_seed(seed)   # unseeded sampled rows
         self._ids = itertools.count()
-        self.speculator = speculator          # LLM(speculative_config=...) (chapter 8)
-        self.grammars = grammars              # structured outputs
+        self.speculator, self.grammars = speculator, grammars
         self.last_step = StepStats()          # what the latest step() did (the server's /metrics)
 
     def add_finish_listener(self, listener) -> None:
-        """listener(seq) is called when a request finishes normally, while its KV blocks are still held
-        (disaggregation: the prefill engine copies the blocks out, disagg/prefill_worker.py)."""
+        """listener(seq) is called when a request finishes normally, while it still holds its KV
+        blocks (disaggregation copies them out)."""
         self.scheduler.add_finish_listener(listener)
 
     @property
@@ -67,21 +60,21 @@ class LLMEngine:
 
     @property
     def comm_stats(self) -> dict | None:
-        """Tensor parallelism: all-reduces, bytes and seconds so far; None without it."""
+        """Tensor parallelism's all-reduces, bytes and seconds so far; None without it."""
         comm = getattr(self.runner.model, "comm", None)
         return comm.stats() if comm is not None else None
 
-    # ---- input checks (requests.py) ----------------------------------------------------------------
+    # ---- input checks (requests.py) -------------------------------------------------------------
     def check(self, prompt, params: SamplingParams | None = None) -> CheckedPrompt:
-        """Tokenize and check a prompt against this engine's fixed limits; add_request takes the result
-        as it is. Reads nothing that steps change, so servers call it off the engine's thread."""
+        """Tokenize and check a prompt against this engine's fixed limits (never changed by steps:
+        servers call it off the engine's thread); add_request takes the result as it is."""
         params = SamplingParams() if params is None else params
         text, token_ids = tokenize_prompt(prompt, self.tokenizer)
         self.validate_request(token_ids, params)
         grammar = None
         if params.structured_outputs is not None:
             if self.grammars is None:
-                raise ValueError("structured_outputs needs a grammar backend (LLM gives the engine one)")
+                raise ValueError("structured_outputs needs a grammar backend (LLM gives one)")
             grammar = self.grammars.matcher(params.structured_outputs)
         return CheckedPrompt(text, token_ids, params, grammar)
 
@@ -91,10 +84,10 @@ class LLMEngine:
         if self.speculator is not None:
             self.speculator.validate(params)
 
-    # ---- the loop -----------------------------------------------------------------------------------
-    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
-                    arrival_time: float | None = None, metrics=None,
-                    generator_state: torch.Tensor | None = None) -> str:
+    # ---- the loop -------------------------------------------------------------------------------
+    def add_request(self, prompt, params: SamplingParams | None = None,
+                    request_id: str | None = None, arrival_time: float | None = None,
+                    metrics=None, generator_state: torch.Tensor | None = None) -> str:
         """prompt: a string, token ids, or a CheckedPrompt from check() (then `params` is the one it
         holds). metrics and generator_state: a request prefilled elsewhere (disagg/llm.py)."""
         req = prompt if isinstance(prompt, CheckedPrompt) else self.check(prompt, params)
@@ -112,7 +105,8 @@ class LLMEngine:
                        detokenizer=IncrementalDetokenizer(self.tokenizer, req.token_ids,
                                                           params.skip_special_tokens),
                        grammar=req.grammar.copy() if req.grammar is not None else None,
-                       generator=generator, min_tokens_ids=stops if params.min_tokens else frozenset())
+                       generator=generator,
+                       min_tokens_ids=stops if params.min_tokens else frozenset())
         self.seqs[request_id] = seq
         self.scheduler.add(seq)
         return request_id
@@ -126,15 +120,12 @@ class LLMEngine:
         return self.scheduler.has_unfinished()
 
     def step(self) -> list[RequestOutput]:
-        """Run one scheduled batch; return an output for every request that got a token or finished."""
+        """Run one batch; return an output for every request that got a token or finished."""
         drafts = None
-        if self.speculator is not None:          # drafts are data the scheduler may schedule
+        if self.speculator is not None:          # drafts: data the scheduler may schedule
             drafts = self.speculator.propose(list(self.scheduler.running))
         sched = self.scheduler.schedule(drafts)
-        new = sched.new_requests if self.config.enable_prefix_caching else []   # cache lookups
-        self.last_step = StepStats(sched.num_tokens, len(sched.preempted),
-                                   sum(s.num_prompt_tokens for s in new),
-                                   sum(s.num_cached_tokens for s in new))
+        self.last_step = sched.stats(self.config.enable_prefix_caching)
         if sched.is_empty:
             return []
         result = self.runner.run(sched)
@@ -143,8 +134,8 @@ class LLMEngine:
         return self._done(self.scheduler.update_from_output(sched, result, time.perf_counter()))
 
     def accept_prefilled(self, request_id: str, token: int) -> RequestOutput:
-        """Disaggregation (disagg/llm.py): the first token of a request admitted with its K/V
-        (Scheduler.admit_prefilled), sampled by the prefill engine, taken as if sampled here."""
+        """Disaggregation: the first token of a request admitted with its K/V (admit_prefilled),
+        sampled by the prefill engine, taken as if sampled here."""
         seq = self.seqs[request_id]
         sched = SchedulerOutput([ScheduledSeq(seq, seq.num_computed_tokens, 0)])
         result = ModelRunnerOutput(sampled={request_id: [token]})

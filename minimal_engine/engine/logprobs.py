@@ -31,6 +31,20 @@ def token_logprobs(logprobs: torch.Tensor, token: int, k: int) -> dict[int, Logp
     return out
 
 
+def score_prompt(logits: torch.Tensor, rows: list) -> dict[str, list]:
+    """prompt_logprobs: the logprobs of the prompt tokens that rows predict, by request id. rows:
+    (seq, first position, row offset, last position) as ModelRunner.prepare lays them out; logits:
+    those rows' logits, in that order."""
+    out, i = {}, 0
+    for seq, first, _, last in rows:
+        lps = logits[i:i + last - first].float().log_softmax(-1)
+        k = seq.params.prompt_logprobs
+        out[seq.request_id] = [token_logprobs(lps[j], seq.token_ids[pos + 1], k)
+                               for j, pos in enumerate(range(first, last))]
+        i += last - first
+    return out
+
+
 def with_text(entries: list, tokenizer) -> list:
     """The same entries with decoded_token filled in (the text of that one token); new objects, so an
     entry a request already holds never changes. The first prompt token has no entry (None)."""

@@ -1,12 +1,66 @@
 """Run summaries with vLLM's benchmark formulas and field names (InferenceX uses the same client).
 
-Per request (sequence.RequestMetrics): TTFT, TPOT = (E2EL - TTFT) / (output tokens - 1), ITL, E2EL.
+Per request (RequestMetrics, each Sequence's clock): TTFT, TPOT = (E2EL - TTFT) / (outputs - 1),
+ITL, E2EL.
 Per run: throughput = tokens / wall time of the run; percentiles over requests (ITL over all gaps);
 interactivity (tok/s/user) = 1000 / TPOT in ms, as InferenceX computes it.
 """
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestMetrics:
+    """Timestamps (time.perf_counter seconds) and the vLLM formulas built on them."""
+
+    arrival_time: float
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finished_time: float | None = None
+    token_times: list[float] = field(default_factory=list)   # one per generated token
+    num_prompt_tokens: int = 0
+    num_preemptions: int = 0
+    num_draft_tokens: int = 0       # speculative decoding (features/spec_decode/): drafts
+    num_accepted_tokens: int = 0    # proposed, those accepted, and verification steps
+    num_spec_steps: int = 0
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_times)
+
+    @property
+    def ttft(self) -> float | None:
+        """TTFT = first token time - arrival."""
+        t = self.first_token_time
+        return None if t is None else t - self.arrival_time
+
+    @property
+    def e2e_latency(self) -> float | None:
+        """E2EL = last token time - arrival."""
+        return None if not self.token_times else self.token_times[-1] - self.arrival_time
+
+    @property
+    def tpot(self) -> float | None:
+        """TPOT = (E2EL - TTFT) / (output tokens - 1); defined only with 2+ output tokens."""
+        n = self.num_output_tokens
+        return None if n < 2 else (self.e2e_latency - self.ttft) / (n - 1)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Tokens per verification step: 1 + accepted / steps (vLLM's mean acceptance length)."""
+        return 1 + self.num_accepted_tokens / self.num_spec_steps if self.num_spec_steps else None
+
+    @property
+    def itl(self) -> list[float]:
+        """Inter-token latencies: the gaps between consecutive tokens."""
+        t = self.token_times
+        return [b - a for a, b in zip(t, t[1:])]
 
 
 def percentile(values: list[float], q: float) -> float:

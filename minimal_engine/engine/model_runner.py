@@ -1,15 +1,11 @@
-"""ModelRunner: owns the model and the KV pool; turns a SchedulerOutput into tensors, runs one forward
-pass and samples the next tokens.
+"""ModelRunner: owns the model and the KV pool; turns a SchedulerOutput into tensors, runs one
+forward pass and samples the next tokens. It returns data (ModelRunnerOutput), changing no request.
 
-The KV pool is allocated once: for each layer a K and a V tensor of [kv_heads, (num_blocks + 1) * block_size,
-head_dim] (layout: attention.py). Each step only writes into it; nothing grows. The one block past num_blocks
-belongs to no request: padding rows of a CUDA-graph step write their K/V there (cuda_graphs.py).
-
-Decode attention is chosen once, when the runner is built (`attention_backend`): "paged" reads each request's
-blocks in place through block tables (attention_paged.py; the CUDA default, and decode-only steps replay CUDA
-graphs: `cuda_graphs` None = on for CUDA, off elsewhere, True on the CPU runs the same static-buffer path
-without capturing, for tests); "gathered" copies the contexts out of the pool in groups of similar length
-(attention.py; the CPU default, the faster option there).
+The KV pool is allocated once: per layer K and V of [kv_heads, (num_blocks + 1) * block_size,
+head_dim] (attention.py). The block past num_blocks takes CUDA-graph padding rows (cuda_graphs.py).
+Decode attention is chosen once (config.attention_backend): "paged" reads each request's blocks in
+place (attention_paged.py; CUDA, with CUDA graphs); "gathered" copies contexts out of the pool in
+groups of similar length (attention.py; the CPU's faster path).
 """
 from __future__ import annotations
 
@@ -17,35 +13,17 @@ from dataclasses import dataclass
 
 import torch
 
+from minimal_engine.config import EngineConfig
+from minimal_engine.engine.cuda_graphs import cuda_graphs_wanted, decode_graphs, decode_row
+from minimal_engine.engine.kv_cache import calibrate_kv_scales, make_kv_caches
+from minimal_engine.engine.logprobs import score_prompt, token_logprobs
+from minimal_engine.engine.outputs import ModelRunnerOutput
+from minimal_engine.engine.sampler import sample
+from minimal_engine.engine.scheduler import SchedulerOutput
 from minimal_engine.model.attention import (CustomDecode, ForwardBatch, PagedDecode, PrefillChunk,
                                             gathered_decode)
 from minimal_engine.model.attention_paged import use_paged_decode
-from minimal_engine.config import EngineConfig
-from minimal_engine.model.cpu_linears import use_cpu_linears
-from minimal_engine.engine.cuda_graphs import DecodeGraphs
-from minimal_engine.engine.kv_cache import calibrate_kv_scales, make_kv_caches
-from minimal_engine.engine.logprobs import token_logprobs
-from minimal_engine.engine.outputs import ModelRunnerOutput
-from minimal_engine.engine.sampler import sample
-from minimal_engine.engine.scheduler import ScheduledSeq, SchedulerOutput
-
-def cuda_graphs_wanted(requested: bool | None, device: torch.device, kv_quantized: bool) -> bool:
-    """Decode steps through DecodeGraphs' static buffers: as requested (None: on CUDA, off elsewhere), never with
-    a one-byte KV pool (its gather-and-dequantize decode path has shapes that change every step)."""
-    if kv_quantized:
-        return False
-    return torch.device(device).type == "cuda" if requested is None else bool(requested)
-
-
-def score_prompt(logits: torch.Tensor, rows: list) -> dict[str, list]:
-    """Logprobs of the prompt tokens that rows (after the samplers' rows) predict, by request id."""
-    out, i = {}, 0
-    for seq, first, _, last in rows:
-        lps = logits[i:i + last - first].float().log_softmax(-1)
-        out[seq.request_id] = [token_logprobs(lps[j], seq.token_ids[pos + 1], seq.params.prompt_logprobs)
-                               for j, pos in enumerate(range(first, last))]
-        i += last - first
-    return out
+from minimal_engine.model.cpu_linears import describe_linears, use_cpu_linears
 
 
 @dataclass
@@ -55,76 +33,55 @@ class PreparedStep:
     input_ids: torch.Tensor          # [T] decode tokens first, then prefill chunks
     batch: ForwardBatch
     order: list                      # the ScheduledSeqs in row order
-    prompt_rows: list                # (seq, first, row offset, last): prompt_logprobs rows, after the samplers'
+    prompt_rows: list                # (seq, first, row offset, last): prompt_logprobs rows
 
 
 class ModelRunner:
-    def __init__(self, model, config: EngineConfig, num_blocks: int, dtype: torch.dtype, device: torch.device,
-                 speculator=None, decode_attention=None):
-        """speculator: None, or speculative decoding's verify(logits, steps) -> {request id: tokens or
-        exception} (features/spec_decode/). It turns CUDA graphs off (its steps carry draft rows).
-        decode_attention: None, or fn(q [H, Dh], k [L, KVH, Dh], v [L, KVH, Dh]) -> [H, Dh] used for every decode
-        row (chapter 3's exercise: attention.py's CustomDecode; no paged kernel, no CUDA graphs).
-        config.attention_backend: "paged" or "gathered" for the decode rows; None: paged on CUDA (and under
-        Triton's interpreter), gathered elsewhere and for a one-byte KV pool (attention_paged.use_paged_decode)."""
+    def __init__(self, model, config: EngineConfig, num_blocks: int, dtype: torch.dtype,
+                 device: torch.device, speculator=None, decode_attention=None):
+        """speculator: None, or verify(logits, steps) -> {request id: tokens or exception}
+        (spec_decode/). decode_attention: None, or fn(q [H, Dh], k [L, KVH, Dh], v) -> [H, Dh] for
+        every decode row (chapter 3's exercise). Either turns CUDA graphs off."""
         cfg = model.config
         self.model, self.config, self.device, self.dtype = model, config, device, dtype
-        self.block_size = config.block_size
-        self.cpu_kernels = use_cpu_linears(model)       # CPU: kernels probed on this CPU (model/cpu_linears.py)
-        self.num_blocks = num_blocks
-        self.pool_blocks = num_blocks + 1              # + the scratch block (no request ever owns it)
-        slots = self.pool_blocks * config.block_size
-        self.kv_caches = [   # per layer (K, V), each [kv_heads, slots, head_dim]: see attention.py
-            (torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device),
-             torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype, device=device))
-            for _ in range(cfg.num_layers)] if config.kv_cache_dtype == "auto" else \
-            make_kv_caches(cfg, slots, config.kv_cache_dtype, dtype, device)   # one byte per value (kv_cache.py)
+        self.block_size, self.num_blocks = config.block_size, num_blocks
+        self.cpu_kernels = use_cpu_linears(model)     # CPU: kernels probed here (cpu_linears.py)
+        slots = (num_blocks + 1) * config.block_size   # + the scratch block
         self.kv_quantized = config.kv_cache_dtype != "auto"
-        if self.kv_quantized:
+        if self.kv_quantized:                         # one byte per value (kv_cache.py)
+            self.kv_caches = make_kv_caches(cfg, slots, config.kv_cache_dtype, dtype, device)
             calibrate_kv_scales(model, self.kv_caches, config.block_size)
+        else:                                 # per layer (K, V), each [kv_heads, slots, head_dim]
+            self.kv_caches = [tuple(torch.zeros(cfg.num_kv_heads, slots, cfg.head_dim, dtype=dtype,
+                                                device=device) for _ in "kv")
+                              for _ in range(cfg.num_layers)]
         self.decode_attention = decode_attention
-        attention_backend = config.attention_backend
-        if attention_backend is None:
-            attention_backend = "paged" if use_paged_decode(device, self.kv_quantized) else "gathered"
-        if attention_backend == "paged" and self.kv_quantized:
-            raise ValueError("attention_backend 'paged' needs a KV pool in the model dtype (kv_cache_dtype "
-                             "'auto'): a one-byte pool is dequantized while gathering")
-        self.attention_backend = attention_backend
+        backend = config.attention_backend          # None: paged on CUDA, else gathered
+        if backend is None:
+            backend = "paged" if use_paged_decode(device, self.kv_quantized) else "gathered"
+        if backend == "paged" and self.kv_quantized:
+            raise ValueError("attention_backend 'paged' needs a KV pool in the model dtype "
+                             "(kv_cache_dtype 'auto'): a one-byte pool is dequantized while "
+                             "gathering")
+        self.attention_backend = backend
         self.speculator = speculator
         self.set_cuda_graphs(False if speculator is not None or decode_attention is not None
                              else config.cuda_graphs)
 
     def set_cuda_graphs(self, enabled: bool | None) -> None:
-        """None: CUDA graphs on CUDA, off elsewhere. True on the CPU: the static-buffer path, not captured."""
-        enabled = cuda_graphs_wanted(enabled, self.device, self.kv_quantized)
+        """None: CUDA graphs on CUDA, off elsewhere. True on the CPU: static buffers, uncaptured."""
         self.graphs = None
-        if enabled:
-            bs = self.block_size
-            max_len = self.config.max_model_len or self.num_blocks * bs
-            self.graphs = DecodeGraphs(self.model, self.kv_caches, self.config.max_num_seqs,
-                                       min(-(-max_len // bs), self.num_blocks), bs,
-                                       scratch_slot=self.num_blocks * bs, device=self.device,
-                                       capture=self.device.type == "cuda")
+        if cuda_graphs_wanted(enabled, self.device, self.kv_quantized):
+            self.graphs = decode_graphs(self.model, self.kv_caches, self.config, self.num_blocks,
+                                        self.device)
 
     def describe_kernels(self) -> str:
-        """One line: the Linear kernels this model takes here (the bench and the labs print it next to figures)."""
-        if self.cpu_kernels is not None:
-            return self.cpu_kernels.describe()
-        int8 = next((m for m in self.model.modules() if hasattr(m, "use_int8pack")), None)   # quantization.py
-        if int8 is not None:
-            kernel = "_weight_int8pack_mm for short steps" if int8.use_int8pack else "dequantize+matmul"
-            where = f"CPU {torch.backends.cpu.get_cpu_capability()}" if self.device.type == "cpu" else str(self.device)
-            return f"int8 weights: {kernel} ({where})"
-        return f"{str(self.dtype).removeprefix('torch.')}: plain ({self.device})"
+        """One line: the Linear kernels this model takes here (model/cpu_linears.py)."""
+        return describe_linears(self.model, self.cpu_kernels, self.dtype, self.device)
 
     @property
     def kv_cache_bytes(self) -> int:
         return sum(k.numel() * k.element_size() * 2 for k, _ in self.kv_caches)
-
-    def decode_row(self, s) -> tuple:
-        """(token, position, slot, block table, context length) of a one-token step of a request."""
-        seq, pos, bs = s.seq, s.start, self.block_size
-        return seq.token_ids[pos], pos, seq.block_table[pos // bs] * bs + pos % bs, seq.block_table, pos + 1
 
     def prepare(self, out: SchedulerOutput) -> PreparedStep:
         """Lay out the step: decode tokens first, then prefill chunks; build positions and slots."""
@@ -132,7 +89,7 @@ class ModelRunner:
         decodes = [s for s in out.scheduled if s.num_tokens == 1]
         prefills = [s for s in out.scheduled if s.num_tokens > 1]
         input_ids, positions, slots, logits_rows = [], [], [], []
-        prompt_rows = []                        # (seq, first position, ...): prompt_logprobs rows, after the samplers'
+        prompt_rows = []                 # (seq, first, ...): prompt_logprobs rows, after samplers'
         for s in decodes + prefills:
             seq, row0 = s.seq, len(input_ids)
             input_ids.extend(s.token_ids)
@@ -142,7 +99,7 @@ class ModelRunner:
             if s.samples:   # the last row, and the rows before it that verify drafts (spec_decode/)
                 logits_rows.extend(range(row0 + s.num_tokens - 1 - len(s.spec_token_ids),
                                          row0 + s.num_tokens))
-            if seq.prompt_logprobs is not None:  # positions whose next token is a prompt token not yet scored
+            if seq.prompt_logprobs is not None:  # positions whose next token is an unscored one
                 first = max(s.start, len(seq.prompt_logprobs) - 1)
                 last = min(s.start + s.num_tokens, seq.num_prompt_tokens - 1)
                 prompt_rows += [(seq, first, row0 - s.start, last)] if first < last else []
@@ -156,23 +113,24 @@ class ModelRunner:
             tables = [s.seq.block_table for s in decodes]
             lens = [s.start + 1 for s in decodes]
             width = max(len(t) for t in tables)
-            padded = [t + [0] * (width - len(t)) for t in tables]          # block 0: never read past a context
-            if self.decode_attention is not None:                       # chapter 3's exercise
+            padded = [t + [0] * (width - len(t)) for t in tables]   # block 0: never read
+            if self.decode_attention is not None:                # chapter 3's exercise
                 decode = CustomDecode(self.decode_attention, tensor(padded), lens)
-            elif self.attention_backend == "paged":                     # in place (attention_paged.py)
+            elif self.attention_backend == "paged":              # in place (attention_paged.py)
                 decode = PagedDecode(torch.tensor(padded, dtype=torch.int32, device=dev),
                                      torch.tensor(lens, dtype=torch.int32, device=dev))
-            else:                                                       # groups of similar length
+            else:                                                # groups of similar length
                 cfg = self.model.config
                 decode = gathered_decode(tables, lens, bs, cfg.num_heads > cfg.num_kv_heads, dev)
         chunks, row = [], len(decodes)
         for s in prefills:
-            cached = tensor([s.seq.block_table]) if s.start > 0 else None   # the table covers this step
+            cached = tensor([s.seq.block_table]) if s.start > 0 else None   # covers this step
             chunks.append(PrefillChunk(row, row + s.num_tokens, s.start + s.num_tokens, cached))
             row += s.num_tokens
         logits_rows += [r + p for _, first, r, last in prompt_rows for p in range(first, last)]
-        batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots), num_decodes=len(decodes),
-                             decode=decode, prefills=chunks, logits_indices=tensor(logits_rows), block_size=bs)
+        batch = ForwardBatch(positions=tensor(positions), slot_mapping=tensor(slots),
+                             num_decodes=len(decodes), decode=decode, prefills=chunks,
+                             logits_indices=tensor(logits_rows), block_size=bs)
         return PreparedStep(tensor(input_ids), batch, decodes + prefills, prompt_rows)
 
     @torch.inference_mode()
@@ -184,7 +142,7 @@ class ModelRunner:
                       for s in steps)
         if (self.graphs is not None and all(s.num_tokens == 1 for s in steps)
                 and self.graphs.fits(len(steps)) and not scoring):
-            logits = self.graphs.run([self.decode_row(s) for s in steps])   # one row per request
+            logits = self.graphs.run([decode_row(s, self.block_size) for s in steps])
             logits = logits[[i for i, s in enumerate(steps) if s.samples]]
             order, prompt_rows = steps, []
         else:
@@ -199,8 +157,9 @@ class ModelRunner:
         else:
             seqs = [s.seq for s in sampling]
             sampled = sample(logits, [q.params for q in seqs], [q.generator for q in seqs], seqs)
-            tokens = {q.request_id: t if isinstance(t, Exception) else [t] for q, t in zip(seqs, sampled)}
-            for row, q, t in zip(logits, seqs, sampled):   # logprobs of the raw logits (logprobs.py)
+            tokens = {q.request_id: t if isinstance(t, Exception) else [t]
+                      for q, t in zip(seqs, sampled)}
+            for row, q, t in zip(logits, seqs, sampled):   # of the raw logits (logprobs.py)
                 if q.params.logprobs is not None and not isinstance(t, Exception):
                     lps = row.float().log_softmax(-1)
                     logprobs[q.request_id] = [token_logprobs(lps, t, q.params.logprobs)]

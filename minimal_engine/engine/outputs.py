@@ -1,6 +1,7 @@
-"""What a step hands on, as data: the runner's results (ModelRunnerOutput, which the scheduler
-applies to the requests), the per-step counters (StepStats) and what a request has produced
-(RequestOutput, as vLLM's). Nothing here changes a request.
+"""What a step hands on, as data: the scheduler's plan for the runner (SchedulerOutput), the
+runner's results (ModelRunnerOutput, which the scheduler applies to the requests), the per-step
+counters (StepStats) and what a request has produced (RequestOutput, as vLLM's). Nothing here
+changes a request.
 """
 from __future__ import annotations
 
@@ -8,6 +9,45 @@ from dataclasses import dataclass, field, replace
 
 from minimal_engine.engine.logprobs import with_text
 from minimal_engine.engine.sequence import RequestMetrics, Sequence
+
+
+@dataclass
+class ScheduledSeq:
+    seq: Sequence
+    start: int          # tokens of seq already in the KV cache before this step
+    num_tokens: int     # tokens computed in this step: seq's own, then its drafts
+    spec_token_ids: list[int] = field(default_factory=list)   # drafts after its last token
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The tokens this step computes."""
+        end = self.start + self.num_tokens - len(self.spec_token_ids)
+        return self.seq.token_ids[self.start:end] + self.spec_token_ids
+
+    @property
+    def samples(self) -> bool:
+        """Does this step reach the end of seq's tokens, so that a next token is sampled?"""
+        return self.start + self.num_tokens - len(self.spec_token_ids) == len(self.seq)
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    new_requests: list[Sequence] = field(default_factory=list)   # scheduled for the first time
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.scheduled)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+    def stats(self, prefix_caching: bool) -> StepStats:
+        new = self.new_requests if prefix_caching else []    # prefix-cache lookups
+        return StepStats(self.num_tokens, len(self.preempted),
+                         sum(s.num_prompt_tokens for s in new), sum(s.num_cached_tokens for s in new))
 
 
 @dataclass

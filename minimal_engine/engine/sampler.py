@@ -1,15 +1,10 @@
-"""Sampler: turn next-token logits into tokens (greedy, temperature, min-p, top-k, top-p, per-request seeds).
+"""Sampler: next-token logits -> tokens (greedy, temperature, min-p, top-k, top-p, seeds).
 
-Greedy rows take the argmax. Other rows are divided by their temperature, masked by top-k and top-p
-(masked logits become -inf) and drawn from the softmax, each with its own torch.Generator when the
-request has a seed, so the same seed gives the same tokens whatever else is in the batch. Each row is
-sampled on its own: when one row fails (e.g. its logits are not finite), its entry is the exception
-instead of a token and that request alone fails.
-
-With the sequences (`seqs`), in vLLM's order: a structured-output grammar masks the tokens it forbids;
-logit_bias is added; min_tokens masks EOS and stop tokens; repetition, frequency and presence penalties
-change the logits (greedy rows too); then temperature, min-p, top-k, top-p and the draw. The sampler
-only reads the sequences; it returns tokens (their logprobs: model_runner.py, logprobs.py).
+Greedy rows take the argmax; others are divided by their temperature, masked (-inf) by min-p,
+top-k and top-p and drawn from the softmax, with the request's own torch.Generator when it has a
+seed (the same tokens whatever else is in the batch). First, in vLLM's order: the grammar's mask,
+logit_bias, min_tokens (masks EOS and stop tokens) and the penalties (greedy rows too). A row that
+fails gives its exception instead of a token: that request alone fails.
 """
 from __future__ import annotations
 
@@ -19,14 +14,14 @@ from minimal_engine.sampling_params import SamplingParams
 
 
 def apply_penalties(row: torch.Tensor, seq, p: SamplingParams) -> torch.Tensor:
-    """row: [vocab] float32. vLLM's formulas: repetition (prompt and output tokens: positive logits divided,
-    negative multiplied), then frequency (times the count in the output) and presence (once per token seen)."""
+    """row: [vocab] float32. vLLM's formulas: repetition (prompt and output tokens: positive logits
+    divided, negative multiplied), then frequency (times the count in the output) and presence."""
     vocab = row.shape[-1]
     out_ids = torch.tensor(seq.output_token_ids, dtype=torch.long, device=row.device)
     counts = torch.bincount(out_ids[out_ids < vocab], minlength=vocab).to(row.dtype)
     if p.repetition_penalty != 1:
         seen = counts > 0
-        prompt = torch.tensor(seq.token_ids[:seq.num_prompt_tokens], dtype=torch.long, device=row.device)
+        prompt = torch.tensor(seq.token_ids[:seq.num_prompt_tokens], device=row.device)
         seen[prompt[prompt < vocab]] = True
         r = p.repetition_penalty
         row = torch.where(seen, torch.where(row > 0, row / r, row * r), row)
@@ -61,7 +56,7 @@ def apply_top_k(logits: torch.Tensor, top_k: int) -> torch.Tensor:
 
 
 def apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
-    """Drop the tokens whose probability is below min_p times the most likely token's (vLLM's min-p)."""
+    """Drop the tokens less likely than min_p times the most likely one (vLLM's min-p)."""
     if min_p <= 0:
         return logits
     probs = logits.softmax(dim=-1)
@@ -92,8 +87,8 @@ def sample_row(row: torch.Tensor, p: SamplingParams, gen: torch.Generator | None
 def sample(logits: torch.Tensor, params: list[SamplingParams],
            generators: list[torch.Generator | None], seqs: list | None = None) -> list:
     """logits: [S, vocab] float32, one row per request that samples this step; seqs: their Sequences
-    (the grammar, penalties and min_tokens need them). Returns one token id per row, or the exception
-    that row raised (that request fails)."""
+    (the grammar, penalties and min_tokens need them). Returns one token id per row, or the
+    exception that row raised (that request fails)."""
     tokens: list = logits.argmax(dim=-1).tolist()
     for i, p in enumerate(params):
         seq = seqs[i] if seqs is not None else None

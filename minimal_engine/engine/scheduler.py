@@ -1,74 +1,37 @@
-"""Scheduler: decides before every step which requests run and how many of their tokens, and after
-it applies the results: the one owner of request state (vLLM's Scheduler and update_from_output).
+"""Scheduler: decides before every step which requests run and how many of their tokens, and
+applies the step's results after it: the one owner of request state (vLLM's Scheduler).
 
-Continuous batching: requests join and leave between steps, and one step can mix decode tokens of
-running requests (1 token each) and prefill chunks of new or partly prefilled requests (chunked
-prefill), under `max_num_batched_tokens` tokens and `max_num_seqs` requests per step. Running
-requests go first (decoding never stalls behind a long prompt), then waiting ones while the budget
-and KV blocks last. When blocks run out, the newest running request is preempted: its blocks are
-freed and it goes back to the front of the queue, to be recomputed later.
-
-Prefix caching (block_manager.py): a waiting request takes the cached blocks of its prefix and is
-scheduled as if they were an already computed chunk. Speculative decoding (features/spec_decode/):
-schedule() gets proposed drafts as data and schedules those a decoding request can afford
-(`ScheduledSeq.spec_token_ids`); after the step the rejected ones leave no trace but free slots.
-Static batching and scheduling policies (chapter 5): static_batching.py, scheduling_policy.py.
+Continuous batching: requests join and leave between steps, and one step mixes decode tokens (one
+per running request) with prefill chunks (chunked prefill), within max_num_batched_tokens tokens and
+max_num_seqs requests. Running requests go first, so decoding never stalls behind a long prompt;
+then waiting ones, while budget and KV blocks last. When blocks run out the newest running request
+is preempted: its blocks are freed and it waits again at the front, to be recomputed.
+Prefix caching: a waiting request takes the cached blocks of its prefix as a computed chunk.
+Speculative decoding: schedule() gets drafts as data and schedules those a request can afford.
+Chapter 5's static batching and policies: static_batching.py, scheduling_policy.py. What it
+hands on (SchedulerOutput) and gets back (ModelRunnerOutput) is data (outputs.py).
 """
 from __future__ import annotations
 
 import time
 from collections import deque
-from math import inf
-from dataclasses import dataclass, field
 
 from minimal_engine.config import EngineConfig
 from minimal_engine.engine.block_manager import BlockManager
-from minimal_engine.engine.outputs import ModelRunnerOutput, RequestOutput, request_output
+from minimal_engine.engine.outputs import (ModelRunnerOutput, RequestOutput, ScheduledSeq,
+                                           SchedulerOutput, request_output)
 from minimal_engine.engine.scheduling_policy import PolicyPlanner
 from minimal_engine.engine.sequence import Sequence, SequenceStatus
 from minimal_engine.engine.static_batching import StaticGroups
-from minimal_engine.engine.stop_strings import check_stop, sendable_end
+from minimal_engine.engine.stop_strings import check_stop, sendable_end, stop_token
 
-
-@dataclass
-class ScheduledSeq:
-    seq: Sequence
-    start: int          # tokens of seq already in the KV cache before this step
-    num_tokens: int     # tokens computed in this step: seq's own, then its drafts
-    spec_token_ids: list[int] = field(default_factory=list)   # drafts after seq's last token
-
-    @property
-    def token_ids(self) -> list[int]:
-        """The tokens this step computes."""
-        end = self.start + self.num_tokens - len(self.spec_token_ids)
-        return self.seq.token_ids[self.start:end] + self.spec_token_ids
-
-    @property
-    def samples(self) -> bool:
-        """Does this step reach the end of seq's tokens, so that a next token is sampled?"""
-        return self.start + self.num_tokens - len(self.spec_token_ids) == len(self.seq)
-
-
-@dataclass
-class SchedulerOutput:
-    scheduled: list[ScheduledSeq] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
-    new_requests: list[Sequence] = field(default_factory=list)   # scheduled for the first time
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.scheduled)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled
+__all__ = ["ScheduledSeq", "Scheduler", "SchedulerOutput"]
 
 
 class Scheduler:
     def __init__(self, config: EngineConfig, block_manager: BlockManager, policy=None,
                  eos_ids=frozenset()):
-        """policy: None (the rule below) or schedule_step (scheduling_policy.py); eos_ids: tokens
-        that end a request (unless SamplingParams.ignore_eos)."""
+        """policy: None or schedule_step (scheduling_policy.py); eos_ids: end-of-text tokens."""
         self.config, self.block_manager, self.eos_ids = config, block_manager, frozenset(eos_ids)
         if policy is not None and config.batching == "static":
             raise ValueError("a scheduling policy replaces continuous batching; it does not take "
@@ -83,8 +46,7 @@ class Scheduler:
         self.waiting.append(seq)
 
     def add_finish_listener(self, listener) -> None:
-        """listener(seq) is called when a request finishes normally, while it still holds its KV
-        blocks (disaggregation: the prefill engine copies them out, disagg/prefill_worker.py)."""
+        """listener(seq): see LLMEngine.add_finish_listener."""
         self.finish_listeners.append(listener)
 
     def has_unfinished(self) -> bool:
@@ -92,28 +54,29 @@ class Scheduler:
 
     def schedule(self, drafts: dict[str, list[int]] | None = None) -> SchedulerOutput:
         """drafts: request id -> proposed draft tokens (speculative decoding), or None."""
-        out, budget, bm, drafts = SchedulerOutput(), self.config.max_num_batched_tokens, \
-            self.block_manager, drafts or {}
-        plan = None if self.planner is None else self.planner.plan(self.running, self.waiting,
-                                                                   budget, bm)
+        out, budget, bm = SchedulerOutput(), self.config.max_num_batched_tokens, self.block_manager
+        drafts, plan = drafts or {}, None
+        if self.planner is not None:
+            plan = self.planner.plan(self.running, self.waiting, budget, bm)
         # 1) running requests: one decode token each, or the next chunk of an unfinished prefill
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            n = min(seq.num_uncomputed_tokens, budget) if plan is None else plan.get(seq.request_id, 0)
-            if n == 0:                                  # the policy leaves it out of this step
+            left, done = seq.num_uncomputed_tokens, seq.num_computed_tokens
+            n = min(left, budget) if plan is None else plan.get(seq.request_id, 0)
+            if n == 0:                                  # the policy leaves it out
                 i += 1
                 continue
-            while not bm.can_allocate(seq, seq.num_computed_tokens + n) and self.running[-1] is not seq:
+            while not bm.can_allocate(seq, done + n) and self.running[-1] is not seq:
                 self._preempt(self.running.pop(), out)
-            if not bm.can_allocate(seq, seq.num_computed_tokens + n):
+            if not bm.can_allocate(seq, done + n):
                 self._preempt(self.running.pop(), out)  # seq is the newest: it yields itself
                 break
-            spec = drafts.get(seq.request_id, [])[:budget - n] if n == seq.num_uncomputed_tokens else []
-            while spec and not bm.can_allocate(seq, seq.num_computed_tokens + n + len(spec)):
+            spec = drafts.get(seq.request_id, [])[:budget - n] if n == left else []
+            while spec and not bm.can_allocate(seq, done + n + len(spec)):
                 spec = spec[:-1]                        # drafts only where blocks are free
-            bm.allocate(seq, seq.num_computed_tokens + n + len(spec))
-            out.scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n + len(spec), spec))
+            bm.allocate(seq, done + n + len(spec))
+            out.scheduled.append(ScheduledSeq(seq, done, n + len(spec), spec))
             budget -= n + len(spec)
             i += 1
 
@@ -122,9 +85,10 @@ class Scheduler:
         if groups is not None:
             groups.open_if_idle(self.running, self.waiting)
         while (self.waiting and budget > 0 and not out.preempted
-               and len(self.running) < self.config.max_num_seqs and (groups is None or groups.may_admit())):
+               and len(self.running) < self.config.max_num_seqs
+               and (groups is None or groups.may_admit())):
             seq = self.waiting[0]
-            cached = bm.num_cached_tokens(seq)           # prefix caching: a chunk that is already computed
+            cached = bm.num_cached_tokens(seq)           # prefix caching: an already computed chunk
             n = min(len(seq) - cached, budget) if plan is None else plan.get(seq.request_id, 0)
             if n == 0 or not bm.can_allocate(seq, cached + n):
                 break
@@ -141,7 +105,7 @@ class Scheduler:
         return out
 
     def _admit(self, seq: Sequence, num_computed: int, out: SchedulerOutput | None) -> None:
-        """seq starts running with the K/V of its first num_computed tokens already in its blocks."""
+        """seq starts running with the K/V of its first num_computed tokens in its blocks."""
         seq.num_computed_tokens = num_computed
         if seq.num_cached_tokens is None:           # as vLLM: counted when first scheduled
             seq.num_cached_tokens = num_computed if out is not None else 0
@@ -152,9 +116,8 @@ class Scheduler:
         self.running.append(seq)
 
     def admit_prefilled(self, seq: Sequence, num_computed: int) -> bool:
-        """Disaggregation (disagg/llm.py): seq (just added, waiting) arrives with the K/V of its first
-        `num_computed` tokens from a prefill engine: give it blocks and run it as a decode.
-        False (seq stays waiting) if there is no room."""
+        """Disaggregation: seq (waiting) comes with the K/V of its first num_computed tokens from
+        a prefill engine: give it blocks, run it as a decode. False (it waits) if no room."""
         if (len(self.running) >= self.config.max_num_seqs
                 or not self.block_manager.can_allocate(seq, num_computed)):
             return False
@@ -164,7 +127,7 @@ class Scheduler:
         return True
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
-        """Free seq's blocks and send it back to wait; its tokens (prompt and output) are recomputed."""
+        """Free seq's blocks and send it back to wait; all its tokens are recomputed later."""
         self.block_manager.free(seq)
         seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING
@@ -174,25 +137,25 @@ class Scheduler:
         self.waiting.appendleft(seq)
         out.preempted.append(seq)
 
-    # ---- after the forward pass: the one place where a step changes its requests ------------------
+    # ---- after the forward pass: the one place where a step changes its requests --------------
     def update_from_output(self, out: SchedulerOutput, result: ModelRunnerOutput,
                            now: float) -> list[RequestOutput]:
-        """Computed tokens advance; each request that sampled gets its tokens (with speculative
-        decoding the accepted drafts and one more) and finishes on EOS, a stop token or string, or
-        length; one whose sampling failed finishes alone with its error. Returns an output for every
-        request that got tokens or finished."""
+        """Computed tokens advance; a request that sampled gets its tokens (or accepted drafts and
+        one more) and may finish (stop_strings.py); one whose sampling failed finishes alone.
+        Returns an output for every request that got tokens or finished."""
         outputs = []
         for s in out.scheduled:
             seq, rid = s.seq, s.seq.request_id
             tokens, drafts = result.sampled.get(rid, []), len(s.spec_token_ids)
             accepted = len(tokens) - 1 if drafts and tokens else 0
-            seq.num_computed_tokens += s.num_tokens - drafts + accepted   # accepted drafts keep K/V
+            seq.num_computed_tokens += s.num_tokens - drafts + accepted   # kept drafts keep K/V
             if drafts:                               # the rejected drafts' slots go back
                 self.block_manager.trim(seq, seq.num_computed_tokens)
             if drafts and tokens:
                 m = seq.metrics
-                m.num_draft_tokens, m.num_accepted_tokens, m.num_spec_steps = (
-                    m.num_draft_tokens + drafts, m.num_accepted_tokens + accepted, m.num_spec_steps + 1)
+                m.num_draft_tokens += drafts
+                m.num_accepted_tokens += accepted
+                m.num_spec_steps += 1
             if rid in result.prompt_logprobs:
                 seq.prompt_logprobs += result.prompt_logprobs[rid]
             if rid in result.errors:
@@ -228,12 +191,8 @@ class Scheduler:
     def _check_stop(self, seq: Sequence, token: int) -> tuple[str | None, int | None]:
         """(finish reason or None, where a stop string cuts the text or None) after seq got token.
         As vLLM, a stop token's (or EOS's) text stays out unless include_stop_str_in_output."""
-        p, reason = seq.params, None
-        if (token in self.eos_ids and not p.ignore_eos) or token in p.stop_set:
-            reason, seq.stop_reason = "stop", (token if token in p.stop_set else None)
-        elif seq.num_output_tokens >= p.max_tokens or len(seq) >= (self.config.max_model_len or inf):
-            reason = "length"
-        if reason != "stop" or p.include_stop_str_in_output:
+        reason, seq.stop_reason = stop_token(seq, token, self.eos_ids, self.config.max_model_len)
+        if reason != "stop" or seq.params.include_stop_str_in_output:
             delta = seq.detokenizer.add(token)
             hit = check_stop(seq, len(delta)) if reason != "stop" else None   # stop_strings.py
             if hit is not None:

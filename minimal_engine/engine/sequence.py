@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import dataclass, field
 
+from minimal_engine.engine.metrics import RequestMetrics
 from minimal_engine.sampling_params import SamplingParams
+
+__all__ = ["RequestMetrics", "Sequence", "SequenceStatus"]   # RequestMetrics: metrics.py
 
 
 class SequenceStatus(enum.Enum):
@@ -21,65 +23,12 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass
-class RequestMetrics:
-    """Timestamps (time.perf_counter seconds) and the vLLM formulas built on them."""
-
-    arrival_time: float
-    first_scheduled_time: float | None = None
-    first_token_time: float | None = None
-    finished_time: float | None = None
-    token_times: list[float] = field(default_factory=list)   # one per generated token
-    num_prompt_tokens: int = 0
-    num_preemptions: int = 0
-    num_draft_tokens: int = 0       # speculative decoding (features/spec_decode/): drafts
-    num_accepted_tokens: int = 0    # proposed, those accepted, and verification steps
-    num_spec_steps: int = 0
-
-    @property
-    def num_output_tokens(self) -> int:
-        return len(self.token_times)
-
-    @property
-    def ttft(self) -> float | None:
-        """TTFT = first token time - arrival."""
-        t = self.first_token_time
-        return None if t is None else t - self.arrival_time
-
-    @property
-    def e2e_latency(self) -> float | None:
-        """E2EL = last token time - arrival."""
-        return None if not self.token_times else self.token_times[-1] - self.arrival_time
-
-    @property
-    def tpot(self) -> float | None:
-        """TPOT = (E2EL - TTFT) / (output tokens - 1); defined only with 2+ output tokens."""
-        n = self.num_output_tokens
-        return None if n < 2 else (self.e2e_latency - self.ttft) / (n - 1)
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
-
-    @property
-    def mean_accepted_length(self) -> float | None:
-        """Tokens per verification step: 1 + accepted / steps (vLLM's mean acceptance length)."""
-        return 1 + self.num_accepted_tokens / self.num_spec_steps if self.num_spec_steps else None
-
-    @property
-    def itl(self) -> list[float]:
-        """Inter-token latencies: the gaps between consecutive tokens."""
-        t = self.token_times
-        return [b - a for a, b in zip(t, t[1:])]
-
-
 class Sequence:
     def __init__(self, request_id: str, prompt: str | None, prompt_token_ids: list[int],
                  params: SamplingParams, arrival_time: float | None = None, *, detokenizer=None,
                  generator=None, grammar=None, min_tokens_ids=frozenset(), metrics=None):
-        """detokenizer: model/tokenizer.py's IncrementalDetokenizer; generator: torch.Generator for
-        sampled rows; grammar: structured outputs' matcher; min_tokens_ids: EOS and stop tokens, masked
-        before min_tokens; metrics: None, or a RequestMetrics to start from (disaggregation)."""
+        """min_tokens_ids: EOS and stop tokens, masked before min_tokens; metrics: None, or
+        RequestMetrics to start from (disaggregation)."""
         self.request_id = request_id
         self.prompt = prompt
         self.token_ids: list[int] = list(prompt_token_ids)
@@ -94,9 +43,9 @@ class Sequence:
         self.metrics = metrics or RequestMetrics(
             time.perf_counter() if arrival_time is None else arrival_time,
             num_prompt_tokens=len(prompt_token_ids))
-        self.detokenizer = detokenizer
-        self.generator = generator
-        self.grammar = grammar
+        self.detokenizer = detokenizer         # model/tokenizer.py's IncrementalDetokenizer
+        self.generator = generator             # torch.Generator of sampled rows
+        self.grammar = grammar                 # structured outputs' matcher
         self.min_tokens_ids = min_tokens_ids
         self.logprobs = [] if params.logprobs is not None else None   # one dict per output token
         self.prompt_logprobs = [None] if params.prompt_logprobs is not None else None   # 1st: None

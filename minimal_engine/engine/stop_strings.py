@@ -1,4 +1,5 @@
-"""Stop strings on the incremental detokenizer's text, as vLLM does.
+"""When a request stops: EOS, stop tokens and length (stop_token), and stop strings on the
+incremental detokenizer's text, as vLLM does.
 
 A stop string may span several tokens, so after each token the end of the text is searched (the new
 characters plus the len(stop) - 1 before them). When one is found the text ends before it (or after it,
@@ -20,6 +21,17 @@ def find_stop(text: str, new_chars: int, stops: list[str], include: bool) -> tup
     if best is None:
         return None
     return (best[0] + len(best[1]) if include else best[0]), best[1]
+
+
+def stop_token(seq, token: int, eos_ids, max_model_len: int | None) -> tuple:
+    """(finish reason, stop_reason) after seq got token: "stop" on EOS (unless ignore_eos; stop
+    reason None) or a stop token (stop_reason: that token), "length" at max_tokens/max_model_len."""
+    p = seq.params
+    if (token in eos_ids and not p.ignore_eos) or token in p.stop_set:
+        return "stop", (token if token in p.stop_set else None)
+    if seq.num_output_tokens >= p.max_tokens or (max_model_len and len(seq) >= max_model_len):
+        return "length", None
+    return None, None
 
 
 def check_stop(seq, new_chars: int) -> tuple[int, str] | None:

@@ -212,3 +212,18 @@ def use_cpu_linears(model: nn.Module, kernels: CpuKernels | None = None) -> CpuK
     for parent, name, child in linears:
         setattr(parent, name, CpuLinear(child, kernels))
     return kernels
+
+
+def describe_linears(model: nn.Module, kernels: CpuKernels | None, dtype: torch.dtype,
+                     device: torch.device) -> str:
+    """One line: the Linear kernels this model takes here (ModelRunner.describe_kernels; the bench
+    and the labs print it next to their figures)."""
+    if kernels is not None:
+        return kernels.describe()
+    int8 = next((m for m in model.modules() if hasattr(m, "use_int8pack")), None)   # quantization
+    if int8 is not None:
+        kernel = "_weight_int8pack_mm for short steps" if int8.use_int8pack else "dequantize+matmul"
+        cpu = torch.device(device).type == "cpu"
+        where = f"CPU {torch.backends.cpu.get_cpu_capability()}" if cpu else str(device)
+        return f"int8 weights: {kernel} ({where})"
+    return f"{str(dtype).removeprefix('torch.')}: plain ({device})"

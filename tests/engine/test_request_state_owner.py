@@ -42,6 +42,7 @@ ALLOWED = {
     ("model/llama.py", "self.lm_head"): "ties lm_head's weight to the embedding, in __init__",
     ("model/loader.py", "model"): "known: the loader finishing the model it builds",
     ("model/synthetic.py", "tokenizer"): "known: id_modulo on the tokenizer it just built",
+    ("hooks.py", "sampler"): "names a wrapper function after the learner's (as functools.wraps)",
     ("tools/gguf_vocab.py", "tok"): "a tool off the request path: its own GGUF vocabulary record",
     ("tools/train_data.py", "tok"): "a tool off the request path: the tokenizer it trains",
     ("tools/train.py", "rng"): "a tool off the request path: restores numpy's generator state",
@@ -53,10 +54,12 @@ def _allowed(rel: str, holder: str) -> bool:
 
 
 def sequence_fields() -> set[str]:
-    """The attribute names Sequence.__init__ assigns and RequestMetrics declares."""
-    tree = ast.parse((ENGINE / "engine" / "sequence.py").read_text())
-    names = set()
-    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+    """The attribute names Sequence.__init__ assigns and RequestMetrics (metrics.py) declares."""
+    names, classes = set(), []
+    for name in ("sequence.py", "metrics.py"):
+        tree = ast.parse((ENGINE / "engine" / name).read_text())
+        classes += [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    for cls in classes:
         if cls.name == "Sequence":
             init = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
             names |= {t.attr for n in ast.walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
