@@ -82,8 +82,9 @@ def test_a_heavy_grammar_leaves_a_plain_streams_tpot_within_1_5x(engines):
     noise = [g for _ in range(3) for g in gaps(overlapped, False)]
     spread = statistics.quantiles(noise, n=4)
     if spread[2] > 1.5 * spread[0]:
-        pytest.skip(f"this machine is too busy to measure a TPOT within 1.5x: a plain stream's gaps "
-                    f"alone range over {spread[0] * 1e3:.0f}-{spread[2] * 1e3:.0f} ms (quartiles)")
+        pytest.skip(f"this machine is too busy to measure a TPOT within 1.5x: a plain stream's "
+                    f"gaps alone range over {spread[0] * 1e3:.0f}-{spread[2] * 1e3:.0f} ms "
+                    "(quartiles)")
     ratios = {"overlapped": [], "serial": []}
     for _ in range(5):          # each round measured anew: the machine's speed drifts between them
         alone = {name: lower_quartile(gaps(llm, False))

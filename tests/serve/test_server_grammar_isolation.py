@@ -4,7 +4,8 @@ thread of their own, so a slow compile delays neither a plain completion nor /to
 that leaves while its constraint compiles has the compile stopped.
 
 The compiler's child is tests/features/grammar_worker_faults.py: it aborts, exits or sleeps on
-marked grammars (llguidance's own crashes are refused by the size limits before they are reached)."""
+marked grammars (llguidance's own crashes are refused by the size limits before they are
+reached)."""
 from __future__ import annotations
 
 import sys
