@@ -29,10 +29,6 @@ CORE_HEADING = "## 午後ひとつで読む部分"
 CORE_MAX_LINES = 1800
 CORE_MAX_BYTES = 80_000           # 80 KB (KB = 1,000 bytes); nano-vllm's whole engine is 51 KB
 MAX_COLUMNS = 100
-# Files of the order being cut by the request-state refactor (issue 40, item 1): until it lands,
-# their lines over 100 columns and the order's totals are measured and reported, not enforced.
-# Empty this set when they fit: then the tests below enforce the whole order.
-PENDING: set[str] = set()
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -130,16 +126,12 @@ def test_the_readme_lists_the_core_reading_order():
 
 
 def test_the_core_reading_order_has_no_line_over_100_columns():
-    size = measure(ROOT / "minimal_engine", [f for f in the_order() if f not in PENDING])
+    size = measure(ROOT / "minimal_engine", the_order())
     assert not size.long_lines, f"lines over {MAX_COLUMNS} columns: {size.long_lines}"
 
 
 def test_the_core_path_reads_in_an_afternoon():
     size = measure(ROOT / "minimal_engine", the_order())
-    if PENDING:
-        pytest.skip(f"measured {size.lines} lines, {size.bytes:,} bytes, "
-                    f"{len(size.long_lines)} lines over {MAX_COLUMNS} columns; enforced once "
-                    f"{sorted(PENDING)} are cut (issue 40, item 1)")
     assert not over_budget(size), over_budget(size)
 
 
