@@ -207,7 +207,9 @@ MENUS = {"edit": "Edit|編集", "run": "Run|実行"}
 
 
 def click_menu(page, menu: str, command: str):
-    """Open the menu bar's `menu` ("edit", "run") and click the item that runs JupyterLab's `command`."""
+    """Open the menu bar's `menu` ("edit", "run") and click the item that runs JupyterLab's `command`
+    (after answering a dialog that would block the click)."""
+    answer_dialog(page)
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^({MENUS[menu]})$")).click()
     page.locator(f".lm-Menu-item[data-command='{command}']").click()
 
@@ -229,6 +231,17 @@ def wait_kernel_idle(page) -> None:
     that: with no kernel connected yet it clears each cell's execution and runs nothing, leaving every
     prompt `[ ]:` (seen on a busy machine with the shortest notebook, which renders before its kernel)."""
     page.wait_for_function(KERNEL_IDLE_JS, timeout=RUN_TIMEOUT_MS, polling=200)
+
+
+def answer_dialog(page) -> None:
+    """A dialog JupyterLab put up (on a busy machine: the kernel chooser, or a kernel that did not start in
+    time) blocks every click. Print its text and take its default answer, as a learner would (for the
+    kernel chooser: the notebook's own kernel)."""
+    dialog = page.locator(".jp-Dialog")
+    if dialog.count():
+        print("JupyterLab showed a dialog:", " ".join(dialog.first.inner_text().split()))
+        dialog.first.locator(".jp-Dialog-button.jp-mod-accept").first.click()
+        dialog.first.wait_for(state="detached")
 
 
 RUN_ALL_TRIES = 6              # a dropped Run All is clicked again, at most this many times in all
@@ -255,6 +268,7 @@ def run_all(page, panel) -> None:
             break
         except PlaywrightTimeout:
             print(f"Run All ran no cell (try {attempt}): {page.evaluate(PROMPTS_JS)}; clicking again")
+            answer_dialog(page)
             wait_kernel_idle(page)
     else:
         raise AssertionError(f"Run All ran no cell in {RUN_ALL_TRIES} tries, each given "
