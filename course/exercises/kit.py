@@ -184,10 +184,14 @@ class Report:
 
     def _repr_html_(self) -> str:
         e = html.escape
+        # long inputs wrap inside their cell, so the message column keeps its width (a long list
+        # of tuples once squeezed it to one character per line)
+        code = "<td><code style='white-space:pre-wrap;word-break:break-all'>{}</code></td>".format
         rows = "".join(
-            f"<tr><td>{'✓' if c.passed else '✗'}</td><td>{e(c.name)}</td><td><code>{e(c.input)}</code></td>"
-            f"<td><code>{e(c.expected)}</code></td><td><code>{e(c.got)}</code></td>"
-            f"<td>{e(c.message)}{'<br><b>ヒント:</b> ' + e(c.hint) if c.hint else ''}</td></tr>"
+            f"<tr><td>{'✓' if c.passed else '✗'}</td><td>{e(c.name)}</td>{code(e(c.input))}"
+            f"{code(e(c.expected))}{code(e(c.got))}"
+            f"<td style='min-width:16em'>{e(c.message)}"
+            f"{'<br><b>ヒント:</b> ' + e(c.hint) if c.hint else ''}</td></tr>"
             for c in self.cases)
         return (f"<div class='exercise-report' data-passed='{str(self.passed).lower()}'><p><b>{e(self.summary)}</b></p>"
                 "<table><tr><th>結果</th><th>ケース</th><th>入力</th><th>期待</th><th>あなたの関数</th>"

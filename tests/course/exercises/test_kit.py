@@ -49,3 +49,15 @@ def test_hint_escalates_with_attempts():
     assert first.attempt == 1 and second.attempt == 2
     assert any(c.hint == hints[0] for c in first.cases)
     assert any(c.hint == hints[1] for c in second.cases)
+
+
+def test_report_table_wraps_long_inputs_and_keeps_the_message_column_wide():
+    """A long input (exercise 5's queue of tuples) wraps inside its cell; the message column keeps a
+    minimum width instead of one character per line (issue 41, layout)."""
+    from course.exercises.kit import Case, Report
+    queue = repr([("c", i, 16) for i in range(40)])
+    case = Case("長いキュー", queue, "[0, 1]", "[1, 0]", False, "規則 3 に反しています", "ヒント")
+    html = Report("05", False, [case], "0/1")._repr_html_()
+    assert html.count("white-space:pre-wrap;word-break:break-all") == 3     # input, expected, got
+    assert "<td style='min-width:16em'>規則 3 に反しています" in html
+    assert "(&#x27;c&#x27;, 39, 16)" in html                                # escaped, all of it
