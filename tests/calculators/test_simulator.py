@@ -225,3 +225,14 @@ def test_batch1_ttft_on_held_out_low_load_points_is_within_the_stated_error():
         assert abs(r["error"]) <= stated[r["group"]][1] + 0.005, r     # every point within the stated worst
     ind = [abs(r["error"]) for r in rows if r["group"] == "held-out independent"]
     assert len(ind) >= 4 and stated["held-out independent"][1] < 1.0    # no order-of-magnitude miss at idle
+
+
+def test_cannot_predict_quotes_the_fp4_range_of_the_table():
+    """docs/simulator.md's FP4 1k/1k range is computed from the error table, not typed in."""
+    from minimal_engine.tools import sim_calibration as cal
+    rows = cal.error_table()
+    lo, hi = cal.fp4_1k_errors(rows)
+    fp4 = [r["error"] for r in rows if " fp4 1000/1000 " in r["setup"]
+           and r["metric"] == "output_tok_s_per_gpu"]
+    assert lo <= min(fp4) and max(fp4) <= hi
+    assert f"{lo:+.0%} to {hi:+.0%}" in cal.markdown()
