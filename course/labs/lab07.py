@@ -31,6 +31,7 @@ from course.runtime import apply_thread_policy, cached_llm, check_device, check_
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench.offline import decode_step_time
 from minimal_engine.bench.workload import random_requests
+from course.labs.lab07_explain import lm_head_share
 from minimal_engine.calculators import tp_allreduce_bytes
 
 PROMPT_LEN_RANGE = (8, 384)
@@ -124,11 +125,11 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
            "runs": runs, "load": load, "same_tokens": tokens[1] == tokens[n],
            "decode_speedup": runs[1]["decode_ms"] / runs[n]["decode_ms"],
            "prefill_speedup": runs[1]["prefill_ms"] / runs[n]["prefill_ms"],
-           # the part of TP=N's step that is not communication, over TP=1's whole step: about 1 when a fixed
-           # per-layer time that every rank pays in full dominates; about 1/N when the split work dominates
+           # TP=N's non-communication time over TP=1's step (equal total threads): 1 when the work
+           # splits cleanly; above 1 only by what TP=N alone has (lab07_explain's docstring)
            "decode_compute_ratio": (runs[n]["decode_ms"] - runs[n]["decode_comm_ms"]) / runs[1]["decode_ms"],
            "prefill_compute_ratio": (runs[n]["prefill_ms"] - runs[n]["prefill_comm_ms"]) / runs[1]["prefill_ms"],
-           "allreduces_per_step": 2 * cfg.num_layers,
+           "allreduces_per_step": 2 * cfg.num_layers, "lm_head_share": lm_head_share(cfg),
            "decode_allreduce_bytes": tp_allreduce_bytes(cfg.num_layers, cfg.hidden_size, b, 4),
            "prefill_allreduce_bytes": tp_allreduce_bytes(cfg.num_layers, cfg.hidden_size, p, 4)}
     res["warnings"] = [load["warning"]] if load and load["warning"] else []
@@ -200,8 +201,9 @@ def readout_html(res: dict) -> str:
     note = (f"<div>{threads_ja(res)}。TP={n} / TP=1 の速さ: Prefill {res['prefill_speedup']:.2f} 倍、Decode {res['decode_speedup']:.2f} 倍"
             f"（1 より小さければ遅くなっています）。TP={n} の通信以外の時間 ÷ TP=1 の1ステップ: Prefill "
             f"{res['prefill_compute_ratio']:.2f}、Decode {res['decode_compute_ratio']:.2f}（合計のスレッド数をそろえているので、"
-            f"仕事がきれいに分かれれば 1 に近くなります。1 を超えた分は、分けても減らない時間です: 各プロセスの層ごとの"
-            f"固定の時間と、プロセスどうしの待ち合わせ）。貪欲トークンの一致: {'○' if res['same_tokens'] else '×'}。"
+            f"仕事がきれいに分かれれば 1 に近くなります。1 を超えた分は TP={n} にだけある時間です:"
+            f" ランク 0 だけが計算する lm_head とサンプリング、コアの取り合いなど）。"
+            f"貪欲トークンの一致: {'○' if res['same_tokens'] else '×'}。"
             f" 1ステップの all-reduce: {res['allreduces_per_step']} 回、Decode {res['decode_allreduce_bytes']:,} B、"
             f"Prefill {res['prefill_allreduce_bytes']:,} B。</div>")
     reps = f"<div style='color:#555'>繰り返し {res['repeats']} 回の中央値</div>" if res["repeats"] > 1 else ""
@@ -245,7 +247,8 @@ def plot_run(res: dict):
         comm = [r[f"{kind}_comm_ms"] for r in res["runs"].values()]
         total = [r[f"{kind}_ms"] for r in res["runs"].values()]
         a.bar(labels, [t - c for t, c in zip(total, comm)], color="tab:blue", label="計算など")
-        a.bar(labels, comm, bottom=[t - c for t, c in zip(total, comm)], color="tab:orange", label="通信（all-reduce）")
+        a.bar(labels, comm, bottom=[t - c for t, c in zip(total, comm)], color="tab:orange",
+              label="all-reduce の待ち（相手のプロセスを待つ時間を含む）")
         a.set_ylabel("1ステップの時間 [ms]")
         a.set_ylim(0, max(total) * 1.2)
         a.set_title(title, fontsize=10)
