@@ -133,7 +133,7 @@ async def drive(url: str, pid: int, args, samples: list, counts: Counter) -> Non
                 m = gauges((await c.get("/metrics")).text)
                 t_s = round(time.monotonic() - state["t0"], 1)
                 if args.probe and t_s >= args.warmup_s and not state.get("probed"):
-                    state["probed"] = await probed(pid, args.probe, 0)
+                    state["probed"] = await probed(pid, args.probe, 0)   # then the warm-up row
                 samples.append({"t_s": t_s, "requests": state["done"],
                                 "rss_mib": round(rss_mib(pid), 1), "load1": os.getloadavg()[0],
                                 **m})
@@ -149,11 +149,11 @@ async def drive(url: str, pid: int, args, samples: list, counts: Counter) -> Non
             if not m.get("running") and not m.get("waiting"):
                 break
             await asyncio.sleep(0.5)
-        if args.probe and state.get("probed"):
-            await probed(pid, args.probe, 1)
         samples.append({"t_s": round(time.monotonic() - state["t0"], 1), "requests": state["done"],
                         "rss_mib": round(rss_mib(pid), 1), "load1": os.getloadavg()[0],
                         **gauges((await c.get("/metrics")).text)})
+        if args.probe and state.get("probed"):      # after the last sample: a probe costs RSS
+            await probed(pid, args.probe, 1)
 
 
 async def probed(pid: int, prefix: Path, n: int) -> bool:

@@ -6,7 +6,9 @@ Runs ``python -m minimal_engine.serve`` in this process with ``tracemalloc`` on.
 it writes ``OUT-N.snap`` (the tracemalloc snapshot) and ``OUT-N.json`` (live Python objects by type,
 glibc's malloc counters: bytes in use, free but kept, mmapped). ``compare`` diffs two probes.
 tracemalloc sees Python's allocations only; growth in the malloc counters with none there is native
-(torch, tokenizers, llguidance).
+(torch, tokenizers, llguidance). A probe itself raises RSS (the snapshot: ~150 MiB the first time,
+kept by malloc), so soak.py samples the warm-up row after the first probe and the last row before
+the second.
 """
 from __future__ import annotations
 
