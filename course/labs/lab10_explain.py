@@ -5,6 +5,7 @@
     cost_line(res, usd, watts)  # $/M output tokens and tok/s/user, smallest to largest concurrency
     default_model_on_gpu(res)   # the default model on one GPU, two ways (予測)
     serving_overhead_lines(curves)   # ... which part of that curve a constant decides
+    ttft_overhead_share(res)    # how much of the predicted batch-1 TTFT the fitted overheads make
 
 A sentence that quotes a measured figure is printed by the notebook's cell, so re-executing the
 notebook can never leave it stale. ``res`` is ``lab10.run_pareto_lab``'s result.
@@ -31,10 +32,11 @@ def constants_rows(res: dict) -> list[dict]:
          "意味": "重みと KV を読む速さ。ルーフラインの Decode の時間の分母です"},
         {"定数": "compute_eff", "値": f"{s['compute_eff']:.2f}", "決め方": "当てはめ（TTFT）",
          "意味": "エンジンの Prefill の行列積が、測った演算性能の何倍の速さで動いたか。1 を超えるのは、"
-                 "エンジンの行列の形とカーネルが測定の行列積より速いときです。TTFT を決めます"},
+                 "エンジンの行列の形とカーネルが測定の行列積より速いときです。TTFT を主に決めます"},
         {"定数": "layer_overhead_us", "値": f"{s['layer_overhead_us']:.0f} µs",
          "決め方": "当てはめ（TPOT）",
-         "意味": "1ステップに層ごとにかかる固定の時間（Python の処理とカーネルの呼び出し）。同時リクエスト数に"
+         "意味": "ルーフラインで説明できない、1ステップに層ごとにかかる時間（Python の処理、"
+                 "行列積以外の小さな演算、計測中のほかのプログラムの影響をすべて含む残り）。同時リクエスト数に"
                  "よらないので、同時 1 の TPOT、つまり曲線の右端を決めます"},
         {"定数": "seq_overhead_us", "値": f"{s['seq_overhead_us']:.1f} µs", "決め方": "当てはめ（TPOT）",
          "意味": "1ステップに層ごと・リクエストごとにかかる時間（リクエストを1つずつ扱う処理）。同時リクエスト数"
@@ -120,5 +122,27 @@ def serving_overhead_lines(curves: dict) -> list[str]:
     return out
 
 
+def ttft_overhead_share(res: dict) -> dict:
+    """The predicted TTFT at the run's smallest concurrency, with this machine's fitted constants and
+    with the two per-step overheads set to 0: how much of the TTFT compute_eff does not decide."""
+    kw = dict(weight_dtype=res.get("dtype", "fp32"), kv_dtype=res.get("dtype", "fp32"),
+              input_len=res["prompt_len"], output_len=res["output_len"],
+              concurrency=res["concurrencies"][0])
+    full = simulate_batch(DEFAULT_MODEL_DIR, res["spec"], **kw)["ttft_ms"]
+    bare = simulate_batch(DEFAULT_MODEL_DIR, {**res["spec"], "layer_overhead_us": 0,
+                                              "seq_overhead_us": 0}, **kw)["ttft_ms"]
+    return {"concurrency": kw["concurrency"], "ttft_ms": full, "overhead_ms": full - bare,
+            "share": (full - bare) / full}
+
+
+def serving_constant_lines(gpu: dict) -> list[str]:
+    """Where the closed-loop curve's drop from the smallest concurrency comes from: the constant's
+    formula request_overhead_ms x (1 - 1/C), printed for each concurrency of the curve."""
+    r = gpu["request_overhead_ms"]
+    return [f"同時 {s['concurrency']:>2}: 定数の分 {r:.1f} × (1 − 1/{s['concurrency']}) = "
+            f"{r * (1 - 1 / s['concurrency']):5.1f} ms（TTFT の予測 {s['ttft_ms']:6.1f} ms のうち）"
+            for s in gpu["served"]]
+
+
 __all__ = ["constants_rows", "cost_line", "default_model_on_gpu", "prediction_lines",
-           "serving_overhead_lines"]
+           "serving_constant_lines", "serving_overhead_lines", "ttft_overhead_share"]

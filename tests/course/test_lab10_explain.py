@@ -63,3 +63,20 @@ def test_serving_constant_not_the_gpu_shapes_the_default_model_curve(res):
         assert ss["ttft_ms"] > 50 * bb["ttft_ms"]
         assert ss["output_tok_s_per_gpu"] < bb["output_tok_s_per_gpu"] / 5
     assert len(ex.serving_overhead_lines(gpu)) == 4
+
+
+def test_ttft_overhead_share_follows_the_fitted_overheads(res):
+    share = ex.ttft_overhead_share(res)
+    assert 0 < share["share"] < 1 and share["overhead_ms"] == pytest.approx(
+        share["share"] * share["ttft_ms"])
+    res["spec"] = {**res["spec"], "layer_overhead_us": 0.0, "seq_overhead_us": 0.0}
+    assert ex.ttft_overhead_share(res)["share"] == pytest.approx(0, abs=1e-9)   # no overhead, no share
+
+
+def test_serving_constant_lines_show_the_formula_not_the_gpu(res):
+    gpu = ex.default_model_on_gpu(res)
+    lines = ex.serving_constant_lines(gpu)
+    r = DEFAULT_CONSTANTS.request_overhead_ms
+    assert "= " + f"{0:5.1f}" + " ms" in lines[0]                    # C = 1: nothing
+    assert f"= {r / 2:5.1f} ms" in lines[1]                          # C = 2: half of it
+    assert ex.constants_rows(res)[3]["意味"].startswith("ルーフラインで説明できない")

@@ -12,6 +12,14 @@ from minimal_engine import calculators as calc
 BANKS = sorted(Path(bank.QUIZ_DIR).glob("*.yaml"))
 
 
+def test_chapter_10_right_answers_are_not_always_listed_first():
+    """Choosing the first choice every time must not pass chapter 10's choice questions."""
+    qs = [q for q in bank.load_bank(bank.QUIZ_DIR / "10_pareto_tco.yaml")
+          if q.kind in ("single", "multiple")]
+    assert qs and not all(q.choices[0].correct for q in qs)
+    assert len({[c.correct for c in q.choices].index(True) for q in qs}) >= 2
+
+
 def test_there_is_a_bank_for_lesson_1():
     assert bank.QUIZ_DIR / "01_inference_basics.yaml" in BANKS
 
