@@ -54,7 +54,7 @@ class DisaggMetrics(RequestMetrics):
     """RequestMetrics (TTFT counts until the first token reaches the decode side) plus the hand-off."""
 
     kv_transfer_bytes: int = 0          # KV blocks moved, all layers, K and V
-    kv_transfer_s: float = 0.0          # copy out of the prefill pool + the pipe (until received here)
+    kv_transfer_s: float = 0.0          # copy out of the prefill pool + the pipe (until received)
     prefill_done_time: float | None = None   # when the prefill engine sampled the first token
 
 
@@ -219,7 +219,8 @@ class DisaggregatedLLM:
             self._arrived.popleft()
             checked, arrival, _ = self._inflight.pop(rid)
             metrics = DisaggMetrics(arrival, first_scheduled_time=meta["first_scheduled_time"],
-                                    num_prompt_tokens=len(checked.token_ids), kv_transfer_bytes=kv.nbytes,
+                                    num_prompt_tokens=len(checked.token_ids),
+                                    kv_transfer_bytes=kv.nbytes,
                                     kv_transfer_s=meta["recv_done"] - meta["extract_start"],
                                     prefill_done_time=meta["prefill_done"])
             self.engine.add_request(checked, request_id=rid, arrival_time=arrival, metrics=metrics,
@@ -228,7 +229,7 @@ class DisaggregatedLLM:
             if not sched.admit_prefilled(seq, n):
                 raise RuntimeError(f"request {rid}: no room for its KV although blocks were free")
             inject_kv_blocks(self.engine.runner, seq.block_table, kv)
-            outs.append(self.engine.accept_prefilled(rid, meta["first_token"]))   # as if sampled here
+            outs.append(self.engine.accept_prefilled(rid, meta["first_token"]))   # as if sampled
         return outs
 
     # ---- the offline API (as LLM.generate) ----------------------------------------------------------------

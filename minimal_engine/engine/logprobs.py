@@ -46,8 +46,8 @@ def score_prompt(logits: torch.Tensor, rows: list) -> dict[str, list]:
 
 
 def with_text(entries: list, tokenizer) -> list:
-    """The same entries with decoded_token filled in (the text of that one token); new objects, so an
-    entry a request already holds never changes. The first prompt token has no entry (None)."""
+    """The same entries with decoded_token filled in (the text of that one token); new objects, so
+    an entry a request already holds never changes. The first prompt token has no entry (None)."""
     def text(t: int) -> str:
         return tokenizer.decode([t], skip_special_tokens=False)
     return [None if e is None else {t: replace(lp, decoded_token=text(t)) for t, lp in e.items()}

@@ -46,8 +46,8 @@ class SchedulerOutput:
 
     def stats(self, prefix_caching: bool) -> StepStats:
         new = self.new_requests if prefix_caching else []    # prefix-cache lookups
-        return StepStats(self.num_tokens, len(self.preempted),
-                         sum(s.num_prompt_tokens for s in new), sum(s.num_cached_tokens for s in new))
+        return StepStats(self.num_tokens, len(self.preempted), sum(s.num_prompt_tokens for s in new),
+                         sum(s.num_cached_tokens for s in new))
 
 
 @dataclass
@@ -55,14 +55,15 @@ class ModelRunnerOutput:
     """One step's results by request id (vLLM's ModelRunnerOutput). Scheduler.update_from_output
     applies them: the only place where a step changes a request."""
 
-    sampled: dict[str, list[int]] = field(default_factory=dict)    # one token, or accepted drafts + 1
-    errors: dict[str, str] = field(default_factory=dict)           # its sampling failed: it alone fails
+    sampled: dict[str, list[int]] = field(default_factory=dict)   # one token, or kept drafts + 1
+    errors: dict[str, str] = field(default_factory=dict)          # sampling failed: it alone fails
     logprobs: dict[str, list[dict]] = field(default_factory=dict)  # one entry per sampled token
     prompt_logprobs: dict[str, list[dict]] = field(default_factory=dict)   # prompt positions scored
 
     def decoded(self, tokenizer) -> ModelRunnerOutput:
         """The same results with each logprob's token text filled in (logprobs.py)."""
-        return replace(self, logprobs={r: with_text(e, tokenizer) for r, e in self.logprobs.items()},
+        return replace(self, logprobs={r: with_text(e, tokenizer)
+                                       for r, e in self.logprobs.items()},
                        prompt_logprobs={r: with_text(e, tokenizer)
                                         for r, e in self.prompt_logprobs.items()})
 

@@ -1,11 +1,11 @@
-"""Scheduling policies (chapter 5's exercise): a function that replaces the scheduler's token counts.
+"""Scheduling policies (chapter 5's exercise): a function replacing the scheduler's token counts.
 
     Scheduler(config, block_manager, policy=schedule_step)
     schedule_step(running, waiting, token_budget, max_num_seqs) -> [(request_id, num_tokens), ...]
 
-The policy gets (request_id, tokens left) pairs for the running and the waiting requests and returns
-this step's plan; check_plan refuses a plan that breaks a rule, with what it broke. Blocks, preemption
-and prefix caching stay the scheduler's. A policy whose plans schedule nothing MAX_IDLE_POLICY_STEPS
+The policy gets (request_id, tokens left) pairs for the running and the waiting requests and
+returns this step's plan; check_plan refuses a plan that breaks a rule, with what it broke.
+Blocks, preemption and prefix caching stay the scheduler's. A policy whose plans schedule nothing MAX_IDLE_POLICY_STEPS
 steps in a row stops the engine with an error instead of spinning (PolicyPlanner).
 """
 from __future__ import annotations
@@ -30,7 +30,8 @@ def check_plan(plan, running: list[tuple[str, int]], waiting: list[tuple[str, in
         raise ValueError("the policy's plan names a request twice")
     for rid, n in pairs:
         if rid not in left:
-            raise ValueError(f"the policy's plan names {rid!r}, which is neither running nor waiting")
+            raise ValueError(f"the policy's plan names {rid!r}, which is neither running nor "
+                             "waiting")
         if not isinstance(n, int) or not 1 <= n <= left[rid]:
             raise ValueError(f"the policy gives {rid!r} {n!r} tokens; it has {left[rid]} left "
                              f"(1..{left[rid]})")
@@ -55,7 +56,7 @@ class PolicyPlanner:
         self.idle_steps = 0                   # the policy's steps in a row that scheduled nothing
 
     def plan(self, running: list, waiting, budget: int, block_manager) -> dict[str, int]:
-        """What each running request has left and what each waiting one would compute -> the plan."""
+        """What each running request has left and each waiting one would compute -> the plan."""
         run = [(s.request_id, s.num_uncomputed_tokens) for s in running]
         wait = [(s.request_id, len(s) - block_manager.num_cached_tokens(s)) for s in waiting]
         return check_plan(self.policy(list(run), list(wait), budget, self.max_num_seqs), run, wait,

@@ -1,6 +1,6 @@
-"""Static batching, for comparison with continuous batching (chapter 5): the scheduler admits requests
-in groups of max_num_seqs, and no request joins until every member of the running group has finished,
-so finished members' slots stay idle. Scheduler(config with batching="static") asks a StaticGroups.
+"""Static batching, for comparison with continuous batching (chapter 5): the scheduler admits
+requests in groups of max_num_seqs, and no request joins until every member of the running group
+has finished, so finished members' slots stay idle. Scheduler(config with batching="static") asks a StaticGroups.
 """
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections import deque
 
 
 class StaticGroups:
-    """batching="static": admission in groups. A group is the first max_num_seqs waiting requests once
-    nothing runs; only its members are admitted (a preempted member rejoins it; one that leaves the queue
-    leaves it)."""
+    """batching="static": admission in groups. A group is the first max_num_seqs waiting requests
+    once nothing runs; only its members are admitted (a preempted member rejoins it; one that
+    leaves the queue leaves it)."""
 
     def __init__(self, size: int):
         self.size = size

@@ -2,7 +2,7 @@
 incremental detokenizer's text, as vLLM does.
 
 A stop string may span several tokens, so after each token the end of the text is searched (the new
-characters plus the len(stop) - 1 before them). When one is found the text ends before it (or after it,
+characters plus the len(stop) - 1 before them). Once found, the text ends before it (or after it,
 with include_stop_str_in_output) and the request stops with stop_reason = that string.
 While streaming, the last max(len(stop)) - 1 characters are held back: they may be the start of a stop
 string, which must never reach the client. They are sent when the request ends.
@@ -36,7 +36,7 @@ def stop_token(seq, token: int, eos_ids, max_model_len: int | None) -> tuple:
 
 def check_stop(seq, new_chars: int) -> tuple[int, str] | None:
     """(where to cut seq's text, which stop string) for a stop string that just appeared, or None.
-    It cuts nothing: the scheduler sends the text only up to the cut (Scheduler.update_from_output)."""
+    It cuts nothing: the scheduler sends the text up to the cut (Scheduler.update_from_output)."""
     p = seq.params
     if not p.stop or seq.num_output_tokens < p.min_tokens:
         return None
@@ -44,8 +44,9 @@ def check_stop(seq, new_chars: int) -> tuple[int, str] | None:
 
 
 def sendable_end(seq, finished: bool) -> int:
-    """How far seq's text may be sent: all of it when finished, else less what may still turn out to be
-    the start of a stop string (never less than what was sent already)."""
+    """How far seq's text may be sent: all of it when finished, else less what may still turn out
+    to be the start of a stop string (never less than what was sent already)."""
     p, text = seq.params, seq.detokenizer.text
-    hold = 0 if finished or not p.stop or p.include_stop_str_in_output else max(map(len, p.stop)) - 1
+    holds = not finished and p.stop and not p.include_stop_str_in_output
+    hold = max(map(len, p.stop)) - 1 if holds else 0
     return max(seq.sent_chars, len(text) - hold)

@@ -7,7 +7,7 @@ Two checks over the source of minimal_engine/, by AST:
   block table. A write is an assignment, augmented assignment or del of `x.field` (or of anything
   under it, `x.field[i]`, `x.metrics.first_token_time`), or a mutating call (`x.token_ids.append`),
   also through a local alias (`m = seq.metrics; m.num_preemptions += 1`);
-- no code sets an attribute on another object (`runner.paged_decode = True`, `setattr(engine, ...)`):
+- no code sets an attribute on another object (`runner.paged_decode = True`, `setattr(x, ...)`):
   an object is configured through its constructor and changed through its own methods. The few
   exceptions are listed below with the reason each is not a collaborator set from outside.
 
@@ -25,9 +25,9 @@ MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "rev
 # file -> the Sequence fields it may write (None: all of them): the owner and its block manager
 OWNERS = {"engine/scheduler.py": None, "engine/block_manager.py": {"block_table"}}
 # (file, object): attributes set on an object other than self there, each with why it is allowed;
-# also `object.attr` or `object.x.attr`. "known:" marks the side doors the house review lists as open.
+# also `object.attr` or `object.x.attr`. "known:" marks side doors the house review lists as open.
 ALLOWED = {
-    ("bench/online.py", "m"): "fills its own RequestResult record as a request runs (not a Sequence)",
+    ("bench/online.py", "m"): "fills its own RequestResult record as a request runs",
     ("serve/app.py", "app.state"): "Starlette's documented place for an app's shared objects",
     ("serve/app.py", "self.server"): "asks its own uvicorn server to exit (uvicorn's API)",
     ("engine/block_manager.py", "self.cache"): "known: counts lookups in the prefix cache it owns",
@@ -61,7 +61,8 @@ def sequence_fields() -> set[str]:
         classes += [n for n in tree.body if isinstance(n, ast.ClassDef)]
     for cls in classes:
         if cls.name == "Sequence":
-            init = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+            init = next(f for f in cls.body
+                        if isinstance(f, ast.FunctionDef) and f.name == "__init__")
             names |= {t.attr for n in ast.walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
                       for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
                       if isinstance(t, ast.Attribute)}
@@ -103,7 +104,7 @@ def _written(tree) -> list[tuple[int, ast.AST]]:
     return out
 
 
-def sequence_writes(source: str, allowed: set[str] | None = frozenset()) -> list[tuple[int, str, str]]:
+def sequence_writes(source: str, allowed: set[str] | None = frozenset()) -> list[tuple]:
     """(line, object, target) of each write to a Sequence field (other than those in `allowed`;
     None allows all) in source."""
     if allowed is None:
@@ -111,7 +112,7 @@ def sequence_writes(source: str, allowed: set[str] | None = frozenset()) -> list
     fields, found = sequence_fields() - set(allowed), []
     for func in [n for n in ast.walk(ast.parse(source))
                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))]:
-        aliases = set()             # local names bound to a field of another object: m = seq.metrics
+        aliases = set()         # local names bound to a field of another object: m = seq.metrics
         for n in ast.walk(func) if not isinstance(func, ast.Module) else ():
             if isinstance(n, ast.Assign) and isinstance(n.value, (ast.Attribute, ast.Subscript)):
                 chain = _chain(n.value)
@@ -150,7 +151,8 @@ def outside_sets(source: str) -> list[tuple[int, str]]:
             continue
         targets = n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target]
         for t in (e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])):
-            if isinstance(t, ast.Attribute) and not _is_self(t.value) and not set(_chain(t)[1:]) & fields:
+            if (isinstance(t, ast.Attribute) and not _is_self(t.value)
+                    and not set(_chain(t)[1:]) & fields):
                 found.append((n.lineno, ast.unparse(t.value)))
     return found
 
@@ -173,10 +175,10 @@ def test_sequence_writes_only_its_own_fields():
 
 
 def test_no_attribute_is_set_on_another_object():
-    wrong = [f"{rel}:{line}: {obj}.… = …" for rel, src in _sources() for line, obj in outside_sets(src)
-             if not _allowed(rel, obj)]
-    assert not wrong, "attributes set from outside (give them at construction or through a method): " \
-                      + "; ".join(wrong)
+    wrong = [f"{rel}:{line}: {obj}.… = …" for rel, src in _sources()
+             for line, obj in outside_sets(src) if not _allowed(rel, obj)]
+    assert not wrong, ("attributes set from outside (give them at construction or through a "
+                       "method): " + "; ".join(wrong))
 
 
 def test_the_checks_find_planted_violations():
@@ -214,4 +216,5 @@ def read(seq):
 '''
     assert sequence_writes(clean) == [] and outside_sets(clean) == []
     assert sequence_writes("def f(seq):\n    seq.block_table.append(1)\n", {"block_table"}) == []
-    assert sequence_writes("def f(seq):\n    seq.status = 1\n", {"block_table"}) == [(2, "seq", "seq.status")]
+    assert sequence_writes("def f(seq):\n    seq.status = 1\n", {"block_table"}) == [
+        (2, "seq", "seq.status")]

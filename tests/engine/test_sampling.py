@@ -64,16 +64,19 @@ def test_stop_token_ids_and_eos(llama_dir):
     out = llm.generate(["吾輩は"], SamplingParams(temperature=0, max_tokens=10, stop_token_ids=[stop_at]),
                        use_tqdm=False)[0]
     assert out.token_ids == greedy.token_ids[:first + 1] and out.finish_reason == "stop"
-    # an engine whose model config makes the first greedy token its EOS: it stops there unless ignore_eos
+    # an engine whose model config makes the first greedy token its EOS: it stops there
+    # unless ignore_eos
     e = llm.engine
     mc = replace(e.model_config, eos_token_ids=[greedy.token_ids[0]])
-    engine = LLMEngine(llm.model, mc, llm.tokenizer, e.config, e.block_manager.num_blocks, llm.dtype, llm.device)
+    engine = LLMEngine(llm.model, mc, llm.tokenizer, e.config, e.block_manager.num_blocks,
+                       llm.dtype, llm.device)
 
     def run(params):
         engine.add_request("吾輩は", params)
         return [o for _ in range(20) for o in engine.step() if o.finished][0]
     out = run(SamplingParams(temperature=0, max_tokens=10))
-    assert out.token_ids == greedy.token_ids[:1] and out.finish_reason == "stop" and out.stop_reason is None
+    assert out.token_ids == greedy.token_ids[:1] and out.finish_reason == "stop"
+    assert out.stop_reason is None
     out = run(SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
     assert len(out.token_ids) == 10 and out.finish_reason == "length"
 

@@ -27,12 +27,12 @@ class Detokenizer:
 
 
 def seq(rid, n_prompt, max_tokens=8, **params):
-    return Sequence(rid, None, list(range(1, n_prompt + 1)), SamplingParams(max_tokens=max_tokens, **params),
-                    detokenizer=Detokenizer())
+    return Sequence(rid, None, list(range(1, n_prompt + 1)),
+                    SamplingParams(max_tokens=max_tokens, **params), detokenizer=Detokenizer())
 
 
 def complete_step(out, sched=None, token=7):
-    """The runner's part of a step, as data: every request that samples gets `token`; the scheduler applies it."""
+    """The runner's part of a step, as data (each request that samples gets `token`), applied."""
     sched = sched or Scheduler(EngineConfig(), BlockManager(1, 4))
     sampled = {s.seq.request_id: [token] for s in out.scheduled if s.samples}
     return sched.update_from_output(out, ModelRunnerOutput(sampled=sampled), 0.0)
@@ -188,12 +188,14 @@ def test_update_from_output_advances_appends_and_finishes_on_eos_and_length():
     for s in (a, b, c):
         sched.add(s)
     out = sched.schedule()
-    outs = sched.update_from_output(out, ModelRunnerOutput(sampled={"a": [9], "b": [9], "c": [2]}), 1.5)
+    result = ModelRunnerOutput(sampled={"a": [9], "b": [9], "c": [2]})
+    outs = sched.update_from_output(out, result, 1.5)
     assert [(o.request_id, o.finished, o.finish_reason, o.new_token_ids) for o in outs] == [
         ("a", False, None, (9,)), ("b", True, "length", (9,)), ("c", True, "stop", (2,))]
     assert a.num_computed_tokens == 5 and a.token_ids[-1] == 9 and a.metrics.first_token_time == 1.5
     assert sched.running == [a] and b.block_table == [] and c.block_table == []
-    assert bm.num_free_blocks == 10 - 2 and outs[0].text == "<9>" and outs[2].text == ""   # EOS's text stays out
+    assert bm.num_free_blocks == 10 - 2 and outs[0].text == "<9>"
+    assert outs[2].text == ""                  # EOS's text stays out
 
 
 def test_update_from_output_fails_one_request_alone():
@@ -201,8 +203,10 @@ def test_update_from_output_fails_one_request_alone():
     a, b = seq("a", 3), seq("b", 3)
     sched.add(a), sched.add(b)
     out = sched.schedule()
-    outs = sched.update_from_output(out, ModelRunnerOutput(sampled={"b": [5]}, errors={"a": "bad row"}), 0.0)
-    assert [(o.request_id, o.finish_reason, o.error) for o in outs] == [("a", "error", "bad row"), ("b", None, None)]
+    result = ModelRunnerOutput(sampled={"b": [5]}, errors={"a": "bad row"})
+    outs = sched.update_from_output(out, result, 0.0)
+    assert [(o.request_id, o.finish_reason, o.error) for o in outs] == [
+        ("a", "error", "bad row"), ("b", None, None)]
     assert sched.running == [b] and a.is_finished and a.token_ids == [1, 2, 3]
 
 
@@ -224,7 +228,7 @@ def test_drafts_are_data_scheduled_as_far_as_the_budget_allows():
     sched = Scheduler(cfg, bm)
     a, b = seq("a", 3), seq("b", 3)
     sched.add(a), sched.add(b)
-    complete_step(sched.schedule(), sched)           # both prefilled and sampled 7: 4 tokens, 3 computed
+    complete_step(sched.schedule(), sched)     # both prefilled, sampled 7: 4 tokens, 3 computed
     out = sched.schedule({"a": [11, 12, 13, 14, 15, 16], "b": [21, 22]})
     sa, sb = out.scheduled
     assert (sa.start, sa.num_tokens, sa.spec_token_ids) == (3, 7, [11, 12, 13, 14, 15, 16])
@@ -232,8 +236,10 @@ def test_drafts_are_data_scheduled_as_far_as_the_budget_allows():
     assert (sb.num_tokens, sb.spec_token_ids) == (1, [])                # the budget of 8 is spent
     assert a.token_ids == [1, 2, 3, 7] and len(a.block_table) == 3      # nothing joined token_ids
     # a's target kept 2 of its 6 drafts and sampled one more: the blocks past the kept K/V go back
-    outs = sched.update_from_output(out, ModelRunnerOutput(sampled={"a": [11, 12, 30], "b": [40]}), 0.0)
-    assert a.token_ids == [1, 2, 3, 7, 11, 12, 30] and a.num_computed_tokens == 6 and len(a.block_table) == 2
+    result = ModelRunnerOutput(sampled={"a": [11, 12, 30], "b": [40]})
+    outs = sched.update_from_output(out, result, 0.0)
+    assert a.token_ids == [1, 2, 3, 7, 11, 12, 30] and a.num_computed_tokens == 6
+    assert len(a.block_table) == 2
     assert b.num_computed_tokens == 4 and outs[0].new_token_ids == (11, 12, 30)
     m = a.metrics
     assert (m.num_draft_tokens, m.num_accepted_tokens, m.num_spec_steps) == (6, 2, 1)

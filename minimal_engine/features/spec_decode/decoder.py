@@ -4,17 +4,20 @@ forward pass, and every guess it agrees with is a token gained without a step of
     LLM(speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3})
     LLM(speculative_config={"method": "draft_model", "num_speculative_tokens": 4})   # the shipped draft model
 
-LLM builds a SpecDecoder and gives it to LLMEngine (`speculator=`), which gives it to its ModelRunner. One step:
-  1. engine -> propose(): for every running request that is decoding, the proposer guesses up to k draft
-     tokens and returns them as data ({request id: drafts}); nothing is added to the request. The scheduler
-     schedules the drafts each request can afford (token budget, free KV blocks) after its last token
-     (ScheduledSeq.spec_token_ids), like a short chunk of chunked prefill.
-  2. one target forward over every scheduled token; the runner hands the logits of each request's last 1 + k rows
-     to verify(): greedy requests keep drafts while they equal the target's argmax, sampled ones use the exact
-     rejection sampler (rejection.py). One more token (a correction, or the bonus) comes from the target.
-  3. the step result is a list of tokens per request (1..k+1 here); Scheduler.update_from_output appends them as
-     ordinary tokens (stop checks, detokenizer, metrics), keeps the accepted drafts' K/V and gives the KV blocks
-     past them back to the pool (block_manager.trim). Rejected tokens' K/V slots are simply overwritten later.
+LLM builds a SpecDecoder and gives it to LLMEngine (`speculator=`), which gives it to its
+ModelRunner. One step:
+  1. engine -> propose(): for every running request that is decoding, the proposer guesses up to k
+     draft tokens and returns them as data ({request id: drafts}); nothing is added to the request.
+     The scheduler schedules the drafts each request can afford (token budget, free KV blocks)
+     after its last token (ScheduledSeq.spec_token_ids), like a short chunk of chunked prefill.
+  2. one target forward over every scheduled token; the runner hands the logits of each request's
+     last 1 + k rows to verify(): greedy requests keep drafts while they equal the target's argmax,
+     sampled ones use the exact rejection sampler (rejection.py). One more token (a correction, or
+     the bonus) comes from the target.
+  3. the step result is a list of tokens per request (1..k+1 here); Scheduler.update_from_output
+     appends them as ordinary tokens (stop checks, detokenizer, metrics), keeps the accepted drafts'
+     K/V and gives the KV blocks past them back to the pool (block_manager.trim). Rejected tokens'
+     K/V slots are simply overwritten later.
 
 Proposers (proposers.py): "ngram" (prompt lookup) and "draft_model" (a small model with its own KV pool). Refused with a ValueError: penalties, min_tokens, logprobs,
 prompt_logprobs, prefix caching, static batching, CUDA graphs.
@@ -99,7 +102,7 @@ class SpecDecoder:
 
     # ---- called by LLMEngine.step and ModelRunner.run ----------------------------------------------------
     def propose(self, seqs: list) -> dict[str, list[int]]:
-        """{request id: up to k draft tokens} for the requests among seqs that are decoding. Reads them only."""
+        """{request id: up to k drafts} for the requests among seqs that decode. Reads them only."""
         self.q = {}                                            # q's live for one step: verify() takes them
         items = []
         for seq in seqs:
@@ -120,9 +123,10 @@ class SpecDecoder:
         return drafts
 
     def verify(self, logits: torch.Tensor, steps: list) -> dict:
-        """logits: [sum(1 + k_i), V], the last 1 + k_i rows of each ScheduledSeq in steps (k_i: its scheduled
-        drafts). Returns {request id: [accepted drafts..., one more]} (just [token] without drafts), or
-        {request id: the exception} where verification failed. `last_verified` keeps this call's decisions."""
+        """logits: [sum(1 + k_i), V], the last 1 + k_i rows of each ScheduledSeq in steps (k_i: its
+        scheduled drafts). Returns {request id: [accepted drafts..., one more]} (just [token] without
+        drafts), or {request id: the exception} where verification failed. `last_verified` keeps
+        this call's decisions."""
         out, i = {}, 0
         self.last_verified = []
         for s in steps:
@@ -143,7 +147,8 @@ class SpecDecoder:
                     tokens = drafts[:n] + [int(target[n])]
                 else:
                     q = None if q is None else q[:k]                      # the drafts the step kept
-                    t, n = self.rejection_sample(probs_of(rows, p)[None], None if q is None else q[None], ids[None],
+                    t, n = self.rejection_sample(probs_of(rows, p)[None],
+                                                 None if q is None else q[None], ids[None],
                                                  seq.generator)
                     n = int(n[0])
                     tokens = t[0, :n + 1].tolist()

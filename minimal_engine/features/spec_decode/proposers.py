@@ -45,8 +45,8 @@ def ngram_propose(tokens: list[int], k: int, n_max: int, n_min: int = 1) -> list
 
 
 class DraftState:
-    """One request as the draft model's pool sees it: its tokens, its blocks there (the draft's BlockManager
-    keeps block_table) and how many of them have K/V. Only its own methods change the rest."""
+    """One request as the draft model's pool sees it: its tokens, its blocks there (the draft's
+    BlockManager keeps block_table) and how many have K/V. Only its own methods change the rest."""
 
     def __init__(self, request_id: str, token_ids: list[int], params):
         self.request_id, self.params = request_id, params
@@ -60,8 +60,8 @@ class DraftState:
         return len(self.token_ids)
 
     def sync(self, target_ids: list[int]) -> int:
-        """Take the target's tokens; K/V stay valid up to the first token that differs (at least one token
-        is left to run). Returns how many stay valid."""
+        """Take the target's tokens; K/V stay valid up to the first token that differs (at least
+        one token is left to run). Returns how many stay valid."""
         c, end = self.synced, min(self.num_computed_tokens, len(target_ids) - 1)
         while c < end and self.token_ids[c] == target_ids[c]:
             c += 1
@@ -75,8 +75,8 @@ class DraftState:
 
 
 class DraftProposer:
-    """A small model with its own KV pool. Each request has a DraftState in the draft's pool; after a step
-    only the K/V of tokens the target kept stay valid (the accepted drafts were computed by the draft already)."""
+    """A small model with its own KV pool. Each request has a DraftState in the draft's pool; after a
+    step only the K/V of tokens the target kept stay valid (the draft computed the accepted drafts)."""
 
     def __init__(self, path, target: TargetInfo, k: int):
         path = resolve_model_path(path)
@@ -115,7 +115,8 @@ class DraftProposer:
         for seq, k in items:
             sh = self.shadows.get(seq.request_id)
             if sh is None:
-                sh = self.shadows[seq.request_id] = DraftState(seq.request_id, seq.token_ids, seq.params)
+                sh = DraftState(seq.request_id, seq.token_ids, seq.params)
+                self.shadows[seq.request_id] = sh
             else:
                 self.bm.trim(sh, sh.sync(seq.token_ids))
             need = len(seq) + k - 1                                    # the last draft's K/V is never computed
