@@ -117,8 +117,10 @@ def datacenter_frontiers(configs=None, model="llama-3.3-70b", input_len=1024, ou
 
 
 def pareto_front(points: list[dict], x: str = "interactivity", y: str = "output_tok_s_per_gpu") -> list[dict]:
-    """Points no other point dominates (higher is better for both x and y), sorted by x: q dominates p
-    when q is at least as good on both axes and better on at least one (ties on both dominate neither)."""
+    """Points no other point dominates (higher is better for both x and y), sorted by x.
+
+    q dominates p when q is at least as good on both axes and better on at least one
+    (two points equal on both axes dominate neither)."""
     ok = [p for p in points if p[x] == p[x] and p[y] == p[y]]
     front = [p for p in ok if not any(q[x] >= p[x] and q[y] >= p[y] and (q[x] > p[x] or q[y] > p[y]) for q in ok)]
     return sorted(front, key=lambda p: p[x])

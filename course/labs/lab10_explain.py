@@ -123,8 +123,9 @@ def serving_overhead_lines(curves: dict) -> list[str]:
 
 
 def ttft_overhead_share(res: dict) -> dict:
-    """The predicted TTFT at the run's smallest concurrency, with this machine's fitted constants and
-    with the two per-step overheads set to 0: how much of the TTFT compute_eff does not decide."""
+    """The predicted TTFT at the run's smallest concurrency, with this machine's fitted constants
+    and with the two per-step overheads set to 0: how much of the TTFT compute_eff does not
+    decide."""
     kw = dict(weight_dtype=res.get("dtype", "fp32"), kv_dtype=res.get("dtype", "fp32"),
               input_len=res["prompt_len"], output_len=res["output_len"],
               concurrency=res["concurrencies"][0])

@@ -70,7 +70,8 @@ def test_ttft_overhead_share_follows_the_fitted_overheads(res):
     assert 0 < share["share"] < 1 and share["overhead_ms"] == pytest.approx(
         share["share"] * share["ttft_ms"])
     res["spec"] = {**res["spec"], "layer_overhead_us": 0.0, "seq_overhead_us": 0.0}
-    assert ex.ttft_overhead_share(res)["share"] == pytest.approx(0, abs=1e-9)   # no overhead, no share
+    # no overhead, no share
+    assert ex.ttft_overhead_share(res)["share"] == pytest.approx(0, abs=1e-9)
 
 
 def test_serving_constant_lines_show_the_formula_not_the_gpu(res):
