@@ -105,14 +105,19 @@ def run_pareto_lab(prompt_len=None, output_len=None, max_concurrency=None, devic
 def datacenter_frontiers(configs=None, model="llama-3.3-70b", input_len=1024, output_len=1024, kv_dtype="fp8",
                          concurrencies=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)) -> dict:
     """label -> simulate_sweep rows (予測), priced with InferenceX's hyperscaler $/GPU-hr and all-in kW;
-    points that do not fit in memory are dropped."""
+    points that do not fit in memory are dropped, and the largest concurrency that fits (below the
+    grid's largest) is added as each curve's last point, so a coarse grid does not cut a curve short."""
     out = {}
     for c in configs or DC_CONFIGS:
         kw = {k: v for k, v in c.items() if k != "label"}
         kw.setdefault("kv_dtype", kv_dtype)
-        rows = simulate_sweep(kw.pop("model", model), kw.pop("gpu"), concurrencies=list(concurrencies),
-                              input_len=input_len, output_len=output_len, **inferencex_cost_inputs(c["gpu"]), **kw)
-        out[c["label"]] = [r for r in rows if r["fits"]]
+        m, gpu = kw.pop("model", model), kw.pop("gpu")
+        kw.update(input_len=input_len, output_len=output_len, **inferencex_cost_inputs(c["gpu"]))
+        rows = [r for r in simulate_sweep(m, gpu, concurrencies=list(concurrencies), **kw) if r["fits"]]
+        cap = rows[-1]["max_concurrency"] if rows else 0
+        if rows and rows[-1]["concurrency"] < cap < max(concurrencies):
+            rows += simulate_sweep(m, gpu, concurrencies=[cap], **kw)
+        out[c["label"]] = rows
     return out
 
 

@@ -52,6 +52,17 @@ def test_datacenter_frontiers_and_pareto_front():
     assert lab10.pareto_front(pts) == [pts[0], pts[2]]           # (5, 50) is beaten on both axes
 
 
+def test_datacenter_curves_end_at_the_largest_concurrency_that_fits():
+    """A doubling grid stops a curve at a power of two; the curve's last point is its capacity."""
+    dc = lab10.datacenter_frontiers(configs=[lab10.DC_CONFIGS[1]], concurrencies=(1, 64, 128, 512))
+    rows = next(iter(dc.values()))
+    assert rows[-1]["concurrency"] == rows[-1]["max_concurrency"] > 128     # H200 FP8 1k/1k
+    assert [r["concurrency"] for r in rows][:-1] == [1, 64, 128]
+    assert len(lab10.pareto_front(rows)) == len(rows)
+    small = lab10.datacenter_frontiers(configs=[lab10.DC_CONFIGS[1]], concurrencies=(1, 8))
+    assert [r["concurrency"] for r in next(iter(small.values()))] == [1, 8]   # beyond the grid: no
+
+
 def test_cheapest_configuration_meets_the_slo():
     best = lab10.cheapest_meeting_slo(2000, 50, gpus=("H100", "B200"), tps=(1, 2), concurrencies=(1, 16, 128))
     assert best and all(b["ttft_ms"] <= 2000 and b["tpot_ms"] <= 50 and b["fits"] for b in best)
