@@ -18,6 +18,8 @@ same token ids and lengths go through
 Arrivals: all at once (``rate=None``) or Poisson at ``rate`` requests/s (engine policies; transformers
 takes the batches as they are). ``kv_blocks`` > 0 shrinks the engine's KV pool to that many blocks to
 show preemptions. Every policy is run ``repeats`` times (alternating); figures are medians.
+``prefill_step_share`` (engine policies): the share of decode steps that also ran a prompt's
+prefill (such a step is heavier, and it enters TPOT); ``lab05_explain`` holds the tasks' predictions.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
+from course.labs import lab05_plots
+from course.labs.lab05_plots import plot_run
 from course.runtime import apply_thread_policy, cached_llm, check_device, check_int, get_llm, is_quick, random_prompts
 from minimal_engine import LLM, SamplingParams
 from minimal_engine import calculators as calc
@@ -80,6 +84,7 @@ def _hf_model(device: str):
 def _run_engine(llm, prompts, lens, offsets) -> dict:
     """Add each request at its arrival time, step the engine until all finish; summary + per-request lists."""
     engine, outs, ids, pending = llm.engine, {}, {}, list(range(len(prompts)))
+    decode_steps = mixed_steps = 0              # steps with a decode; those that also ran a prefill
     t0 = time.perf_counter()
     while pending or len(outs) < len(ids):
         now = time.perf_counter()
@@ -90,9 +95,11 @@ def _run_engine(llm, prompts, lens, offsets) -> dict:
         if not engine.has_unfinished_requests():
             time.sleep(max(0.0, min(t0 + offsets[i] for i in pending) - time.perf_counter()))
             continue
-        for o in engine.step():
-            if o.finished:
-                outs[o.request_id] = o
+        step = engine.step()
+        if any(len(o.token_ids) > 1 for o in step):                 # someone decoded in this step
+            decode_steps += 1                   # more tokens than outputs: a prompt's chunk ran too
+            mixed_steps += engine.last_step.num_scheduled_tokens > len(step)
+        outs.update((o.request_id, o) for o in step if o.finished)
     metrics = [outs[ids[i]].metrics for i in range(len(prompts))]
     last = max(m.token_times[-1] for m in metrics)
     res = summarize(metrics, duration=last - t0)
@@ -100,6 +107,7 @@ def _run_engine(llm, prompts, lens, offsets) -> dict:
     res["tpot_ms_list"] = [m.tpot * 1e3 if m.tpot is not None else float("nan") for m in metrics]
     res["num_preemptions"] = sum(m.num_preemptions for m in metrics)
     res["tokens"] = [outs[ids[i]].token_ids for i in range(len(prompts))]
+    res["prefill_step_share"] = mixed_steps / decode_steps if decode_steps else 0.0
     return res
 
 
@@ -154,7 +162,8 @@ def run_batching_lab(prompt_len=None, concurrency=None, num_requests=None, outpu
                "p90_ttft_ms": statistics.median(r["p90_ttft_ms"] for r in rs),
                "tpot_ms": statistics.median(r["median_tpot_ms"] for r in rs), "duration_s": mid["duration"],
                "ttft_ms_list": mid.get("ttft_ms_list"), "tpot_ms_list": mid.get("tpot_ms_list"),
-               "num_preemptions": mid.get("num_preemptions"), "tokens": mid.get("tokens")}
+               "num_preemptions": mid.get("num_preemptions"), "tokens": mid.get("tokens"),
+               "prefill_step_share": mid.get("prefill_step_share")}
         row["goodput_rps"] = (calc.goodput_rps(row["ttft_ms_list"], row["tpot_ms_list"], mid["duration"], ttft_slo_ms,
                                                tpot_slo_ms) if row["ttft_ms_list"] else float("nan"))
         out[k] = row
@@ -201,13 +210,17 @@ def readout_html(res: dict) -> str:
 
 
 HISTORY_FIELDS = ("run", "device", "threads", "prompt_len", "output_len", "concurrency", "num_requests", "rate",
-                  "kv_blocks", "repeats", "ttft_slo_ms", "tpot_slo_ms", "policy", "tok_s", "tok_s_per_user", "ttft_ms", "tpot_ms", "goodput_rps",
+                  "kv_blocks", "repeats", "ttft_slo_ms", "tpot_slo_ms", "policy", "tok_s",
+                  "tok_s_min", "tok_s_max", "tok_s_per_user", "ttft_ms", "tpot_ms", "goodput_rps",
                   "num_preemptions")
 
 
 def add_run(history: list[dict], res: dict) -> list[dict]:
-    """One history row per policy of this run (same run number)."""
-    return add_variant_rows(history, res, HISTORY_FIELDS, "policy", res["policies"])
+    """One history row per policy of this run (same run number), with the run's warnings."""
+    rows = add_variant_rows(history, res, HISTORY_FIELDS, "policy", res["policies"])
+    for r in rows:
+        r["warnings"] = " ".join(res.get("warnings", []))
+    return rows
 
 
 def _other_settings(r: dict) -> str:
@@ -218,75 +231,41 @@ def _other_settings(r: dict) -> str:
     return "・".join(str(x) for x in parts)
 
 
+def _tok_s(r: dict) -> str:
+    """Median output tok/s, with the min to max over the repeats when there were several."""
+    lo, hi = r.get("tok_s_min"), r.get("tok_s_max")
+    span = f"（{lo:.1f}〜{hi:.1f}）" if (r.get("repeats") or 1) > 1 and lo is not None else ""
+    return _v(r["tok_s"]) + span
+
+
 def history_html(history: list[dict], last: int = 24) -> str:
     """Every setting of each run (so that two runs that differ in one setting never look the same), then its
-    figures; transformers' TTFT and goodput marked ※ (counted from its batch's start)."""
+    figures (tok/s with its min to max) and ⚠ where the run was measured on a busy machine, its
+    warnings below; transformers' TTFT and goodput marked ※ (counted from its batch's start)."""
     head = ("#", "方式", "プロンプト長", "出力長（最大）", "同時リクエスト数", "リクエスト数", "SLO TTFT / TPOT [ms]",
-            "そのほかの設定", "出力 tok/s", "tok/s/user", "TTFT [ms]", "グッドプット [件/s]")
+            "そのほかの設定", "出力 tok/s（最小〜最大）", "tok/s/user", "TTFT [ms]", "グッドプット [件/s]", "警告")
+    shown = history[-last:]
     rows = [(r["run"], POLICIES[r["policy"]], r["prompt_len"], r["output_len"], r["concurrency"], r["num_requests"],
-             f"{r['ttft_slo_ms']:.0f} / {r['tpot_slo_ms']:.0f}", _other_settings(r), _v(r["tok_s"]),
+             f"{r['ttft_slo_ms']:.0f} / {r['tpot_slo_ms']:.0f}", _other_settings(r), _tok_s(r),
              _v(r["tok_s_per_user"]), _mark(r["policy"], _v(r["ttft_ms"], ".0f")),
-             _mark(r["policy"], _v(r["goodput_rps"], ".2f"))) for r in history[-last:]]
+             _mark(r["policy"], _v(r["goodput_rps"], ".2f")), "⚠" if r.get("warnings") else "")
+            for r in shown]
     foot = (f"<div style='color:#555;font-size:90%'>{HF_TTFT_NOTE}</div>"
-            if any(r["policy"] == "hf_static" for r in history[-last:]) else "")
-    right = set(range(2, 7)) | set(range(8, len(head)))
+            if any(r["policy"] == "hf_static" for r in shown) else "")
+    warned = {r["run"]: r["warnings"] for r in shown if r.get("warnings")}
+    foot += warnings_html([f"実行 {run}: {w}" for run, w in warned.items()])
+    right = set(range(2, 7)) | set(range(8, len(head) - 1))
     return history_table(rows, head, right, "実行するとここに方式ごとに1行ずつ増えます", whole_words=True) + foot
 
 
 def history_csv(history: list[dict], learner: str = "") -> str:
     """The history as CSV text (HISTORY_FIELDS, plus the learner's name): the lab kit's writer."""
-    return to_csv(history, learner, fields=("learner",) + HISTORY_FIELDS)
-
-
-COLORS = {"continuous": "tab:blue", "static": "tab:orange", "hf_static": "tab:gray"}
-LABEL_OFFSETS = {"continuous": (0, 9), "static": (0, -10), "hf_static": (-10, 0)}     # points, for plot_pareto
-
-
-def plot_run(res: dict):
-    """Left: tok/s against tok/s/user per policy. Right: TTFT of each request (engine policies)."""
-    from course.labkit.charts import figure
-    fig, (a1, a2) = figure(11, 3.8, 1, 2)
-    for k, r in res["policies"].items():
-        a1.scatter([r["tok_s_per_user"]], [r["tok_s"]], color=COLORS[k], label=r["label"], s=50)
-        if r["ttft_ms_list"]:
-            a2.hist(r["ttft_ms_list"], bins=12, alpha=0.5, color=COLORS[k], label=r["label"])
-    a1.set_xlabel("tok/s/user（1リクエストから見た速さ）")
-    a1.set_ylabel("出力 tok/s（システム全体）")
-    pts = [(r["tok_s_per_user"], r["tok_s"]) for r in res["policies"].values()]
-    a1.set_xlim(0, max(x for x, _ in pts) * 1.15)           # room around the points (none sits on the edge)
-    a1.set_ylim(0, max(y for _, y in pts) * 1.15)
-    a1.grid(alpha=0.3)
-    a1.legend(fontsize=7)
-    a2.axvline(res["ttft_slo_ms"], color="k", linestyle="--", linewidth=1, label="TTFT の SLO")
-    a2.set_xlabel("TTFT [ms]")
-    a2.set_ylabel("リクエスト数")
-    a2.legend(fontsize=7)
-    fig.suptitle(f"プロンプト {res['prompt_len']}・出力 ≤{res['output_len']}・同時リクエスト数 {res['concurrency']}・"
-                 f"{res['num_requests']} 件", fontsize=10)
-    return fig
+    return to_csv(history, learner, fields=("learner",) + HISTORY_FIELDS + ("warnings",))
 
 
 def plot_pareto(history: list[dict]):
-    """Every run of the history: tok/s against tok/s/user, one line per policy (ordered by concurrency)."""
-    from course.labkit.charts import figure
-    fig, ax = figure(6.5, 4)
-    for k in POLICIES:
-        rows = sorted((r for r in history if r["policy"] == k), key=lambda r: r["concurrency"])
-        if rows:
-            ax.plot([r["tok_s_per_user"] for r in rows], [r["tok_s"] for r in rows], "o-", color=COLORS[k],
-                    label=POLICIES[k])
-            for r in rows:                      # each policy's labels on its own side: close points stay legible
-                ax.annotate(str(r["concurrency"]), (r["tok_s_per_user"], r["tok_s"]), fontsize=8, color=COLORS[k],
-                            xytext=LABEL_OFFSETS[k], textcoords="offset points", ha="center", va="center")
-    ax.set_xlabel("tok/s/user")
-    ax.set_ylabel("出力 tok/s")
-    if history:
-        ax.set_xlim(0, max(r["tok_s_per_user"] for r in history) * 1.15)
-        ax.set_ylim(0, max(r["tok_s"] for r in history) * 1.15)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("方式ごとの同時リクエスト数のスイープ（点の数字は同時リクエスト数）", fontsize=10)
-    return fig
+    """Every run of the history: tok/s (bars: min to max) against tok/s/user, a line per policy."""
+    return lab05_plots.plot_pareto(history, POLICIES)
 
 
 __all__ = ["CONCURRENCY_RANGE", "HF_TTFT_NOTE", "HISTORY_FIELDS", "NUM_REQUESTS_RANGE", "OUTPUT_LEN_RANGE", "POLICIES",

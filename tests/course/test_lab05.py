@@ -131,3 +131,88 @@ def test_long_headers_wrap_only_between_words(res):
     for html_text in (lab05.readout_html(res), lab05.history_html(history)):
         for th in re.findall(r"<th style='([^']*)'", html_text):
             assert "word-break:keep-all" in th
+
+
+def test_prefill_step_share_counts_decode_steps_that_also_ran_a_prompt():
+    """Continuous batching admits a newcomer's prefill into steps where others decode; static
+    never does (a group's prefill runs before anyone in it decodes): static's other TPOT cause."""
+    res = lab05.run_batching_lab(prompt_len=16, concurrency=2, num_requests=6, output_len=12, repeats=1,
+                                 load_check=False)
+    p = res["policies"]
+    assert 0 < p["continuous"]["prefill_step_share"] <= 1
+    assert p["static"]["prefill_step_share"] == 0
+    assert p["hf_static"]["prefill_step_share"] is None
+
+
+def test_history_shows_the_load_warning_and_the_repeats_range(res):
+    history = []
+    lab05.add_run(history, {**res, "repeats": 3, "warnings": ["⚠ ほかのプログラムが CPU を使っています"]})
+    lab05.add_run(history, res)
+    text = lab05.history_html(history)
+    rows = _rows(text)
+    n = len(res["policies"])
+    c = res["policies"]["continuous"]
+    assert [r[-1] for r in rows] == ["⚠"] * n + [""] * n               # the busy run, and only it
+    assert "実行 1: ⚠ ほかのプログラムが CPU を使っています" in text
+    assert rows[0][8] == f"{c['tok_s']:.1f}（{c['tok_s_min']:.1f}〜{c['tok_s_max']:.1f}）"
+    assert rows[n][8] == f"{c['tok_s']:.1f}"                             # one repeat: no range
+    assert "ほかのプログラム" in lab05.history_csv(history).splitlines()[1]
+
+
+def _task1_run(o, lens, cont, stat):  # noqa: ARG001 (o: the run it stands for)
+    return {"output_lens": lens, "concurrency": 4,
+            "policies": {"continuous": {"tok_s": cont}, "static": {"tok_s": stat}}}
+
+
+def test_task1_idle_share_is_the_lessons_formula_and_falls_with_the_lab_seed():
+    """The reader's check: with the lab's seed the idle share falls as the absolute spread grows."""
+    import random
+
+    from course.labs.lab05_explain import TASK1_OUTPUT_LENS, idle_share
+    shares = []
+    for o in TASK1_OUTPUT_LENS:
+        rng = random.Random(0)                  # run_batching_lab's lengths (seed 0, 16 requests)
+        lens = [rng.randint(max(1, o // 4), o) for _ in range(16)]
+        shares.append(round(100 * idle_share(lens, 4), 1))
+    assert shares == [28.5, 25.0, 21.3]
+    one = [10, 100, 20, 50]
+    assert idle_share(one, 4) == pytest.approx(calc.static_batch_idle_share(one))
+
+
+def test_task1_verdicts_follow_the_numbers():
+    """A planted contradicting number turns each verdict."""
+    from course.labkit.predictions import HELD, MISSED
+    from course.labs.lab05_explain import task1_predictions
+    short, long_ = [4, 16, 10, 12, 16, 8, 6, 14], [32, 128, 80, 96, 128, 64, 48, 112]
+    wide_long = [120, 128, 32, 40, 128, 125, 32, 33]                          # idle share up
+    base = _task1_run(16, short, 110, 100)
+    good = task1_predictions({16: base, 128: _task1_run(128, long_, 112, 100)})
+    assert [p.held for p in good] == [True, True]
+    assert all(p.verdict().startswith(HELD) for p in good)
+    idle_up = task1_predictions({16: base, 128: _task1_run(128, wide_long, 112, 100)})
+    assert [p.held for p in idle_up] == [False, True]
+    gap_up = task1_predictions({16: base, 128: _task1_run(128, long_, 140, 100)})
+    assert [p.held for p in gap_up] == [True, False]
+    assert gap_up[1].verdict().startswith(MISSED) and "1.10 → 1.40" in gap_up[1].verdict()
+
+
+def test_task1_saved_verdicts_agree_with_the_saved_table():
+    """The lab's saved 課題1 cell: each verdict re-derived from the numbers printed above it."""
+    import json
+    import re
+    from pathlib import Path
+
+    from course.labkit.predictions import HELD, MISSED
+    path = Path(__file__).resolve().parents[2] / "labs/05_batching_lab.ipynb"
+    cells = json.loads(path.read_text("utf-8"))["cells"]
+    cell = next(c for c in cells if c["cell_type"] == "code" and "task1_predictions" in "".join(c["source"]))
+    text = "".join("".join(o.get("text", "")) for o in cell["outputs"]
+                   if o.get("output_type") == "stream")
+    rows = re.findall(r"出力長（最大）\s*(\d+): 最大 − 最小\s*(\d+)、静的の空き枠 ([\d.]+) %、連続 / 静的の出力 tok/s "
+                      r"([\d.]+) 倍", text)
+    assert len(rows) == 3, text
+    lo, hi = rows[0], rows[-1]
+    idle_held = int(hi[1]) > int(lo[1]) and float(hi[2]) <= float(lo[2]) + 2
+    ratio_held = float(hi[3]) < 1.1 * float(lo[3])
+    saved = [line for line in text.splitlines() if line.startswith((HELD, MISSED))]
+    assert [line.startswith(HELD) for line in saved] == [idle_held, ratio_held], text
