@@ -238,6 +238,20 @@ def _tok_s(r: dict) -> str:
     return _v(r["tok_s"]) + span
 
 
+def _noisy_at_one(rows: list[dict]) -> list[str]:
+    """At concurrency 1 the two engine policies schedule alike: tok/s ranges that do not overlap
+    mean the machine's load, not the policy, set the run's figures."""
+    out = []
+    for run in sorted({r["run"] for r in rows if r["concurrency"] == 1}):
+        p = {r["policy"]: r for r in rows if r["run"] == run}
+        c, s = p.get("continuous"), p.get("static")
+        if c and s and c.get("tok_s_min") is not None and s.get("tok_s_min") is not None and (
+                c["tok_s_max"] < s["tok_s_min"] or s["tok_s_max"] < c["tok_s_min"]):
+            out.append(f"⚠ 実行 {run}: 同時リクエスト数 1 では連続と静的は同じ動きをするはずですが、出力 tok/s の"
+                       f"幅が重なりません（連続 {_tok_s(c)}、静的 {_tok_s(s)}）。混み具合に左右された計測です。")
+    return out
+
+
 def history_html(history: list[dict], last: int = 24) -> str:
     """Every setting of each run (so that two runs that differ in one setting never look the same), then its
     figures (tok/s with its min to max) and ⚠ where the run was measured on a busy machine, its
@@ -253,7 +267,7 @@ def history_html(history: list[dict], last: int = 24) -> str:
     foot = (f"<div style='color:#555;font-size:90%'>{HF_TTFT_NOTE}</div>"
             if any(r["policy"] == "hf_static" for r in shown) else "")
     warned = {r["run"]: r["warnings"] for r in shown if r.get("warnings")}
-    foot += warnings_html([f"実行 {run}: {w}" for run, w in warned.items()])
+    foot += warnings_html([f"実行 {run}: {w}" for run, w in warned.items()] + _noisy_at_one(shown))
     right = set(range(2, 7)) | set(range(8, len(head) - 1))
     return history_table(rows, head, right, "実行するとここに方式ごとに1行ずつ増えます", whole_words=True) + foot
 

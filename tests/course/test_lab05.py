@@ -216,3 +216,16 @@ def test_task1_saved_verdicts_agree_with_the_saved_table():
     ratio_held = float(hi[3]) < 1.1 * float(lo[3])
     saved = [line for line in text.splitlines() if line.startswith((HELD, MISSED))]
     assert [line.startswith(HELD) for line in saved] == [idle_held, ratio_held], text
+
+
+def test_history_warns_when_the_two_engine_policies_disagree_at_concurrency_one(res):
+    """At concurrency 1 continuous and static schedule alike: ranges apart flag a noisy run."""
+    def run(c_range, s_range):
+        pol = {k: {**v} for k, v in res["policies"].items()}
+        for k, (lo, hi) in (("continuous", c_range), ("static", s_range)):
+            pol[k].update(tok_s=(lo + hi) / 2, tok_s_min=lo, tok_s_max=hi)
+        history = []
+        lab05.add_run(history, {**res, "concurrency": 1, "repeats": 3, "policies": pol})
+        return lab05.history_html(history)
+    assert "同時リクエスト数 1 では連続と静的" in run((130, 140), (120, 125))
+    assert "同時リクエスト数 1 では連続と静的" not in run((130, 140), (125, 135))
