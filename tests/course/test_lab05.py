@@ -159,7 +159,7 @@ def test_history_shows_the_load_warning_and_the_repeats_range(res):
     assert "ほかのプログラム" in lab05.history_csv(history).splitlines()[1]
 
 
-def _task1_run(o, lens, cont, stat):  # noqa: ARG001 (o: the run it stands for)
+def _task1_run(lens, cont, stat):
     return {"output_lens": lens, "concurrency": 4,
             "policies": {"continuous": {"tok_s": cont}, "static": {"tok_s": stat}}}
 
@@ -185,13 +185,13 @@ def test_task1_verdicts_follow_the_numbers():
     from course.labs.lab05_explain import task1_predictions
     short, long_ = [4, 16, 10, 12, 16, 8, 6, 14], [32, 128, 80, 96, 128, 64, 48, 112]
     wide_long = [120, 128, 32, 40, 128, 125, 32, 33]                          # idle share up
-    base = _task1_run(16, short, 110, 100)
-    good = task1_predictions({16: base, 128: _task1_run(128, long_, 112, 100)})
+    base = _task1_run(short, 110, 100)
+    good = task1_predictions({16: base, 128: _task1_run(long_, 112, 100)})
     assert [p.held for p in good] == [True, True]
     assert all(p.verdict().startswith(HELD) for p in good)
-    idle_up = task1_predictions({16: base, 128: _task1_run(128, wide_long, 112, 100)})
+    idle_up = task1_predictions({16: base, 128: _task1_run(wide_long, 112, 100)})
     assert [p.held for p in idle_up] == [False, True]
-    gap_up = task1_predictions({16: base, 128: _task1_run(128, long_, 140, 100)})
+    gap_up = task1_predictions({16: base, 128: _task1_run(long_, 140, 100)})
     assert [p.held for p in gap_up] == [True, False]
     assert gap_up[1].verdict().startswith(MISSED) and "1.10 → 1.40" in gap_up[1].verdict()
 
