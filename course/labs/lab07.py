@@ -31,7 +31,6 @@ from course.runtime import apply_thread_policy, cached_llm, check_device, check_
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench.offline import decode_step_time
 from minimal_engine.bench.workload import random_requests
-from course.labs.lab07_explain import lm_head_share
 from minimal_engine.calculators import tp_allreduce_bytes
 
 PROMPT_LEN_RANGE = (8, 384)
@@ -62,6 +61,15 @@ def _engine(tp: int, device: str, threads: int = 0) -> LLM:
         return llm
     # course.runtime's one engine cache: its workers stay up until the engine is dropped from it or close_all()
     return cached_llm(("lab7", tp, device, threads), make)   # TP=N's per-rank threads are fixed at construction
+
+
+def lm_head_share(cfg) -> float:
+    """Share of one token's matrix-multiply weights in lm_head (vocab x hidden), from the shape:
+    the part that TP replicates and only rank 0 computes (lab07_explain.ratio_reading)."""
+    attn = cfg.hidden_size * cfg.head_dim * (2 * cfg.num_heads + 2 * cfg.num_kv_heads)
+    per_layer = attn + 3 * cfg.hidden_size * cfg.intermediate_size
+    head = cfg.vocab_size * cfg.hidden_size
+    return head / (cfg.num_layers * per_layer + head)
 
 
 def close_all() -> None:
@@ -259,5 +267,5 @@ def plot_run(res: dict):
 
 __all__ = ["BATCH_RANGE", "HISTORY_FIELDS", "LINKS", "PROMPT_LEN_RANGE", "TP_RANGE", "add_run",
            "allreduce_bytes_per_token", "close_all", "default_repeats", "defaults", "history_csv",
-           "history_html", "plot_run", "prefill_step", "readout_html", "ring_allreduce_us", "run_tp_lab", "threads_ja",
-           "tp_dp_html", "tp_dp_table"]
+           "history_html", "lm_head_share", "plot_run", "prefill_step", "readout_html",
+           "ring_allreduce_us", "run_tp_lab", "threads_ja", "tp_dp_html", "tp_dp_table"]

@@ -25,14 +25,6 @@ from course.labkit.predictions import Prediction
 BUSY = "ほかのプログラムが CPU を使っている（負荷の警告を確かめ、繰り返しを増やして測り直す）"
 
 
-def lm_head_share(cfg) -> float:
-    """Share of one token's matrix-multiply weights in lm_head (vocab x hidden), from the shape."""
-    attn = cfg.hidden_size * cfg.head_dim * (2 * cfg.num_heads + 2 * cfg.num_kv_heads)
-    per_layer = attn + 3 * cfg.hidden_size * cfg.intermediate_size
-    head = cfg.vocab_size * cfg.hidden_size
-    return head / (cfg.num_layers * per_layer + head)
-
-
 def facts(res: dict) -> dict:
     """The numbers the lab's predictions are decided on."""
     n, calls = res["tp"], res["allreduces_per_step"]
@@ -152,5 +144,5 @@ def tp_dp_reading(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["batch_reading", "comm_reading", "facts", "facts_line", "lm_head_share",
-           "parse_facts_line", "ratio_reading", "tp_dp_reading", "tp_predictions"]
+__all__ = ["batch_reading", "comm_reading", "facts", "facts_line", "parse_facts_line",
+           "ratio_reading", "tp_dp_reading", "tp_predictions"]
