@@ -10,6 +10,7 @@ engine/kv_cache.py implement it).
 from __future__ import annotations
 
 import math
+import numbers
 
 SEED_RANGE = (-(1 << 63), (1 << 63) - 1)   # int64, as vLLM's protocol (torch.Generator takes these)
 MAX_LOGPROBS = 20                 # vLLM's default max_logprobs
@@ -21,16 +22,22 @@ KV_CACHE_DTYPES = ("auto", "fp8", "int8")
 
 
 def is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An integer: Python's or numpy's (np.int64 from an array), never a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)   # np.bool_ is no Integral
 
 
 def is_real(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def check_sampling_params(p) -> tuple[list[str], list[int], dict[int, float] | None]:
-    """Raise ValueError naming the first bad field of SamplingParams `p`; return its stop strings,
-    stop token ids and logit bias in one form each (lists, a dict or None)."""
+INT_FIELDS = ("max_tokens", "n", "top_k", "min_tokens")
+
+
+def check_sampling_params(p) -> dict:
+    """Raise ValueError naming the first bad field of SamplingParams `p`; return the fields that
+    take more than one form in one form each: stop strings and stop token ids as lists, the logit
+    bias as a dict or None, integers (numpy's too) as Python ints, top_k=0 as -1 (all tokens, as
+    vLLM reads 0)."""
     if not is_int(p.max_tokens) or p.max_tokens < 1:
         raise ValueError(f"max_tokens must be an integer >= 1, got {p.max_tokens!r}")
     if not is_int(p.n) or p.n < 1:
@@ -40,8 +47,8 @@ def check_sampling_params(p) -> tuple[list[str], list[int], dict[int, float] | N
                          f"got {p.temperature!r}")
     if not is_real(p.top_p) or not 0 < p.top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {p.top_p!r}")
-    if not is_int(p.top_k) or (p.top_k < 1 and p.top_k != -1):
-        raise ValueError(f"top_k must be -1 (disabled) or an integer >= 1, got {p.top_k!r}")
+    if not is_int(p.top_k) or p.top_k < -1:
+        raise ValueError(f"top_k must be -1 or 0 (all tokens) or an integer >= 1, got {p.top_k!r}")
     if p.seed is not None and (not is_int(p.seed) or not SEED_RANGE[0] <= p.seed <= SEED_RANGE[1]):
         raise ValueError(f"seed must be None or an integer in [-2**63, 2**63 - 1], got {p.seed!r}")
     ids = [] if p.stop_token_ids is None else p.stop_token_ids
@@ -68,7 +75,11 @@ def check_sampling_params(p) -> tuple[list[str], list[int], dict[int, float] | N
     for name in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output"):
         if not isinstance(getattr(p, name), bool):
             raise ValueError(f"{name} must be True or False, got {getattr(p, name)!r}")
-    return stop, list(ids), bias
+    ints = {name: int(getattr(p, name)) for name in INT_FIELDS}
+    ints["top_k"] = ints["top_k"] or -1
+    for name in ("seed", "logprobs", "prompt_logprobs"):
+        ints[name] = None if getattr(p, name) is None else int(getattr(p, name))
+    return dict(ints, stop=stop, stop_token_ids=[int(t) for t in ids], logit_bias=bias)
 
 
 def check_stop(stop) -> list[str]:

@@ -50,7 +50,7 @@ class SamplingParams:
     structured_outputs: StructuredOutputsParams | None = None   # JSON schema, regex, ...
 
     def __post_init__(self):
-        self.stop, self.stop_token_ids, self.logit_bias = check_sampling_params(self)
+        vars(self).update(check_sampling_params(self))   # each field in one form
         if self.structured_outputs is not None and not isinstance(self.structured_outputs,
                                                                   StructuredOutputsParams):
             raise ValueError("structured_outputs must be a StructuredOutputsParams")

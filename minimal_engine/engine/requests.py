@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from minimal_engine.config import EngineConfig
-from minimal_engine.checks import SEED_RANGE
+from minimal_engine.checks import SEED_RANGE, is_int
 from minimal_engine.sampling_params import SamplingParams
 
 
@@ -53,8 +53,8 @@ def tokenize_prompt(prompt, tokenizer) -> tuple[str | None, list[int]]:
             raise ValueError("prompt is empty: give at least one character or one token id")
         check_unicode(prompt, "prompt")
         return prompt, tokenizer.encode(prompt)
-    if isinstance(prompt, (list, tuple)):
-        return None, list(prompt)
+    if isinstance(prompt, (list, tuple)):    # numpy's integers as Python's (np.int64 from arrays)
+        return None, [int(t) if is_int(t) else t for t in prompt]
     raise TypeError(f"a prompt must be a string, a list of token ids or "
                     f"{{'prompt_token_ids': [ids]}}, got {type(prompt).__name__}")
 
@@ -99,7 +99,7 @@ def pair_prompts(prompts, sampling_params) -> list[tuple[object, SamplingParams]
     """LLM.generate's arguments: one prompt or a list, with one SamplingParams (None: the defaults)
     or one per prompt -> (prompt, params) pairs."""
     if isinstance(prompts, (str, dict)) or (isinstance(prompts, (list, tuple)) and prompts
-                                            and all(isinstance(t, int) for t in prompts)):
+                                            and all(is_int(t) for t in prompts)):
         prompts = [prompts]
     if not isinstance(prompts, (list, tuple)):
         raise ValueError("prompts must be a string, a list of token ids, a prompt dict or a list "
@@ -119,8 +119,12 @@ def pair_prompts(prompts, sampling_params) -> list[tuple[object, SamplingParams]
     return list(zip(prompts, params))
 
 
-def conversations(messages) -> list:
-    """LLM.chat's argument: one conversation ([{"role": ..., "content": ...}]) or a list of them."""
+ROLES = ("system", "developer", "user", "assistant")
+
+
+def conversations(messages) -> list[list[dict]]:
+    """LLM.chat's argument: one conversation ([{"role": ..., "content": ...}]) or a list of them,
+    each message checked and read as the server reads it (chat_message)."""
     ok = isinstance(messages, (list, tuple)) and messages and (
         all(isinstance(m, dict) for m in messages)
         or all(isinstance(c, (list, tuple)) and c and all(isinstance(m, dict) for m in c)
@@ -129,7 +133,35 @@ def conversations(messages) -> list:
         raise ValueError('messages must be a conversation (a list of {"role": ..., "content": ...} '
                          "dicts) or a list of conversations, got "
                          f"{type(messages).__name__} {str(messages)[:40]!r}")
-    return [messages] if isinstance(messages[0], dict) else list(messages)
+    convs = [messages] if isinstance(messages[0], dict) else list(messages)
+    where = (lambda k, i: f"messages[{i}]") if len(convs) == 1 else (
+        lambda k, i: f"conversation {k}: messages[{i}]")
+    return [[chat_message(m, where(k, i)) for i, m in enumerate(c)] for k, c in enumerate(convs)]
+
+
+def chat_message(m: dict, where: str) -> dict:
+    """One OpenAI chat message -> {"role", "content": str}: role system, developer (read as system,
+    as vLLM), user or assistant; content a string or a list of text parts (joined); an assistant's
+    may be None (a turn with only tool calls). Raises ValueError naming `where` and what is
+    allowed."""
+    role, content = m.get("role"), m.get("content")
+    if role not in ROLES:
+        raise ValueError(f"{where} must be {{'role': system|developer|user|assistant, 'content': "
+                         f"string}}, got role {str(role)[:40]!r}")
+    if content is None and role == "assistant":
+        content = ""
+    if isinstance(content, list):                # [{"type": "text", "text": ...}, ...]
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text" or not isinstance(part.get("text"), str):
+                raise ValueError(f"{where}.content[{j}] must be a text part "
+                                 f"({{'type': 'text', 'text': string}}), got {str(part)[:60]}")
+        content = "".join(part["text"] for part in content)
+    if not isinstance(content, str):
+        raise ValueError(f"{where}.content must be a string or a list of text parts, "
+                         f"got {type(content).__name__}")
+    check_unicode(content, f"{where}.content")
+    return {"role": "system" if role == "developer" else role, "content": content}
 
 
 def children(c: CheckedPrompt) -> list[CheckedPrompt]:

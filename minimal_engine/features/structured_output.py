@@ -179,6 +179,10 @@ class GrammarBackend:
         try:
             check_limits(so)
             text = grammar_text(so)
+        except UnicodeEncodeError as e:          # one line, not the codec's message (L8)
+            raise ValueError(f"structured_outputs: the constraint contains a lone surrogate "
+                             f"(U+{ord(e.object[e.start]):04X}); it must be valid "
+                             "Unicode") from None
         except (ValueError, RuntimeError, TypeError) as e:
             raise ValueError(f"structured_outputs: {e}") from None
         while True:

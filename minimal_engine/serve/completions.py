@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -22,9 +21,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
-from minimal_engine.serve.limits import ServeLimits, check_json, error_response, read_body, wait_for_disconnect
+from minimal_engine.serve.limits import (ServeLimits, check_json, check_prompt_logprobs,
+                                         error_response, read_body, wait_for_disconnect)
 from minimal_engine.engine.requests import child_seed
-from minimal_engine.serve.errors import RequestError, server_error
+from minimal_engine.serve.errors import RequestError, refusal, server_error
 from minimal_engine.serve.grammars import GrammarCompiles
 from minimal_engine.serve.messages import chat_prompt
 from minimal_engine.serve.streaming import ClosingStream, sse
@@ -44,19 +44,6 @@ def engine_error(item) -> RequestError:
 def no_constants(name):
     """json.loads' parse_constant: NaN and Infinity are not JSON numbers."""
     raise ValueError(f"{name} is not a JSON number")
-
-
-def _param_of(message: str, chat: bool) -> str:
-    """Which field an engine validation message is about."""
-    if message.startswith("stop_token_ids"):
-        return "stop_token_ids"
-    if message.startswith("structured_outputs"):
-        return "structured_outputs"
-    if "KV pool" in message:
-        return "max_tokens"
-    if message.startswith("min_tokens"):
-        return "min_tokens"
-    return "messages" if chat else "prompt"
 
 
 class Completions:
@@ -130,10 +117,10 @@ class Completions:
         except (ValueError, TypeError) as e:
             if isinstance(e, RequestError):
                 raise
-            message = str(e)
-            raise RequestError(message, _param_of(re.sub(r"^prompt \d+: ", "", message), chat)) from None
+            raise refusal(str(e), chat, params, req.show_prompt_logprobs) from None
         if req.max_tokens is not None:
             self.check_room(req, [len(c.token_ids) for c in checked])
+        check_prompt_logprobs(req, [len(c.token_ids) for c in checked])
         if len(checked) * params.n > self.limit:     # never admissible: a 400, not "retry later"
             raise RequestError(f"{len(checked)} prompt(s) x n={params.n} = {len(checked) * params.n} sequences "
                                f"exceed what this server can hold at once ({self.limit} = max_num_seqs + "
@@ -259,6 +246,9 @@ class Completions:
             try:                                # a client that leaves before the answer: abort its request
                 await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
                 return work.result() if work.done() else Response(status_code=499)
+            except asyncio.CancelledError:  # uvicorn's shutdown deadline cancels us: our JSON 503,
+                asyncio.current_task().uncancel()   # not its text/plain 500 (round 3, L14)
+                return error_response(server_error("the server is shutting down", 503))
             finally:
                 work.cancel()
                 gone.cancel()

@@ -25,8 +25,10 @@ def engine_dead(engine) -> str | None:
     error on the model (features/tensor_parallel/model.py), and every later step would fail the same way."""
     model = getattr(getattr(engine, "runner", None), "model", None)
     error = getattr(model, "error", None)
-    if error is None and any(not p.is_alive() for p in getattr(model, "procs", [])):
-        error = "a tensor-parallel worker process has exited"
+    if error is None:
+        gone = [f"worker rank {r} is not running (exit code {p.exitcode})"
+                for r, p in enumerate(getattr(model, "procs", []), start=1) if not p.is_alive()]
+        error = "tensor parallelism failed: " + "; ".join(gone) if gone else None
     return error
 
 
@@ -119,6 +121,8 @@ class EngineLoop:
                         self._push(out.request_id, item)
                         if out.finished:
                             del self._streams[out.request_id]
+            elif self.dead is None:           # idle: a dead worker shows on /health now, not only
+                self.dead = engine_dead(self.engine)   # after a request fails on it (round 3, L15)
             self.stats = self._snapshot()     # one new dict each time: readers never see a half-update
         for rid in list(self._streams):       # stopped: no client may wait forever
             self.engine.abort_request(rid)

@@ -1,6 +1,9 @@
 """The error a client gets as OpenAI-style JSON ({"error": {message, type, param, code}}), and the small checks
-every request parser shares (a true/false field, text that must be valid Unicode)."""
+every request parser shares (a true/false field, text that must be valid Unicode); refusal(): the 400
+for a request LLMEngine.check refused, naming the field the client sent."""
 from __future__ import annotations
+
+import re
 
 from minimal_engine.engine.requests import check_unicode
 
@@ -38,3 +41,34 @@ def check_text(text: str, param: str) -> str:
     except ValueError as e:
         raise RequestError(str(e), param) from None
     return text
+
+
+SPEC_REFUSED = " is not supported with speculative decoding"
+PENALTIES = ("presence_penalty", "frequency_penalty", "repetition_penalty")
+
+
+def refusal(message: str, chat: bool, params, prompt_logprobs_sent: bool) -> RequestError:
+    """The 400 for a request LLMEngine.check refused, its param the field the client sent: the
+    penalty that is set (not the message's list of three); echo when the client asked for echo's
+    logprobs and never sent prompt_logprobs."""
+    param = _param_of(re.sub(r"^prompt \d+: ", "", message), chat, params)
+    if param == "prompt_logprobs" and not prompt_logprobs_sent:
+        param, message = "echo", message.replace(
+            "prompt_logprobs needs", "echo with logprobs (the prompt's logprobs) needs", 1)
+    return RequestError(message, param)
+
+
+def _param_of(message: str, chat: bool, params) -> str:
+    """Which field an engine validation message is about."""
+    if SPEC_REFUSED in message:
+        what = message.split(SPEC_REFUSED)[0]
+        if what.endswith("penalties"):
+            return next(n for n in PENALTIES if getattr(params, n) != (n == PENALTIES[2]))
+        return what
+    for field in ("stop_token_ids", "structured_outputs", "min_tokens", "logit_bias",
+                  "prompt_logprobs"):
+        if message.startswith(field):
+            return field
+    if "KV pool" in message:
+        return "max_tokens"
+    return "messages" if chat else "prompt"

@@ -159,3 +159,27 @@ def header_timeout_protocol(timeout_s: float):
             super().connection_lost(exc)
 
     return HeaderTimeoutH11Protocol
+
+
+# prompt logprob entries (a prompt token's logprob or one of its top alternatives) one request may
+# ask for: echo + logprobs=20 on 64 prompts of 500 tokens is 672,000 entries, a 15.9 MB answer that
+# the engine scores in one step and the event loop renders, stalling every other stream (attack
+# round 3, M6). 2**16 entries is about 1.5 MB of JSON, and 3,120 prompt tokens at top-20;
+# lm-evaluation-harness asks 2 per token (logprobs=1), so a 512-token document needs 1,024.
+MAX_PROMPT_LOGPROB_ENTRIES = 1 << 16
+
+
+def check_prompt_logprobs(req, prompt_lengths: list[int]) -> None:
+    """req: a ParsedRequest. A 400 when its prompt logprobs (prompt_logprobs, or echo's logprobs)
+    would be more than MAX_PROMPT_LOGPROB_ENTRIES entries over its prompts and n choices."""
+    k = req.params.prompt_logprobs
+    if k is None:
+        return
+    entries = sum(prompt_lengths) * (k + 1) * req.params.n
+    if entries > MAX_PROMPT_LOGPROB_ENTRIES:
+        field = "prompt_logprobs" if req.show_prompt_logprobs else "echo"
+        raise RequestError(
+            f"{field}: {sum(prompt_lengths)} prompt tokens x {k + 1} logprobs each (the token and "
+            f"the top {k}) x n={req.params.n} = {entries} entries; at most "
+            f"{MAX_PROMPT_LOGPROB_ENTRIES} per request: send fewer or shorter prompts per request "
+            "or ask for fewer logprobs", field)

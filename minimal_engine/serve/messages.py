@@ -8,26 +8,8 @@ its README); otherwise a fallback template, `<role>: <content>\\n` for each mess
 """
 from __future__ import annotations
 
-from minimal_engine.serve.errors import RequestError, check_text
-
-
-def _content(content, i: int, role: str) -> str:
-    if content is None and role == "assistant":    # OpenAI: an assistant turn may carry only tool calls
-        return ""
-    if isinstance(content, str):
-        return check_text(content, "messages")
-    if not isinstance(content, list):
-        raise RequestError(f"messages[{i}].content must be a string or a list of text parts", "messages")
-    texts = []
-    for j, part in enumerate(content):            # [{"type": "text", "text": ...}, ...]
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind != "text":
-            raise RequestError(f"messages[{i}].content[{j}] has type {str(kind)[:40]!r}: this engine reads only "
-                               "text parts ({'type': 'text', 'text': string})", "messages")
-        if not isinstance(part.get("text"), str):
-            raise RequestError(f"messages[{i}].content[{j}].text must be a string", "messages")
-        texts.append(check_text(part["text"], "messages"))
-    return "".join(texts)
+from minimal_engine.engine.requests import chat_message
+from minimal_engine.serve.errors import RequestError
 
 
 def parse_messages(messages, max_chars: int | None = None) -> list[dict]:
@@ -46,14 +28,13 @@ def parse_messages(messages, max_chars: int | None = None) -> list[dict]:
             raise RequestError(f"messages[{i}] has role {role!r}: tool results cannot be given to the model (its chat "
                                "template has no tool role); function calling here is tool_choice named or "
                                "'required' on a new conversation", "messages")
-        if role not in ("system", "developer", "user", "assistant"):
-            raise RequestError(f"messages[{i}] must be {{'role': system|developer|user|assistant, 'content': "
-                               f"string}}, got role {str(role)[:40]!r}", "messages")
-        if m.get("tool_calls"):
+        if isinstance(m, dict) and m.get("tool_calls"):
             raise RequestError(f"messages[{i}].tool_calls: earlier tool calls cannot be given to the model (its chat "
                                "template has no place for them)", "messages")
-        role = "system" if role == "developer" else role        # as vLLM: developer is the system role
-        out.append({"role": role, "content": _content(m.get("content"), i, role)})
+        try:                            # the rules LLM.chat applies too (engine/requests.py)
+            out.append(chat_message(m if isinstance(m, dict) else {}, f"messages[{i}]"))
+        except ValueError as e:
+            raise RequestError(str(e), "messages") from None
         chars += len(out[-1]["content"]) + 1
         if max_chars is not None and chars > max_chars:
             raise RequestError(f"the messages have more than {max_chars} characters (each message counting its "

@@ -30,8 +30,11 @@ def tokenize_request(body, tokenizer, engine, max_len: int, max_chars: int) -> d
 def detokenize_request(body, tokenizer, vocab_size: int) -> dict:
     """vLLM's POST /detokenize: {"tokens": [ids]} -> {"prompt": text}."""
     ids = body.get("tokens") if isinstance(body, dict) else None
+    if isinstance(ids, list) and len(ids) > MAX_TOKENS_IN:
+        raise RequestError(f"'tokens' has {len(ids)} ids; at most {MAX_TOKENS_IN} are allowed",
+                           "tokens")
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size
-                                            for t in ids) or len(ids) > MAX_TOKENS_IN:
+                                            for t in ids):
         raise RequestError(f"'tokens' must be a list of token ids in [0, {vocab_size - 1}]", "tokens")
     return {"prompt": tokenizer.decode(ids, skip_special_tokens=False)}
 
