@@ -24,7 +24,8 @@ import torch
 
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench import random_requests, run_offline
-from minimal_engine.model.cpu_linears import PLAIN, PREPACKED, CpuKernels, probe, use_cpu_linears
+from minimal_engine.model.cpu_linears import (PLAIN, PREPACKED, CpuKernels, cpu_kernels, probe,
+                                              use_cpu_linears)
 
 
 def baseline_kernels(dtype: torch.dtype, against: str) -> CpuKernels:
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
     print(f"{use_baseline(engines['before'], args.against)} linear layers switched to the baseline ({args.against})")
     for k, llm in engines.items():
         print(f"  {k}: {llm.model.layers[0].mlp.down_proj.extra_repr()}")
-    print(f"  engine's choice on this CPU: {engines['now'].engine.runner.cpu_kernels.describe()}")
+    print(f"  engine's choice on this CPU: {cpu_kernels(engines['now'].model).describe()}")
     vocab = engines["now"].model_config.vocab_size
     tpot, ttft, tok_s = ({k: [] for k in engines} for _ in range(3))
     for r in range(args.rounds):

@@ -28,6 +28,7 @@ from minimal_engine.features.quantization import quantize_model
 from minimal_engine.features.structured_output import GrammarBackend
 from minimal_engine.llm_setup import (auto_num_blocks, fit_to_model, load, resolve_device,
                                       spec_decoder, tensor_parallel)
+from minimal_engine.model.cpu_linears import use_cpu_linears
 from minimal_engine.sampling_params import SamplingParams
 
 
@@ -73,6 +74,7 @@ class LLM:
         # grammar_masks a MaskPool (None: the defaults)
         grammars = GrammarBackend(tokenizer, model_config.vocab_size, grammar_compiler,
                                   grammar_masks)
+        use_cpu_linears(net)                     # CPU: Linear kernels probed (cpu_linears.py)
         self.engine = LLMEngine(net, model_config, tokenizer, config, num_blocks, self.dtype,
                                 self.device, seed, speculator=speculator, grammars=grammars,
                                 scheduler_policy=scheduler_policy,

@@ -76,14 +76,12 @@ class BlockManager:
         cached tokens."""
         if self.cache is None or seq.block_table:
             return 0
-        hits = self.cache.lookup(seq)
+        hits = self.cache.lookup(seq, count=True)
         for b in hits:
             if self.ref_counts[b] == 0:
                 del self.free_blocks[b]
             self.ref_counts[b] += 1
         seq.block_table = list(hits)
-        self.cache.queries += len(seq)
-        self.cache.hits += len(hits) * self.block_size
         return len(hits) * self.block_size
 
     def free(self, seq: Sequence) -> None:

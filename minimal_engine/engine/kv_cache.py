@@ -60,6 +60,15 @@ class QuantizedKVPool:
         self.amax = None               # [KVH] while calibrating: the largest |value| written per head
         self.shape = self.data.shape
 
+    def start_calibration(self) -> None:
+        """From now on, record the largest |value| written per head (calibrate_kv_scales)."""
+        self.amax = torch.zeros_like(self.scale)
+
+    def finish_calibration(self) -> None:
+        """Set each head's scale from its recorded largest value (with KV_HEADROOM); stop recording."""
+        self.scale = (self.amax * KV_HEADROOM / QMAX[self.kind]).clamp_min(1e-8)
+        self.amax = None
+
     def numel(self) -> int:
         return self.data.numel()
 
@@ -103,11 +112,10 @@ def calibrate_kv_scales(model, kv_caches: list, block_size: int, num_tokens: int
     gen = torch.Generator().manual_seed(CALIBRATION_SEED)
     ids = torch.randint(0, cfg.vocab_size, (n,), generator=gen).to(pools[0].data.device)       # [n]
     for p in pools:
-        p.amax = torch.zeros_like(p.scale)
+        p.start_calibration()
     pos = torch.arange(n, device=ids.device)
     batch = ForwardBatch(positions=pos, slot_mapping=pos, num_decodes=0, decode=None,
                          prefills=[PrefillChunk(0, n, n, None)], logits_indices=pos[-1:], block_size=block_size)
     model(ids, batch, kv_caches)
     for p in pools:
-        p.scale = (p.amax * KV_HEADROOM / QMAX[p.kind]).clamp_min(1e-8)
-        p.amax = None
+        p.finish_calibration()

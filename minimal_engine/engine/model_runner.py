@@ -20,10 +20,11 @@ from minimal_engine.engine.logprobs import score_prompt, token_logprobs
 from minimal_engine.engine.outputs import ModelRunnerOutput
 from minimal_engine.engine.sampler import sample
 from minimal_engine.engine.scheduler import SchedulerOutput
-from minimal_engine.model.attention import (CustomDecode, ForwardBatch, PagedDecode, PrefillChunk,
-                                            gathered_decode)
+from minimal_engine.model.attention import ForwardBatch, PagedDecode, PrefillChunk
 from minimal_engine.model.attention_paged import use_paged_decode
-from minimal_engine.model.cpu_linears import describe_linears, use_cpu_linears
+from minimal_engine.model.cpu_linears import describe_linears
+from minimal_engine.model.custom_decode import CustomDecode
+from minimal_engine.model.decode_groups import gathered_decode
 
 
 @dataclass
@@ -45,7 +46,6 @@ class ModelRunner:
         cfg = model.config
         self.model, self.config, self.device, self.dtype = model, config, device, dtype
         self.block_size, self.num_blocks = config.block_size, num_blocks
-        self.cpu_kernels = use_cpu_linears(model)     # CPU: kernels probed here (cpu_linears.py)
         slots = (num_blocks + 1) * config.block_size   # + the scratch block
         self.kv_quantized = config.kv_cache_dtype != "auto"
         if self.kv_quantized:                         # one byte per value (kv_cache.py)
@@ -77,7 +77,7 @@ class ModelRunner:
 
     def describe_kernels(self) -> str:
         """One line: the Linear kernels this model takes here (model/cpu_linears.py)."""
-        return describe_linears(self.model, self.cpu_kernels, self.dtype, self.device)
+        return describe_linears(self.model, self.dtype, self.device)
 
     @property
     def kv_cache_bytes(self) -> int:

@@ -51,15 +51,18 @@ class PrefixCache:
             out.append(hash((out[-1] if out else ROOT, tuple(seq.token_ids[i * bs:(i + 1) * bs]))))
         return out
 
-    def lookup(self, seq) -> list[int]:
+    def lookup(self, seq, count: bool = False) -> list[int]:
         """Block ids of the longest cached run of seq's full blocks, leaving at least one token to
-        compute."""
+        compute. count: the lookup serves a request (its tokens counted in queries and hits)."""
         hits = []
         for h in self.hashes(seq, (len(seq) - 1) // self.block_size):
             block = self.cached.get(h)
             if block is None:
                 break
             hits.append(block)
+        if count:
+            self.queries += len(seq)
+            self.hits += len(hits) * self.block_size
         return hits
 
     def register(self, seq, num_tokens: int) -> None:

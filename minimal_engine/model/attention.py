@@ -23,7 +23,6 @@ import torch.nn.functional as F
 from minimal_engine.model.attention_paged import paged_decode_attention
 from minimal_engine.model.custom_decode import CustomDecode
 from minimal_engine.model.decode_groups import DecodeGroup, GatheredDecode, lone_decode
-from minimal_engine.model.decode_groups import gathered_decode  # noqa: F401 (model_runner's)
 
 
 def block_rows(block_tables: torch.Tensor, kv_heads: int, pool_blocks: int) -> torch.Tensor:

@@ -5,7 +5,7 @@ not run everywhere: oneDNN's pre-packed bf16 weights need AVX-512 (BW/VL/DQ) or 
 laptops (AVX2 only) `torch.ops.mkldnn._reorder_linear_weight` raises, and on ARM the `mkldnn` ops may be missing.
 So nothing here is assumed: at load each fast path is tried once on a tiny tensor, compared with plain F.linear
 (float32 arithmetic) on that tensor, and used only when it runs and agrees (`probe_kernels`). What was chosen is
-kept in a `CpuKernels` (`llm.engine.runner.cpu_kernels`; `describe()` gives the line the bench and labs print).
+kept in a `CpuKernels` (`cpu_kernels(llm.model)`; `describe()` gives the line the bench and labs print).
 
 Kernels (GB/s of weights read at one row when they stream from memory: benchmarks/matvec_kernels.py):
   * "aten mv": `torch.mv`, ATen's matrix-vector kernel (bf16 with fp32 accumulation). The bf16 path for one row
@@ -18,7 +18,8 @@ Kernels (GB/s of weights read at one row when they stream from memory: benchmark
 
 `CpuLinear` is the Linear layer that runs them: an nn.Linear (same weight and bias Parameters, so the state dict
 and tied embeddings are unchanged) whose forward takes the chosen kernel. `use_cpu_linears(model)` replaces the
-model's nn.Linear layers by CpuLinear ones, visibly (print the model). Environment switch:
+model's nn.Linear layers by CpuLinear ones, visibly (print the model), before an engine holds the model
+(`LLM` calls it after quantization and tensor parallelism). Environment switch:
 MINIMAL_ENGINE_CPU_KERNELS=plain takes no fast path at all (what a CPU where every probe fails runs); the tests
 use it to run the suite on the fallback on any machine.
 """
@@ -181,7 +182,7 @@ class CpuLinear(nn.Linear):
         nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias   # shared: state_dict, tied embeddings unchanged
-        self.one_row, self.more_rows = kernels.one_row, kernels.more_rows
+        self.kernels, self.one_row, self.more_rows = kernels, kernels.one_row, kernels.more_rows
         self.packed = prepack(self.weight) if kernels.prepacked else None
         self.bias_detached = None if self.bias is None else self.bias.detach()
 
@@ -214,10 +215,15 @@ def use_cpu_linears(model: nn.Module, kernels: CpuKernels | None = None) -> CpuK
     return kernels
 
 
-def describe_linears(model: nn.Module, kernels: CpuKernels | None, dtype: torch.dtype,
-                     device: torch.device) -> str:
+def cpu_kernels(model: nn.Module) -> CpuKernels | None:
+    """The CpuKernels that use_cpu_linears gave the model's Linears (None: it has no CpuLinear)."""
+    return next((m.kernels for m in model.modules() if isinstance(m, CpuLinear)), None)
+
+
+def describe_linears(model: nn.Module, dtype: torch.dtype, device: torch.device) -> str:
     """One line: the Linear kernels this model takes here (ModelRunner.describe_kernels; the bench
     and the labs print it next to their figures)."""
+    kernels = cpu_kernels(model)
     if kernels is not None:
         return kernels.describe()
     int8 = next((m for m in model.modules() if hasattr(m, "use_int8pack")), None)   # quantization

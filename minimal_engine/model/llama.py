@@ -109,11 +109,11 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        self.inv_freq = rope_inv_freq(cfg)   # plain tensor: set again by the loader after meta init
+        self.inv_freq = rope_inv_freq(cfg)   # plain tensor (meta in a meta build): see rope()
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype):
         if self.inv_freq.device != positions.device:
-            self.inv_freq = self.inv_freq.to(positions.device)
+            self.inv_freq = rope_inv_freq(self.config).to(positions.device)
         freqs = positions.float()[:, None] * self.inv_freq[None, :]   # [T, Dh/2], in float32
         emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]             # [T, 1, Dh]
         return emb.cos().to(dtype), emb.sin().to(dtype)

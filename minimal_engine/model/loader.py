@@ -15,7 +15,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from minimal_engine.config import ModelConfig
-from minimal_engine.model.llama import LlamaForCausalLM, rope_inv_freq
+from minimal_engine.model.llama import LlamaForCausalLM
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 IGNORED_TENSORS = ("rotary_emb.inv_freq",)   # recomputed from config.json; lm_head.weight when tied
@@ -64,10 +64,9 @@ def build_model(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> L
     """Allocate the model without initialising it (weights are filled by load_weights or an init)."""
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
-    model = model.to_empty(device=device).to(dtype)
-    if cfg.tie_word_embeddings:
-        model.lm_head.weight = model.embed_tokens.weight
-    model.inv_freq = rope_inv_freq(cfg).to(device)
+    model = model.to_empty(device=device).to(dtype)   # inv_freq is remade on first use (rope())
+    if cfg.tie_word_embeddings:     # to_empty gave lm_head a tensor of its own: share the embedding's
+        model.load_state_dict({"lm_head.weight": model.embed_tokens.weight}, strict=False, assign=True)
     return model.eval()
 
 

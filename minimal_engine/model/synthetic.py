@@ -65,6 +65,4 @@ def build_synthetic(name: str, dtype, device: torch.device, seed: int = 0):
                 p.zero_()
             else:
                 p.normal_(0.0, 0.02, generator=gen)
-    tokenizer = Tokenizer(DEFAULT_MODEL)
-    tokenizer.id_modulo = len(tokenizer)
-    return cfg, model, tokenizer, dtype
+    return cfg, model, Tokenizer(DEFAULT_MODEL, wrap_ids=True), dtype

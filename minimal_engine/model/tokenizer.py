@@ -13,14 +13,16 @@ REPLACEMENT = "\ufffd"
 
 
 class Tokenizer:
-    def __init__(self, path: str | Path, id_modulo: int | None = None):
+    def __init__(self, path: str | Path, wrap_ids: bool = False):
+        """wrap_ids: ids past the vocabulary wrap around (id % its size) when decoded (synthetic
+        models, whose vocabulary is larger than this tokenizer's)."""
         from transformers import AutoTokenizer
         try:
             self.hf = AutoTokenizer.from_pretrained(str(path))
         except Exception as e:
             raise ValueError(f"cannot load a tokenizer from {path} ({type(e).__name__}: {e}); the model "
                              "folder needs tokenizer.json / tokenizer_config.json") from None
-        self.id_modulo = id_modulo  # synthetic models: ids past the tokenizer's vocabulary wrap around
+        self.id_modulo = len(self.hf) if wrap_ids else None
 
     @property
     def eos_token_id(self) -> int | None:

@@ -73,7 +73,7 @@ def break_prepacking(monkeypatch, how: str) -> None:
 def test_prepacking_that_fails_its_probe_falls_back(llama_dir, plain_tokens, monkeypatch, dtype, how):
     break_prepacking(monkeypatch, how)
     llm = LLM(llama_dir, dtype=dtype, device="cpu")                  # no crash at load
-    k = llm.engine.runner.cpu_kernels
+    k = cl.cpu_kernels(llm.model)
     assert k.more_rows == cl.PLAIN and cl.PREPACKED in k.not_taken and not k.prepacked
     assert k.one_row == (cl.MV if dtype == "bfloat16" else cl.PLAIN)
     assert "not taken: oneDNN pre-packed" in k.describe()
@@ -86,7 +86,7 @@ def test_matvec_that_fails_its_probe_falls_back(llama_dir, plain_tokens, monkeyp
     real_mv = torch.mv
     monkeypatch.setattr(torch, "mv", raising if how == "raises" else (lambda w, x: real_mv(w, x) + 1))
     llm = LLM(llama_dir, dtype="bfloat16", device="cpu")
-    k = llm.engine.runner.cpu_kernels
+    k = cl.cpu_kernels(llm.model)
     assert k.one_row == cl.PLAIN and cl.MV in k.not_taken
     monkeypatch.setattr(torch, "mv", real_mv)
     assert tokens(llm) == plain_tokens["bfloat16"]
@@ -96,7 +96,7 @@ def test_matvec_that_fails_its_probe_falls_back(llama_dir, plain_tokens, monkeyp
 def test_environment_switch_takes_the_plain_path(llama_dir, plain_tokens, monkeypatch, dtype):
     monkeypatch.setenv(cl.ENV_SWITCH, "plain")
     llm = LLM(llama_dir, dtype=dtype, device="cpu")
-    k = llm.engine.runner.cpu_kernels
+    k = cl.cpu_kernels(llm.model)
     assert (k.one_row, k.more_rows) == (cl.PLAIN, cl.PLAIN) and "MINIMAL_ENGINE_CPU_KERNELS=plain" in k.describe()
     assert tokens(llm) == plain_tokens[dtype]
     monkeypatch.setenv(cl.ENV_SWITCH, "fastest")
@@ -112,7 +112,7 @@ def test_fast_kernels_give_the_plain_tokens(llama_dir, plain_tokens, dtype):
     if why:
         pytest.skip(f"the {want} kernel does not run on this CPU: {why}")
     llm = LLM(llama_dir, dtype=dtype, device="cpu")
-    k = llm.engine.runner.cpu_kernels
+    k = cl.cpu_kernels(llm.model)
     assert k.one_row == want
     if dtype == "bfloat16":
         why = cl.probe(cl.PREPACKED, torch.bfloat16)

@@ -11,6 +11,7 @@ from minimal_engine.engine.block_manager import BlockManager
 from minimal_engine.engine.model_runner import ModelRunner
 from minimal_engine.engine.scheduler import ScheduledSeq, SchedulerOutput
 from minimal_engine.features.spec_decode.rejection import probs_of
+from minimal_engine.model.cpu_linears import use_cpu_linears
 from minimal_engine.model.loader import load_model, resolve_model_path
 from minimal_engine.model.tokenizer import Tokenizer
 
@@ -95,6 +96,7 @@ class DraftProposer:
         ecfg = EngineConfig(block_size=bs, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_model_len,
                             cuda_graphs=False)
         net = load_model(path, mc, target.dtype, target.device)
+        use_cpu_linears(net)                 # CPU: the draft's Linear kernels (cpu_linears.py)
         self.runner = ModelRunner(net, ecfg, blocks, target.dtype, target.device)
         self.bm = BlockManager(blocks, bs)
         self.shadows: dict = {}              # request id -> its DraftState in the draft's pool

@@ -40,6 +40,11 @@ class Comm:
         self.bytes += t.numel() * t.element_size()
         return t
 
+    def count_step(self, send_seconds: float) -> None:
+        """One step sent to the workers, taking send_seconds (rank 0's TensorParallelModel)."""
+        self.send_seconds += send_seconds
+        self.steps += 1
+
     def stats(self) -> dict:
         per = max(1, self.steps)
         return dict(steps=self.steps, all_reduces=self.all_reduces, bytes=self.bytes, seconds=self.seconds,

@@ -159,8 +159,7 @@ class TensorParallelModel(nn.Module):
                 c.send_bytes(msg)
             except OSError as e:
                 self._fail(f"could not send the step to worker rank {rank}: {e}", e)
-        self.comm.send_seconds += time.perf_counter() - t0
-        self.comm.steps += 1
+        self.comm.count_step(time.perf_counter() - t0)
         threads = torch.get_num_threads()
         torch.set_num_threads(self.per_rank)
         try:

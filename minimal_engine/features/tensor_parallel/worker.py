@@ -42,6 +42,7 @@ def worker_main(rank: int, world: int, port: int, spec: tuple, dtype, device_typ
     from minimal_engine.features.tensor_parallel.comm import Comm, batch_to, make_process_group
     from minimal_engine.engine.model_runner import ModelRunner
     from minimal_engine.features.tensor_parallel.sharding import shard_model
+    from minimal_engine.model.cpu_linears import use_cpu_linears
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is rank 0's to handle; it then stops the workers
     torch.set_num_threads(threads)
@@ -54,6 +55,7 @@ def worker_main(rank: int, world: int, port: int, spec: tuple, dtype, device_typ
         store = dist.TCPStore("127.0.0.1", port, world, False, timeout=datetime.timedelta(seconds=timeout_s))
         comm = Comm(make_process_group(store, rank, world, device, timeout_s))
         net = shard_model(net, rank, world, comm)
+        use_cpu_linears(net)                       # CPU: this rank's Linear kernels (cpu_linears.py)
         runner = ModelRunner(net, config, num_blocks, dtype, device)   # KV pool: this rank's KV heads only
         _send(conn, "ready", torch.get_num_threads())
     except BaseException:
