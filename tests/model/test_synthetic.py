@@ -30,3 +30,20 @@ def test_known_parameter_counts():
 def test_unknown_shape_lists_known_ones():
     with pytest.raises(ValueError, match="unknown synthetic shape 'gpt-5'.*llama-125m"):
         LLM("synthetic:gpt-5", device="cpu")
+
+
+def test_synthetic_parts_are_built_whole():
+    """Given at construction, not set afterwards: the tokenizer wraps ids past its vocabulary
+    (Tokenizer(wrap_ids=True)), lm_head shares the embedding's weight after the meta build, and
+    the rotary speeds (meta in that build) are remade on the device on first use."""
+    from minimal_engine.config import DEFAULT_MODEL
+    from minimal_engine.model.llama import rope_inv_freq
+    from minimal_engine.model.synthetic import build_synthetic
+    from minimal_engine.model.tokenizer import Tokenizer
+    cfg, model, tok, _ = build_synthetic("smollm2-135m", None, torch.device("cpu"))
+    assert model.lm_head.weight is model.embed_tokens.weight
+    assert tok.id_modulo == len(tok) and tok.decode([len(tok) + 300]) == tok.decode([300])
+    assert Tokenizer(DEFAULT_MODEL).id_modulo is None
+    assert model.inv_freq.is_meta
+    model.rope(torch.arange(4), torch.float32)
+    assert torch.equal(model.inv_freq, rope_inv_freq(cfg))
