@@ -16,6 +16,7 @@ return a timeout at once, naming the overall limit).
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import html
 import signal
 import threading
@@ -116,12 +117,22 @@ def call(fn: Callable, *args, timeout_s: float = 10.0, **kwargs) -> CallResult:
             box["r"] = CallResult(None, NOT_IMPLEMENTED, "not_implemented")
         except Exception as e:   # noqa: BLE001
             box["r"] = CallResult(None, _describe(e), "error")
+        except _Timeout:                    # stopped by _stop after the caller gave up
+            pass
     t = threading.Thread(target=target, daemon=True)
     t.start()
     t.join(timeout_s)
     if t.is_alive():
+        _stop(t)
         return CallResult(None, late or _too_slow(timeout_s), "timeout")
     return box["r"]
+
+
+def _stop(t: threading.Thread) -> None:
+    """Raise _Timeout inside a learner's function that ran past its limit off the main thread, so a
+    Python loop stops instead of spinning on in the background (attack round 3 L12). It lands at the
+    function's next Python bytecode: a long call into C or torch finishes that call first."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(_Timeout))
 
 
 def _too_slow(timeout_s: float) -> str:

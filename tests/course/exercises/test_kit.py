@@ -61,3 +61,27 @@ def test_report_table_wraps_long_inputs_and_keeps_the_message_column_wide():
     assert html.count("white-space:pre-wrap;word-break:break-all") == 3     # input, expected, got
     assert "<td style='min-width:16em'>規則 3 に反しています" in html
     assert "(&#x27;c&#x27;, 39, 16)" in html                                # escaped, all of it
+
+
+def test_a_timed_out_function_off_the_main_thread_stops():
+    """Attack round 3 L12: grading from a thread (no SIGALRM there) used to leave a timed-out learner
+    loop spinning in the background; now it is stopped at its next bytecode."""
+    import threading as th
+    from course.exercises import kit
+    box = {}
+
+    def spin():
+        while True:
+            pass
+
+    def grade_in_a_thread():
+        box["r"] = kit.call(spin, timeout_s=0.3)
+    before = set(th.enumerate())
+    t = th.Thread(target=grade_in_a_thread)
+    t.start()
+    t.join(30)
+    assert box["r"].status == "timeout"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and set(th.enumerate()) - before:
+        time.sleep(0.05)
+    assert not set(th.enumerate()) - before, "the learner's loop still runs in its thread"
