@@ -65,7 +65,7 @@ class QuantizedKVPool:
         self.amax = torch.zeros_like(self.scale)
 
     def finish_calibration(self) -> None:
-        """Set each head's scale from its recorded largest value (with KV_HEADROOM); stop recording."""
+        """Each head's scale from its recorded largest value (with KV_HEADROOM); stop recording."""
         self.scale = (self.amax * KV_HEADROOM / QMAX[self.kind]).clamp_min(1e-8)
         self.amax = None
 

@@ -5,7 +5,8 @@ not run everywhere: oneDNN's pre-packed bf16 weights need AVX-512 (BW/VL/DQ) or 
 laptops (AVX2 only) `torch.ops.mkldnn._reorder_linear_weight` raises, and on ARM the `mkldnn` ops may be missing.
 So nothing here is assumed: at load each fast path is tried once on a tiny tensor, compared with plain F.linear
 (float32 arithmetic) on that tensor, and used only when it runs and agrees (`probe_kernels`). What was chosen is
-kept in a `CpuKernels` (`cpu_kernels(llm.model)`; `describe()` gives the line the bench and labs print).
+kept in a `CpuKernels` (`cpu_kernels(llm.model)`; `describe()` gives the line the bench and labs
+print).
 
 Kernels (GB/s of weights read at one row when they stream from memory: benchmarks/matvec_kernels.py):
   * "aten mv": `torch.mv`, ATen's matrix-vector kernel (bf16 with fp32 accumulation). The bf16 path for one row
@@ -18,8 +19,8 @@ Kernels (GB/s of weights read at one row when they stream from memory: benchmark
 
 `CpuLinear` is the Linear layer that runs them: an nn.Linear (same weight and bias Parameters, so the state dict
 and tied embeddings are unchanged) whose forward takes the chosen kernel. `use_cpu_linears(model)` replaces the
-model's nn.Linear layers by CpuLinear ones, visibly (print the model), before an engine holds the model
-(`LLM` calls it after quantization and tensor parallelism). Environment switch:
+model's nn.Linear layers by CpuLinear ones, visibly (print the model), before an engine holds the
+model (`LLM` calls it after quantization and tensor parallelism). Environment switch:
 MINIMAL_ENGINE_CPU_KERNELS=plain takes no fast path at all (what a CPU where every probe fails runs); the tests
 use it to run the suite on the fallback on any machine.
 """

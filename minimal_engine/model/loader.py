@@ -66,7 +66,8 @@ def build_model(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> L
         model = LlamaForCausalLM(cfg)
     model = model.to_empty(device=device).to(dtype)   # inv_freq is remade on first use (rope())
     if cfg.tie_word_embeddings:     # to_empty gave lm_head a tensor of its own: share the embedding's
-        model.load_state_dict({"lm_head.weight": model.embed_tokens.weight}, strict=False, assign=True)
+        tied = {"lm_head.weight": model.embed_tokens.weight}
+        model.load_state_dict(tied, strict=False, assign=True)
     return model.eval()
 
 

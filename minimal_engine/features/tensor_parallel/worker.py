@@ -55,7 +55,7 @@ def worker_main(rank: int, world: int, port: int, spec: tuple, dtype, device_typ
         store = dist.TCPStore("127.0.0.1", port, world, False, timeout=datetime.timedelta(seconds=timeout_s))
         comm = Comm(make_process_group(store, rank, world, device, timeout_s))
         net = shard_model(net, rank, world, comm)
-        use_cpu_linears(net)                       # CPU: this rank's Linear kernels (cpu_linears.py)
+        use_cpu_linears(net)                       # CPU: this rank's Linear kernels
         runner = ModelRunner(net, config, num_blocks, dtype, device)   # KV pool: this rank's KV heads only
         _send(conn, "ready", torch.get_num_threads())
     except BaseException:
