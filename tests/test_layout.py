@@ -193,3 +193,10 @@ def test_the_engine_readme_names_every_package():
     assert not missing, f"minimal_engine/README.md does not describe {missing}"
     text = "\n".join(f.read_text() for d in ENGINE_DIRS for f in (ROOT / d).rglob("*.py"))
     assert "ipywidgets" not in text and "import matplotlib" not in text, "the engine imports no course UI"
+
+
+def test_one_conftest_for_the_tests():
+    """A second conftest.py anywhere under tests/ becomes the module `conftest` for some tests, and
+    `from conftest import hf_greedy` then fails at collection (it stopped CI once)."""
+    found = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("conftest.py"))
+    assert found == ["tests/conftest.py"], f"share fixtures through a named module instead: {found}"

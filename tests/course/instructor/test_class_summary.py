@@ -1,8 +1,8 @@
 """The class summary (issue 43 item 5) on synthetic CSVs written by the labs' own writers (lab 1's
 ``labkit.save_csv``, lab 2's ``save_history_csv``): one row per learner across both labs, server
 runs left out, the spread lines and picture, and the guide's one command (``python -m
-course.instructor summary``) with its clear error for a missing folder. The CSVs: conftest.py's
-``class_folder``."""
+course.instructor summary``) with its clear error for a missing folder. The CSVs: the fixture
+``class_folder`` (class_csvs.py)."""
 from __future__ import annotations
 
 import subprocess
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from class_csvs import class_folder  # noqa: F401  (a fixture)
 
 from course.instructor.summary import plot_spread, read_class, spread_lines
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from class_csvs import class_folder  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[3]
 GUIDE = ROOT / "docs" / "instructor_guide.md"

@@ -1,4 +1,6 @@
-"""Shared by the instructor tests: learners' lab CSVs written by the labs' own writers."""
+"""Shared by the instructor tests: learners' lab CSVs written by the labs' own writers (the fixture
+`class_folder`, imported by the tests that use it). Not a conftest.py: a second `conftest` module
+shadows tests/conftest.py for the tests that do `from conftest import ...`."""
 from __future__ import annotations
 
 from pathlib import Path
