@@ -95,8 +95,11 @@ def check(fn, ctx=None) -> list:
         out.append(failed_call("エンジンの投機的デコード", "LLM(speculative_config=draft_model, k=4)", "最後まで生成", msg))
         return out
     (acc_e, n_e), (acc_l, n_l) = res["engine"], res["learner"]
-    out.append(case("エンジンの投機的デコード（ドラフトモデル、k=4、温度 1、計測）", "2 プロンプト × 24 トークン",
-                    f"エンジンの棄却サンプリング：受理率 {acc_e:.2f}、{n_e} トークン", f"受理率 {acc_l:.2f}、{n_l} トークン",
+    # a smoke test: only the token count is checked (the acceptance share is shown, not compared:
+    # few draws)
+    out.append(case("エンジンで最後まで生成できるか（ドラフトモデル、k=4、温度 1。受理の割合は比べません）",
+                    "2 プロンプト × 24 トークン", f"{n_e} トークン（エンジンの規則での提案の採用率 {acc_e:.2f}）",
+                    f"{n_l} トークン（あなたの規則での提案の採用率 {acc_l:.2f}）",
                     n_l == n_e, "エンジンがあなたの規則で最後まで生成できませんでした。"))
     return out
 

@@ -1,4 +1,4 @@
-"""Lab 8 (第8章ラボ): 投機的デコードの k と方式を変えて、受理率・受理長・tok/s・TPOT を投機なしと比べる。
+"""Lab 8 (第8章ラボ): 投機的デコードの k と方式を変えて、提案の採用率・受理率 α・受理長・tok/s・TPOT を投機なしと比べる。
 
 Plain functions (tests call them; the notebook stays thin)::
 
@@ -31,6 +31,7 @@ from pathlib import Path
 from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
+from course.labkit.spec import alpha_from_length
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.labs.lab08_plots import METHODS, TEXTS, plot_run   # the labels live with the figure
 from course.runtime import apply_thread_policy, cached_llm, check_device, check_int, is_quick
@@ -166,8 +167,8 @@ def run_spec_lab(prompt_len=None, k=None, concurrency=None, output_len=None, tex
     for m, r in out.items():
         r["speedup"] = r["tok_s"] / out["none"]["tok_s"]
         r["tpot_ratio"] = r["tpot_ms"] / out["none"]["tpot_ms"]
-        a = r["acceptance_rate"]
-        r["expected_length"] = expected_tokens_per_step(a, k) if a == a else float("nan")   # Leviathan et al.
+        n = r["mean_accepted_length"]   # Leviathan's alpha (per position), not accepted / proposed
+        r["alpha"] = alpha_from_length(n, k) if n == n else float("nan")
     res = {"prompt_len": p, "k": k, "concurrency": c, "output_len": o, "text": text, "temperature": temperature,
            "device": device, "repeats": repeats, "threads": threads, "methods": out, "load": load}
     if temperature == 0:
@@ -177,10 +178,12 @@ def run_spec_lab(prompt_len=None, k=None, concurrency=None, output_len=None, tex
 
 
 def trace_steps(method: str = "ngram", k: int = 4, prompt: str | None = None, max_tokens: int = 24,
-                device: str = "cpu") -> list[dict]:
+                device: str = "cpu", text: str | None = None, prompt_len: int = 64) -> list[dict]:
     """One request, greedy, step by step: what the proposer drafted, how many drafts the target kept, and the
-    tokens the step produced (the kept drafts + the target's own next token)."""
+    tokens the step produced (the kept drafts + the target's own next token). ``text``: the lab's
+    first prompt of that kind (``prompt_len`` tokens) instead of ``prompt``."""
     llm = _engine(method, k, 1, device)
+    prompt = make_prompts(llm, text, prompt_len, 1)[0] if text is not None else prompt
     tok, engine = llm.tokenizer, llm.engine
     spec, rows = engine.speculator, []
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
@@ -224,8 +227,9 @@ def measure_draft_cost(prompt_len: int = 32, device: str = "cpu", num_steps: int
 
 
 def break_even_alpha(k: int, c: float) -> float:
-    """The acceptance rate at which the formula's speedup (1 - a^(k+1)) / ((1 - a)(kc + 1)) is exactly 1: below it a
-    draft with cost c loses to no speculation (bisection; the speedup rises with a)."""
+    """The acceptance rate alpha (Leviathan's, per position) at which the formula's speedup
+    (1 - a^(k+1)) / ((1 - a)(kc + 1)) is exactly 1: below it a draft with cost c loses to no
+    speculation (bisection; the speedup rises with a)."""
     lo, hi = 0.0, 1.0
     if expected_speedup(1.0 - 1e-12, k, c) < 1:
         return float("nan")                     # even a draft that is always right does not pay for itself
@@ -236,7 +240,8 @@ def break_even_alpha(k: int, c: float) -> float:
 
 
 def expected_table(alphas=(0.5, 0.7, 0.9), ks=(1, 2, 4, 8), c: float = 0.1) -> list[dict]:
-    """Leviathan et al. (2023): tokens per step and speedup for a grid of acceptance rates and k."""
+    """Leviathan et al. (2023): tokens per step and speedup for a grid of alpha (per position)
+    and k."""
     return [{"alpha": a, "k": k, "tokens_per_step": expected_tokens_per_step(a, k),
              "speedup": expected_speedup(a, k, c)} for a in alphas for k in ks]
 
@@ -251,10 +256,12 @@ def readout_html(res: dict) -> str:
     for m, r in res["methods"].items():
         span = f"（{r['tok_s_min']:.1f}〜{r['tok_s_max']:.1f}）" if res["repeats"] > 1 else ""
         rows.append((r["label"], f"{r['tok_s']:.1f}{span}", _v(r["tpot_ms"], ".1f"), _v(r["speedup"]),
-                     _v(r["acceptance_rate"]), " / ".join(_v(a) for a in r["acceptance_by_position"]) or "—",
-                     _v(r["mean_accepted_length"]), _v(r["expected_length"])))
-    head = ("方式", "出力 tok/s", "TPOT [ms]", "速度比（対 投機なし）", "受理率 α", "位置ごとの受理（1番目 / 2番目 / …）",
-            "平均受理長 [トークン/ステップ]", "式 (1−α^(k+1))/(1−α)")
+                     _v(r["acceptance_rate"], ".3f"),
+                     " / ".join(_v(a) for a in r["acceptance_by_position"]) or "—",
+                     _v(r["mean_accepted_length"]), _v(r["alpha"], ".3f")))
+    head = ("方式", "出力 tok/s", "TPOT [ms]", "速度比（対 投機なし）", "提案の採用率（受理 ÷ 提案）",
+            "位置ごとの受理（1番目 / 2番目 / …）", "平均受理長 [トークン/ステップ]",
+            "受理率 α（平均受理長 = (1−α^(k+1))/(1−α) を解く）")
     note = (f"<div style='color:#555'>{TEXTS[res['text']]}・k = {res['k']}・同時リクエスト数 {res['concurrency']}・"
             f"温度 {res['temperature']}" + (f"・繰り返し {res['repeats']} 回の中央値（最小〜最大）" if res["repeats"] > 1
                                           else "") + "</div>")
@@ -273,7 +280,8 @@ def add_run(history: list[dict], res: dict) -> list[dict]:
 
 
 def history_html(history: list[dict], last: int = 24) -> str:
-    head = ("#", "方式", "文章", "プロンプト長", "k", "同時リクエスト数", "出力 tok/s", "速度比", "受理率", "平均受理長")
+    head = ("#", "方式", "文章", "プロンプト長", "k", "同時リクエスト数", "出力 tok/s", "速度比", "提案の採用率",
+            "平均受理長")
     rows = [(r["run"], METHODS[r["method"]], TEXTS[r["text"]], r["prompt_len"], r["k"], r["concurrency"],
              _v(r["tok_s"], ".1f"), _v(r["speedup"]), _v(r["acceptance_rate"]), _v(r["mean_accepted_length"]))
             for r in history[-last:]]

@@ -40,6 +40,9 @@ def test_three_methods_on_the_same_prompts(res):
         assert m[k]["acceptance_rate"] == pytest.approx(m[k]["accepted"] / m[k]["proposed"])
         assert 1 <= m[k]["mean_accepted_length"] <= res["k"] + 1
         assert m[k]["speedup"] == pytest.approx(m[k]["tok_s"] / m["none"]["tok_s"])
+        # Leviathan's alpha: the formula at it gives the measured mean length (the share does not)
+        length = calc.spec_tokens_per_step(m[k]["alpha"], 3)
+        assert length == pytest.approx(m[k]["mean_accepted_length"], abs=1e-6)
     assert m["none"]["proposed"] == 0 and m["none"]["speedup"] == 1
 
 
@@ -73,6 +76,8 @@ def test_prompts_have_the_asked_length_and_kind():
 
 def test_trace_shows_drafts_and_what_was_kept():
     rows = lab08.trace_steps("ngram", 4, prompt=lab08.PASSAGES[0][:16] * 4, max_tokens=16)
+    ordinary = lab08.trace_steps("draft_model", 2, max_tokens=8, text="ordinary", prompt_len=24)
+    assert sum(len(r["tokens"]) for r in ordinary) == 8
     assert sum(len(r["tokens"]) for r in rows) == 16
     assert any(r["accepted"] > 0 for r in rows)
     for r in rows:
@@ -87,7 +92,7 @@ def test_history_rows_per_method(res):
     assert all(r["prompt_len"] == 24 and r["k"] == 3 for r in history)
     assert "24" in lab08.history_html(history)
     assert lab08.history_csv(history).count("\n") == 4
-    assert lab08.plot_run(res) is not None and "受理率" in lab08.readout_html(res)
+    assert lab08.plot_run(res) is not None and "提案の採用率" in lab08.readout_html(res)
 
 
 def test_bad_settings_are_refused():

@@ -1,0 +1,145 @@
+"""Lab 8's readings (course/labs/lab08_explain.py): Leviathan's alpha solved from the mean accepted
+length (not accepted / proposed), accepted drafts inside a repetition loop, and the concurrency
+predictions decided by the run (planted contradicting numbers turn the verdicts; the saved verdicts
+agree with the saved numbers)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from course.labkit.predictions import HELD, MISSED
+from course.labs import lab08_explain as ex
+from minimal_engine.calculators import spec_tokens_per_step
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_alpha_is_solved_from_the_mean_length():
+    for a in (0.0, 0.3, 0.8, 0.95):
+        assert ex.alpha_from_length(spec_tokens_per_step(a, 4), 4) == pytest.approx(a, abs=1e-6)
+    # the blind reading's numbers: mean length 3.94 at k = 4 is alpha 0.88, while accepted /
+    # proposed    # is (3.94 - 1) / 4 = 0.735, and the formula at that share gives far less than 3.94
+    assert ex.alpha_from_length(3.94, 4) == pytest.approx(0.881, abs=1e-3)
+    share = (3.94 - 1) / 4
+    assert spec_tokens_per_step(share, 4) < 3.0 < 3.94
+    with pytest.raises(ValueError, match="mean_len"):
+        ex.alpha_from_length(5.5, 4)
+
+
+def test_acceptance_reading_prints_both_quantities():
+    res = {"k": 4, "methods": {"draft_model": {
+        "label": "ドラフトモデル（蒸留）", "accepted": 47, "proposed": 64, "acceptance_rate": 47 / 64,
+        "mean_accepted_length": 1 + 47 / 16, "acceptance_by_position": [0.88, 0.75, 0.69, 0.62]}}}
+    text = ex.acceptance_reading(res, "draft_model")
+    assert "47 ÷ 64 = 0.734" in text and "1 + k × 提案の採用率 = 3.94" in text
+    assert f"= {ex.alpha_from_length(1 + 47 / 16, 4):.3f}" in text and "入れると 2.96" in text
+
+
+def _row(drafts, accepted, tokens):
+    return {"drafts": drafts, "accepted": accepted, "tokens": tokens}
+
+
+def test_loop_share_counts_accepted_drafts_inside_a_repeat():
+    rows = [_row([], 0, ["a"]), _row(["b", "x"], 1, ["b", "c"]),          # a b c: no repeat yet
+            _row(["d", "a"], 1, ["d", "a"]),                               # a b c d a
+            _row(["b", "c", "d"], 3, ["b", "c", "d", "a"])]                # "a b c d" again: a loop
+    s = ex.loop_share(rows, n=3)
+    assert s["accepted"] == 5 and s["in_loop"] == 2                       # c and d of the last step
+    assert (s["before_accepted"], s["before_proposed"]) == (2, 4)
+    assert s["output"] == "abcdabcda"
+    assert "5 個のうち 2 個" in ex.loop_reading(rows, n=3)
+
+
+def rows_for(step_ms, speedups):
+    return [{"concurrency": c, "base_tok_s": 1000 * c / t, "ngram_speedup": s}
+            for c, t, s in zip((1, 4, 8), step_ms, speedups)]
+
+
+def test_concurrency_verdicts_follow_the_numbers():
+    good = ex.concurrency_predictions(rows_for((2.58, 3.86, 5.15), (3.02, 1.62, 1.40)), k=4)
+    assert [p.held for p in good] == [True, True]
+    fit = ex.step_fit(rows_for((2.58, 3.86, 5.15), (3, 2, 1)))
+    # by hand: mean batch 13/3, Sxx 24.667, Sxy 8.997 -> 0.3647 ms per token,
+    # fixed 3.8633 - 4.333 x 0.3647
+    assert fit["per_token_ms"] == pytest.approx(0.3647, abs=1e-3)
+    assert fit["fixed_ms"] == pytest.approx(2.283, abs=1e-3)
+    # planted: the step time grows in proportion to the batch (no fixed time): the CPU reading fails
+    assert ex.concurrency_predictions(rows_for((1.0, 4.0, 8.0), (3, 2, 1)), k=4)[0].held is False
+    # planted: the speedup rises with the batch
+    rising = rows_for((2.58, 3.86, 5.15), (1.2, 1.6, 2.0))
+    assert ex.concurrency_predictions(rising, k=4)[1].held is False
+
+
+STEPS = re.compile(r"(\d+) → ([\d.]+) ms")
+SPEED = re.compile(r"速度比 ([\d.]+) → ([\d.]+)")
+
+
+def test_lab8_saved_verdicts_agree_with_its_saved_numbers():
+    nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code"
+                and "concurrency_predictions" in "".join(c["source"]))
+    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
+                   if o.get("output_type") == "stream")
+    saved = [line for line in text.splitlines() if line.startswith((HELD, MISSED))]
+    assert len(saved) == 2, text
+    steps = [(int(c), float(t)) for c, t in STEPS.findall(saved[0].split("。固定")[0])]
+    first, last = map(float, SPEED.search(saved[1]).groups())
+    speed = [first] + [first] * (len(steps) - 2) + [last]
+    rows = [{"concurrency": c, "base_tok_s": 1000 * c / t, "ngram_speedup": s}
+            for (c, t), s in zip(steps, speed)]
+    for line, p in zip(saved, ex.concurrency_predictions(rows, k=4)):
+        assert line.startswith(HELD if p.held else MISSED), (line, p)
+
+
+def test_formula_verdict_follows_the_numbers():
+    # the blind reading's predictions at alpha solved from the mean length, against the measured
+    # speedups
+    pairs = [(1.14, 0.99), (1.11, 1.03), (0.70, 0.67), (1.39, 1.21), (1.67, 1.49), (1.06, 1.02)]
+    assert ex.formula_prediction(pairs).held
+    planted = pairs[:-1] + [(0.43, 1.02)]          # accepted / proposed used as alpha at k = 8
+    assert not ex.formula_prediction(planted).held
+    assert "0.43 / 1.02" in ex.formula_prediction(planted).verdict()
+
+
+PAIR = re.compile(r"([\d.]+) / ([\d.]+)")
+
+
+def test_lab8_saved_formula_verdict_agrees_with_its_saved_numbers():
+    nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code"
+                and "formula_prediction" in "".join(c["source"]))
+    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
+                   if o.get("output_type") == "stream")
+    line = next(x for x in text.splitlines() if x.startswith((HELD, MISSED)))
+    pairs = [(float(p), float(m)) for p, m in PAIR.findall(line.split("測定：")[1])]
+    assert pairs, line
+    assert line.startswith(HELD if ex.formula_prediction(pairs).held else MISSED), line
+
+
+def test_break_even_verdicts_follow_the_numbers():
+    good = ex.break_even_prediction("蒸留なし", 0.36, 0.44, 0.85, distilled=False)
+    assert good.held and "0.360" in good.verdict()
+    assert ex.break_even_prediction("蒸留", 0.76, 0.45, 1.21, distilled=True).held
+    # planted: a c measured too small puts the break-even below alpha while the run is slower
+    assert not ex.break_even_prediction("蒸留なし", 0.352, 0.224, 0.88, distilled=False).held
+    assert not ex.break_even_prediction("蒸留", 0.76, 0.45, 0.95, distilled=True).held
+
+
+ALPHA = re.compile(r"(.+?)は、受理率 α が.*受理率 α ([\d.]+)、損益分岐の α ([\d.]+)、速度比 ([\d.]+)")
+
+
+def test_lab8_saved_break_even_verdicts_agree_with_their_numbers():
+    nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code"
+                and "break_even_prediction" in "".join(c["source"]))
+    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
+                   if o.get("output_type") == "stream")
+    lines = [x for x in text.splitlines() if x.startswith((HELD, MISSED))]
+    assert len(lines) == 2, text
+    for line, distilled in zip(lines, (True, False)):
+        label, a, be, sp = ALPHA.search(line.split("：", 1)[1]).groups()
+        p = ex.break_even_prediction(label, float(a), float(be), float(sp), distilled)
+        assert line.startswith(HELD if p.held else MISSED), line
