@@ -3,7 +3,8 @@
 The hash of block i covers block i-1's hash and block i's tokens, so equal hashes mean equal whole prefixes.
 Graded on behaviour, not on hash values (any hash function works): the count (full blocks only), equal
 prefixes give equal hashes, a change in an early block changes every later hash, equal blocks after different
-prefixes differ; then the engine's prefix cache (BlockManager(block_hashes=...)) runs on the learner's hashes
+prefixes differ, swapped blocks and reordered tokens inside a block differ (an XOR or sum chain, or a
+sorted or summed block, makes the engine reuse the wrong K/V); then the engine's prefix cache (BlockManager(block_hashes=...)) runs on the learner's hashes
 over a set of prompts and must find exactly the cached tokens it finds with its built-in hash.
 """
 from __future__ import annotations
@@ -65,6 +66,21 @@ def check(fn, ctx: dict) -> list[Case]:
     cases.append(Case("同じトークンのブロックが2回続く", f"token_ids={d}", "2つのハッシュが違う",
                       repr(hd)[:60], chained,
                       "OK" if chained else "ブロックのトークンだけでなく、前のブロックのハッシュも含めてください"))
+    x, y = a[:4], a[4:8]                                  # two different blocks, in both orders
+    r, hxy = _get(fn, x + y, bs, t)
+    r2, hyx = _get(fn, y + x, bs, t)
+    ordered = hxy is not None and hyx is not None and len(hxy) == len(hyx) == 2 and hxy[1] != hyx[1]
+    cases.append(Case("2つのブロックの順番を入れ替える", "A+B と B+A（A、B は4トークンのブロック）",
+                      "2つ目のハッシュが違う", "違う" if ordered else "同じ", ordered,
+                      "OK" if ordered else "A のあとの B と、B のあとの A は違う先頭です。XOR や足し算のように"
+                      "順番を入れ替えても同じになる組み合わせ方ではなく、(前のハッシュ, ブロック) の tuple を"
+                      "ハッシュしてください"))
+    r, hp = _get(fn, x[::-1] + y, bs, t)
+    inside = hxy is not None and hp is not None and len(hp) == 2 and hp[0] != hxy[0]
+    cases.append(Case("ブロックの中のトークンの順番を変える", f"{x} と {x[::-1]}", "1つ目のハッシュが違う",
+                      "違う" if inside else "同じ", inside,
+                      "OK" if inside else "ブロックのトークンは順番ごとハッシュしてください（sorted や sum を"
+                      "使うと、順番の違うトークン列が同じブロックになります）"))
     cases.append(_engine_case(fn, rng, t))
     return cases
 
@@ -75,6 +91,7 @@ def _engine_case(fn, rng, t) -> Case:
     base = [rng.randrange(1000) for _ in range(16)]
     prompts = [base + [rng.randrange(1000) for _ in range(k)] for k in (3, 6, 1)]
     prompts += [base[:8] + [7] * 9, [base[0] + 1] + base[1:] + [5]]
+    prompts += [base[4:8] + [2, 3, 4, 5, 6], base[4:8] + base[:4] + [8]]   # B..., then B+A: not A+B
     inp = f"{len(prompts)} 個のプロンプト（共通の先頭 16 トークンなど）、block_size={bs}"
 
     def run(hasher):

@@ -31,9 +31,45 @@ def unhashable(ids, bs):
     return [list(ids[i * bs:(i + 1) * bs]) for i in range(len(ids) // bs)]
 
 
+def xor_chain(ids, bs):           # blind reading 2026-12-07 ch4 #1: commutative, passed before
+    out, prev = [], 0
+    for i in range(len(ids) // bs):
+        prev ^= hash(tuple(ids[i * bs:(i + 1) * bs]))
+        out.append(prev)
+    return out
+
+
+def sum_chain(ids, bs):
+    out, prev = [], 0
+    for i in range(len(ids) // bs):
+        prev += hash(tuple(ids[i * bs:(i + 1) * bs]))
+        out.append(prev)
+    return out
+
+
+def sorted_block(ids, bs):       # order-blind inside a block: passed before
+    out, prev = [], 0
+    for i in range(len(ids) // bs):
+        prev = hash((prev, tuple(sorted(ids[i * bs:(i + 1) * bs]))))
+        out.append(prev)
+    return out
+
+
+def summed_block(ids, bs):
+    out, prev = [], 0
+    for i in range(len(ids) // bs):
+        prev = hash((prev, sum(ids[i * bs:(i + 1) * bs])))
+        out.append(prev)
+    return out
+
+
 @pytest.mark.parametrize("fn, promised", [(not_chained, "前のブロックのハッシュも含め"),
                                           (hashes_partial, "満杯のブロックだけ"),
-                                          (unhashable, "ハッシュできる値")])
+                                          (unhashable, "ハッシュできる値"),
+                                          (xor_chain, "XOR や足し算"),
+                                          (sum_chain, "XOR や足し算"),
+                                          (sorted_block, "順番ごとハッシュ"),
+                                          (summed_block, "順番ごとハッシュ")])
 def test_wrong_solutions_fail_with_their_message(fn, promised):
     r = grade("04_block_hashes", fn)
     assert not r.passed

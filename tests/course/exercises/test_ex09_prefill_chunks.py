@@ -40,6 +40,34 @@ def test_wrong_solution_fails_with_the_promised_message(name, promised):
     assert any(promised in c.message for c in failed), [c.message for c in failed]
 
 
+def _even_split(prompt_len, decode_batch, token_budget):
+    """The fewest steps, within the budget, but balanced (blind reading 2026-12-07 ch9 #1: failed before)."""
+    room = token_budget - decode_batch
+    if room < 1:
+        raise ValueError("no room for the prefill")
+    steps = -(-prompt_len // room)
+    q, r = divmod(prompt_len, steps)
+    return [q + 1] * r + [q] * (steps - r)
+
+
+def _one_step_too_many(prompt_len, decode_batch, token_budget):
+    room = token_budget - decode_batch
+    if room < 1:
+        raise ValueError("no room for the prefill")
+    return [1] + _even_split(prompt_len - 1, decode_batch, token_budget)
+
+
+def test_a_minimal_plan_in_another_order_passes_the_pure_cases_and_says_the_engines_order():
+    cases = _grader().check(_even_split, CTX)
+    assert all(c.passed for c in cases), [c for c in cases if not c.passed]
+    assert any("エンジンは前から" in c.message for c in cases)
+
+
+def test_a_plan_with_more_steps_is_told_it_is_not_minimal():
+    failed = [c for c in _grader().check(_one_step_too_many, CTX) if not c.passed]
+    assert failed and all("最小ではありません" in c.message for c in failed), failed
+
+
 def _raises(*args, **kwargs):
     raise RuntimeError("boom")
 
