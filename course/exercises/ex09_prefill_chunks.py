@@ -26,12 +26,17 @@ ENGINE_CASE = (300, 4, 68)         # prompt_len, decode_batch, token_budget: fit
 def engine_chunks(prompt_len: int, decode_batch: int, token_budget: int) -> tuple[list[int], float]:
     """The engine's own chunked prefill (max_num_batched_tokens=token_budget) of a prompt_len-token prompt while
     decode_batch requests decode: the prefill tokens of each step until its first token, and the longest of those
-    steps in seconds (each decoding request waits that long for its next token: the worst ITL, measured)."""
+    steps in seconds (each decoding request waits that long for its next token: the worst ITL, measured after a
+    warm-up step of the same size)."""
     import time
 
     from minimal_engine import LLM, SamplingParams
     llm = LLM(max_num_batched_tokens=token_budget, max_model_len=512)
     eng = llm.engine
+    # warm-up, not measured: a first step of a new shape pays one-off costs (allocations, kernel choice), far above a
+    # steady step; a full-budget step (the size of the measured steps) and a few decodes take them here
+    llm.generate([[(5 * i) % 500 + 20 for i in range(token_budget)]] + [[11, 12, 13]] * decode_batch,
+                 SamplingParams(temperature=0, max_tokens=2, ignore_eos=True), use_tqdm=False)
     decoding = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
     started = set()
     ids = [eng.add_request([11 + i, 12, 13], decoding) for i in range(decode_batch)]

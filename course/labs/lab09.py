@@ -17,7 +17,9 @@ output tokens, so the timing holds on a fast or a slow machine. The same token i
   engine (on this machine both processes share the same CPU cores, unlike two GPUs).
 
 Per setup: ITL of the short requests over time, their p99 and max ITL, TTFT of the long prompts, TPOT,
-output tok/s and tok/s/user (vLLM's formulas, minimal_engine.engine.metrics). Greedy in float32: every setup gives the
+output tok/s and tok/s/user (vLLM's formulas, minimal_engine.engine.metrics), the KV moved per long and per short
+prompt (their mean mixes the two), the long prompts' first-token times and how many short requests decode at each
+gap. The sentences and the tasks' verdicts printed from a result are in ``lab09_explain``. Greedy in float32: every setup gives the
 same tokens (in bfloat16, different chunkings round differently and a random model's near-ties may flip).
 """
 from __future__ import annotations
@@ -137,6 +139,10 @@ def _measure(run: dict, stream: list[dict]) -> dict:
     gaps = [g * 1e3 for m in short for g in m.itl]
     s = summarize([o.metrics for o in outs])
     kv = [getattr(o.metrics, "kv_transfer_bytes", 0) for o in outs]
+    kv_s = [getattr(o.metrics, "kv_transfer_s", 0.0) * 1e3 for o in outs]
+    late = [r["late"] for r in stream]
+    spans = [(m.token_times[0], m.token_times[-1]) for m in short if m.token_times]
+    ends = [t for m in short for t in m.token_times[1:]]         # each gap's end: how many short ones decode then
     return {"p99_itl_ms": percentile(gaps, 99), "max_itl_ms": max(gaps) if gaps else float("nan"), "itl_count": len(gaps),
             "median_itl_ms": percentile(gaps, 50), "tpot_ms": s["median_tpot_ms"],
             "long_ttft_ms": statistics.fmean(m.ttft * 1e3 for m in longs) if longs else float("nan"),
@@ -144,8 +150,17 @@ def _measure(run: dict, stream: list[dict]) -> dict:
             "duration_s": s["duration"], "itl_points": [(t - t0, (t - a) * 1e3) for m in short
                                                         for a, t in zip(m.token_times, m.token_times[1:])],
             "long_arrivals_s": [m.arrival_time - t0 for m in longs], "tokens": [o.token_ids for o in outs],
-            "kv_bytes_per_request": statistics.fmean(kv) if any(kv) else 0.0,
-            "kv_transfer_ms": statistics.fmean(getattr(o.metrics, "kv_transfer_s", 0.0) * 1e3 for o in outs)}
+            "kv_bytes_per_request": statistics.fmean(kv) if any(kv) else 0.0,       # all requests mixed
+            "kv_transfer_ms": statistics.fmean(kv_s),
+            "kv_bytes_long": _mean_of(kv, late, True), "kv_bytes_short": _mean_of(kv, late, False),
+            "kv_ms_long": _mean_of(kv_s, late, True), "kv_ms_short": _mean_of(kv_s, late, False),
+            "long_first_token_s": [m.first_token_time - t0 for m in longs if m.first_token_time is not None],
+            "mean_decoding": statistics.fmean(sum(a < t <= b for a, b in spans) for t in ends) if ends else float("nan")}
+
+
+def _mean_of(values: list, late: list[bool], want: bool) -> float:
+    xs = [v for v, x in zip(values, late) if x == want]
+    return statistics.fmean(xs) if xs else 0.0
 
 
 def run_interference_lab(prompt_len=None, num_decodes=None, output_len=None, num_long=None, budgets=None,
@@ -188,7 +203,9 @@ def run_interference_lab(prompt_len=None, num_decodes=None, output_len=None, num
         out[name] = row
     tokens = [r["tokens"] for r in out.values()]
     warnings = [load["warning"]] if load and load["warning"] else []
-    return {"model": model, "prompt_len": p, "num_decodes": n, "output_len": o, "num_long": k, "budgets": budgets,
+    per_token = get_llm(model, "cpu").model_config.kv_bytes_per_token(4)            # float32, as the engines here
+    return {"model": model, "prompt_len": p, "short_prompt_len": SHORT_PROMPT_LEN, "kv_bytes_per_token": per_token,
+            "num_decodes": n, "output_len": o, "num_long": k, "budgets": budgets,
             "arrivals": arrivals, "rate": rate, "device": device, "repeats": repeats, "threads": threads,
             "setups": out, "same_tokens": all(t == tokens[0] for t in tokens), "load": load, "warnings": warnings}
 
@@ -201,13 +218,15 @@ def _v(x, fmt=".1f") -> str:
 def readout_html(res: dict) -> str:
     rows = [(r["label"], _v(r["median_itl_ms"]), _v(r["p99_itl_ms"]), _v(r["max_itl_ms"]), _v(r["long_ttft_ms"], ".0f"),
              _v(r["tpot_ms"]), _v(r["tok_s"]), _v(r["tok_s_per_user"]),
-             _v(r["kv_bytes_per_request"] / 1e3, ".0f") if r["kv_bytes_per_request"] else "—")
+             f"{r['kv_bytes_long'] / 1e3:,.0f} ／ {r['kv_bytes_short'] / 1e3:,.0f}" if r.get("kv_bytes_long") else "—")
             for r in res["setups"].values()]
     head = ("構成", "ITL 中央値 [ms]", "ITL p99 [ms]", "ITL 最大 [ms]", "長いプロンプトの TTFT [ms]", "TPOT [ms]",
-            "出力 tok/s", "tok/s/user", "KV 転送 [KB/件]")
+            "出力 tok/s", "tok/s/user", "KV 転送 [KB/件]（長い ／ 短い）")
     same = "同じトークン列: " + ("はい（全構成で一致）" if res["same_tokens"] else "いいえ")
     n = min(r.get("itl_count", 0) for r in res["setups"].values())
-    note = (f"ITL の標本は構成ごとに {n} 個以上です（p99 は上から約 {max(1, n // 100)} 個目の間隔で、最大値に近くなります）。"
+    note = (f"ITL の標本は構成ごとに {n} 個以上です。止められたステップでは Decode 中の全員が同じ長い間隔を受け取るので、"
+            "そうした間隔が標本の 1% を超えると、p99 も止められた間隔の値になります。KV 転送は、長いプロンプトと短いプロンプトの"
+            "1件あたりを分けて示します。"
             f" スレッド: 1エンジンは {res['threads']} スレッド × 1 プロセス、Disaggregation は Prefill のプロセス 1 スレッド"
             f"＋ Decode のプロセス {res['threads']} スレッドで、CPU を多く使えます。")
     return (table_html(rows, head, right=set(range(1, len(head)))) + f"<div style='color:#555'>{same}。{note}</div>"

@@ -1,6 +1,7 @@
 """Plots of chapter 9's lab (``course.labs.lab09``'s results; Japanese labels; each returns a matplotlib Figure).
 
-- ``plot_itl(res)``: ITL of the short requests over time, one panel per setup (dashed: a long prompt arrives).
+- ``plot_itl(res)``: ITL of the short requests over time, one panel per setup (dashed: a long prompt arrives;
+  dotted: its first token, i.e. its prefill done or, disaggregated, its KV admitted by the decode engine).
 - ``plot_budget(res)``: p99 ITL and the long prompts' TTFT against the chunk budget, Disaggregation as a line.
 - ``plot_pareto(res)``: output tok/s against tok/s/user, one point per setup.
 """
@@ -26,10 +27,12 @@ def plot_itl(res: dict):
         a.scatter(xs, ys, s=6, color=_color(name, i))
         for t in r["long_arrivals_s"]:
             a.axvline(t, color="k", linestyle="--", linewidth=0.8)
+        for t in r.get("long_first_token_s", ()):        # Disaggregation: the KV is admitted on the decode side
+            a.axvline(t, color="0.5", linestyle=":", linewidth=1.0)
         a.set_title(f"{r['label']}: ITL p99 {r['p99_itl_ms']:.1f} ms", fontsize=9, loc="left")
         a.set_ylabel("ITL [ms]", fontsize=8)
         a.grid(alpha=0.3)
-    axes[-1].set_xlabel("開始からの時刻 [s]（破線: 長いプロンプトの到着）")
+    axes[-1].set_xlabel("開始からの時刻 [s]（破線: 長いプロンプトの到着、点線: その最初のトークン）")
     return fig
 
 

@@ -31,6 +31,13 @@ def test_every_setup_gives_the_same_tokens_and_its_figures(res):
     per_token = 6 * 2 * 5 * 64 * 4            # default model, float32: layers x (K, V) x KV heads x head dim x 4 B
     assert s["disagg"]["kv_bytes_per_request"] == pytest.approx((2 * 16 + 112) * per_token / 3)   # whole blocks
     assert s["chunk_16"]["kv_bytes_per_request"] == 0
+    # the KV per long and per short prompt, not their mean: 100 tokens -> 7 blocks, 16 tokens -> 1 block
+    assert res["kv_bytes_per_token"] == per_token
+    assert s["disagg"]["kv_bytes_long"] == 112 * per_token and s["disagg"]["kv_bytes_short"] == 16 * per_token
+    assert s["disagg"]["kv_ms_long"] > 0 and s["chunk_16"]["kv_bytes_long"] == 0
+    for r in s.values():
+        assert 1.0 <= r["mean_decoding"] <= 2.0                              # two short requests decode
+        assert r["long_first_token_s"][0] > r["long_arrivals_s"][0]         # its first token after its arrival
 
 
 def test_history_and_charts(res):

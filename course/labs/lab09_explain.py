@@ -1,0 +1,193 @@
+"""Lab 9's readings (lesson 9 prints them too): sentences printed from a run of ``lab09.run_interference_lab``,
+and the lab's tasks' predictions decided by the runs (``course.labkit.predictions``)::
+
+    res = lab09.run_interference_lab(**lab09.defaults())
+    print(budget_reading(res)); print(budget_prediction(res).verdict())   # largest vs smallest budget
+    print(stall_reading(res))        # why p99 is (or is not) a stalled gap: the share of stalled gaps
+    print(kv_reading(res))           # KV per long and per short prompt, against blocks x 16 x bytes per token
+    print(pareto_reading(res))       # the setups no other setup dominates (course/TERMS.md)
+    print(verdicts(task1_predictions(res_128, res_448)))       # 課題1: a longer prompt
+    print(verdicts(task2_predictions(res, res_125m)))          # 課題2: llama-125m's shape
+    print(verdicts(task3_predictions(res, res_poisson)))       # 課題3: Poisson arrivals
+
+Pure functions of result dicts (no engine here, no import of lab09): the tests plant contradicting numbers and
+re-derive the verdicts saved in the lab from the numbers saved next to them.
+
+Why p99 equals the max (or does not): a stalled step gives every decoding request the same long gap, so the share
+of stalled gaps is (stalled steps x decoding requests) / all gaps. Above 1 %, p99 is one of them; below, p99
+misses the tail and only the max shows it. A rate effect, not a small-sample one.
+"""
+from __future__ import annotations
+
+import math
+
+from course.labkit.predictions import Prediction
+from minimal_engine.engine.metrics import percentile
+
+STALL_FACTOR = 2.0          # a gap longer than this x the setup's median ITL: a step shared with a prefill
+BLOCK = 16                  # the engine's block size (tokens): the KV moves in whole blocks
+BUSY = "ほかのプログラムが CPU を使っていると ITL の裾が揺れます。負荷の警告を確かめ、ほかのカーネルを止めて測り直してください"
+
+
+def singles(res: dict) -> list[dict]:
+    """The one-engine setups, smallest budget first."""
+    return sorted((r for r in res["setups"].values() if r["budget"] is not None), key=lambda r: r["budget"])
+
+
+def gaps(r: dict) -> list[float]:
+    return [g for _, g in r["itl_points"]]
+
+
+def stall_share(r: dict) -> tuple[int, int]:
+    """(gaps longer than STALL_FACTOR x the median ITL, all gaps) of one setup."""
+    g = gaps(r)
+    return sum(x > STALL_FACTOR * r["median_itl_ms"] for x in g), len(g)
+
+
+def stall_reading(res: dict) -> str:
+    r = singles(res)[-1]
+    k, n = stall_share(r)
+    share = k / n if n else float("nan")
+    head = (f"予算 {r['budget']}: ITL の標本 {n} 個のうち {k} 個（{share:.1%}）が、中央値 {r['median_itl_ms']:.1f} ms の"
+            f" {STALL_FACTOR:g} 倍を超える間隔（長いプロンプトの Prefill と同じステップ）です。")
+    if share > 0.01:
+        return head + (f"1% を超えるので、p99（{r['p99_itl_ms']:.1f} ms）も止められた間隔のどれかになり、"
+                       f"最大値（{r['max_itl_ms']:.1f} ms）と同じ裾にあります。")
+    return head + (f"1% 以下なので、p99（{r['p99_itl_ms']:.1f} ms）は裾を見逃し、止められた間隔は最大値"
+                   f"（{r['max_itl_ms']:.1f} ms）にだけ出ます。")
+
+
+def budget_reading(res: dict) -> str:
+    lo, hi = singles(res)[0], singles(res)[-1]
+    out = (f"予算 {hi['budget']} → {lo['budget']}: 短いリクエストの ITL の p99 {hi['p99_itl_ms']:.1f} → "
+           f"{lo['p99_itl_ms']:.1f} ms、長いプロンプトの TTFT（平均）{hi['long_ttft_ms']:.0f} → {lo['long_ttft_ms']:.0f} ms")
+    d = res["setups"].get("disagg")
+    if d:
+        diff = d["long_ttft_ms"] - hi["long_ttft_ms"]
+        out += (f"\nDisaggregation: ITL の p99 {d['p99_itl_ms']:.1f} ms、長いプロンプトの TTFT {d['long_ttft_ms']:.0f} ms"
+                f"（予算 {hi['budget']} の1エンジンより {abs(diff):.0f} ms {'長い' if diff > 0 else '短い'}）")
+        if diff > 0:
+            out += (f"\n  受け渡しの代償: KV の取り出しと転送が長いプロンプト1件あたり平均 {d['kv_ms_long']:.1f} ms。"
+                    "残りは、Decode 側が次のステップで受け入れるまでの待ちと、2つのプロセスがコアを分け合う分と考えられます")
+    return out
+
+
+def budget_prediction(res: dict) -> Prediction:
+    lo, hi = singles(res)[0], singles(res)[-1]
+    return Prediction(f"予算を {hi['budget']} から {lo['budget']} に下げると、ITL の p99 は下がり、長いプロンプトの TTFT は伸びる",
+                      lo["p99_itl_ms"] < hi["p99_itl_ms"] and lo["long_ttft_ms"] > hi["long_ttft_ms"],
+                      f"p99 {hi['p99_itl_ms']:.1f} → {lo['p99_itl_ms']:.1f} ms、TTFT {hi['long_ttft_ms']:.0f} → "
+                      f"{lo['long_ttft_ms']:.0f} ms",
+                      "既定モデルが小さく、1ステップの時間の多くが固定の時間で、Prefill の重さが見えにくい。"
+                      "プロンプトを長くするか、課題2の大きなモデルの形で試してください。" + BUSY)
+
+
+def kv_reading(res: dict) -> str:
+    d = res["setups"].get("disagg")
+    if not d:
+        return "（Disaggregation を実行していないので、KV の転送はありません）"
+    per = res["kv_bytes_per_token"]
+    lines = []
+    for label, n, b, ms in (("長いプロンプト", res["prompt_len"], d["kv_bytes_long"], d["kv_ms_long"]),
+                            ("短いプロンプト", res["short_prompt_len"], d["kv_bytes_short"], d["kv_ms_short"])):
+        blocks = math.ceil(n / BLOCK)
+        formula = blocks * BLOCK * per
+        lines.append(f"{label}（{n} トークン）1件: 測定 {b:,.0f} B、式 {blocks} ブロック × {BLOCK} × {per:,} B = "
+                     f"{formula:,} B（{'一致' if round(b) == formula else '不一致'}）。転送時間の平均 {ms:.2f} ms")
+    lines.append(f"（全リクエストを混ぜた平均は {d['kv_bytes_per_request']:,.0f} B で、どちらの1件とも違う値です）")
+    return "\n".join(lines)
+
+
+def dominated(p: tuple[float, float], q: tuple[float, float]) -> bool:
+    """Whether q dominates p: at least as good on both axes and better on one (course/TERMS.md)."""
+    return q[0] >= p[0] and q[1] >= p[1] and q != p
+
+
+def pareto_reading(res: dict) -> str:
+    pts = {r["label"]: (r["tok_s"], r["tok_s_per_user"]) for r in res["setups"].values()}
+    front = [k for k, p in pts.items() if not any(dominated(p, q) for q in pts.values())]
+    tok = max(pts, key=lambda k: pts[k][0])
+    user = max(pts, key=lambda k: pts[k][1])
+    out = (f"出力 tok/s が最も高いのは {tok}（{pts[tok][0]:.1f}）、tok/s/user が最も高いのは {user}（{pts[user][1]:.1f}）。\n"
+           f"ほかのどの構成にも支配されない構成: {'、'.join(front)}")
+    dis = next((r["label"] for r in res["setups"].values() if r["budget"] is None), None)
+    if dis:
+        out += f"\n{dis}は、この実行では{'フロンティアの上にあります' if dis in front else 'ほかの構成に支配されています'}"
+    return out
+
+
+def task1_predictions(short: dict, long_: dict) -> list[Prediction]:
+    """課題1: the same budgets, the long prompt at two lengths (``short`` the shorter run)."""
+    a, b = singles(short), singles(long_)
+    span = f"プロンプト長 {short['prompt_len']} → {long_['prompt_len']}"
+    ha, hb, la, lb = a[-1], b[-1], a[0], b[0]
+    d_hi, d_lo = hb["p99_itl_ms"] - ha["p99_itl_ms"], lb["p99_itl_ms"] - la["p99_itl_ms"]
+    t_hi, t_lo = hb["long_ttft_ms"] - ha["long_ttft_ms"], lb["long_ttft_ms"] - la["long_ttft_ms"]
+    return [
+        Prediction(f"{span} で、予算が最大（{ha['budget']}）の構成の ITL の最大値と p99 が伸びる",
+                   hb["max_itl_ms"] > ha["max_itl_ms"] and hb["p99_itl_ms"] > ha["p99_itl_ms"],
+                   f"最大 {ha['max_itl_ms']:.1f} → {hb['max_itl_ms']:.1f} ms、p99 {ha['p99_itl_ms']:.1f} → "
+                   f"{hb['p99_itl_ms']:.1f} ms",
+                   "1ステップの固定の時間に比べて Prefill の行列積が軽く、長くしても止められたステップがあまり伸びない。"
+                   "課題2の大きなモデルの形で試してください。" + BUSY),
+        Prediction(f"{span} で、予算が最小（{la['budget']}）の構成は ITL の p99 の伸びが予算 {ha['budget']} より小さく、"
+                   "長いプロンプトの TTFT の伸びは大きい",
+                   d_lo < d_hi and t_lo > t_hi,
+                   f"p99 の伸び 予算 {la['budget']} {d_lo:+.1f} ms・予算 {ha['budget']} {d_hi:+.1f} ms、TTFT の伸び "
+                   f"予算 {la['budget']} {t_lo:+.0f} ms・予算 {ha['budget']} {t_hi:+.0f} ms",
+                   "ITL の裾は数個の間隔で決まるので、1回の揺れで入れ替わります。" + BUSY),
+    ]
+
+
+def spike_ratio(res: dict) -> float:
+    """At the largest budget: the longest gap (a step shared with a whole prefill) / the median ITL."""
+    hi = singles(res)[-1]
+    return hi["max_itl_ms"] / hi["median_itl_ms"]
+
+
+def budget_ratio(res: dict) -> float:
+    """ITL p99 at the largest budget / at the smallest."""
+    rows = singles(res)
+    return rows[-1]["p99_itl_ms"] / rows[0]["p99_itl_ms"]
+
+
+def task2_predictions(base: dict, big: dict) -> list[Prediction]:
+    """課題2: ``big`` (a larger model's shape) against ``base`` (the default model's run)."""
+    sb, sg, bb, bg = spike_ratio(base), spike_ratio(big), budget_ratio(base), budget_ratio(big)
+    names = f"{big['model']}（プロンプト長 {big['prompt_len']}）と既定モデル（プロンプト長 {base['prompt_len']}）"
+    return [
+        Prediction(f"{names}: 予算が最大の構成の「最大の ITL ÷ ITL の中央値」（Prefill と同居したステップが Decode だけの"
+                   "ステップの何倍か）が、大きなモデルの形で大きい", sg > sb,
+                   f"大きなモデル {sg:.1f} 倍、既定モデル {sb:.1f} 倍",
+                   "大きなモデルでは Decode のステップも重みの読み出しで長くなります。プロンプトを長くしてください。" + BUSY),
+        Prediction(f"{names}: ITL の p99 の「予算最大 ÷ 予算最小」が、大きなモデルの形で大きい", bg > bb,
+                   f"大きなモデル {bg:.1f} 倍、既定モデル {bb:.1f} 倍",
+                   "予算が最小でも、大きなモデルではチャンクの行列積が Decode のステップに比べて重くなります。"
+                   "予算の最小をもっと小さくしてください。" + BUSY),
+    ]
+
+
+def spread(r: dict) -> float:
+    """The width between the 10th and the 90th percentile of a setup's ITL [ms] (the stalled tail left out)."""
+    g = gaps(r)
+    return percentile(g, 90) - percentile(g, 10)
+
+
+def task3_predictions(base: dict, poisson: dict) -> list[Prediction]:
+    """課題3: Poisson arrivals (``poisson``) against all the short requests at once (``base``), at the largest budget."""
+    a, b = singles(base)[-1], singles(poisson)[-1]
+    return [
+        Prediction("ポアソン到着では、ITL の各間隔の時点で Decode 中の短いリクエストの件数が、平均して一斉到着より少ない",
+                   b["mean_decoding"] < a["mean_decoding"],
+                   f"平均の件数 一斉 {a['mean_decoding']:.2f}、ポアソン {b['mean_decoding']:.2f}",
+                   "到着レートが高いと、ポアソンでもほぼ一斉に届きます。rate を下げてください"),
+        Prediction(f"予算 {a['budget']} の構成で、ITL の p10〜p90 の幅がポアソン到着のほうが広い",
+                   spread(b) > spread(a),
+                   f"幅 一斉 {spread(a):.2f} ms、ポアソン {spread(b):.2f} ms",
+                   "このマシンでは1ステップの固定の時間が大きく、Decode の件数や短い Prefill による差が小さい。" + BUSY),
+    ]
+
+
+__all__ = ["budget_prediction", "budget_ratio", "budget_reading", "dominated", "kv_reading", "pareto_reading",
+           "singles", "spike_ratio", "spread", "stall_reading", "stall_share", "task1_predictions", "task2_predictions",
+           "task3_predictions"]
