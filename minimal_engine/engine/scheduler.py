@@ -59,11 +59,14 @@ class Scheduler:
         if self.planner is not None:
             plan = self.planner.plan(self.running, self.waiting, budget, bm)
         # 1) running requests: one decode token each, or the next chunk of an unfinished prefill
+        late = {s for s in self.running if s.grammar is not None and s.grammar.late()}
+        late = late if len(late) < len(self.running) else set()  # their masks are not ready yet
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             left, done = seq.num_uncomputed_tokens, seq.num_computed_tokens
             n = min(left, budget) if plan is None else plan.get(seq.request_id, 0)
+            n = 0 if seq in late else n
             if n == 0:                                  # the policy leaves it out
                 i += 1
                 continue

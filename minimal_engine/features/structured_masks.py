@@ -9,14 +9,18 @@ over its threads), while the engine schedules the next step and runs the model's
 sampling time GrammarMatcher.mask waits for its own mask only, which is usually ready by then.
 
     future = pool.advance(matcher, [token])   # returns at once
-    future.result()                           # the matcher's .bitmask holds its next mask
+    future.result()                           # seconds; the matcher's .bitmask holds its next mask
 
-What remains on the step's critical path: a mask that takes longer than the forward pass is waited
-for (every running request gets one token per step). The error of a token the grammar refused, or of
-a mask llguidance could not compute, comes out of future.result() as a ValueError."""
+A mask that takes longer than a step would be waited for by every running request. So each
+matcher keeps how long its last mask took (fill_s, the future's result) and the time a step
+leaves it (step_s); when the last mask took over half of that and the next is not ready,
+GrammarMatcher.late() is true and the scheduler leaves that request out of the step: a heavy
+grammar slows its own request only. The error of a token the grammar refused, or of a mask
+llguidance could not compute, comes out of future.result() as a ValueError."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 
@@ -57,6 +61,8 @@ class MaskPool:
         self._answer(batch)
 
     def _answer(self, batch: list) -> None:
+        """Each future's result: the seconds the fill took (or the grammar's error)."""
+        start = time.perf_counter()
         try:
             errors = self._fill(batch)
         except Exception as e:   # noqa: BLE001  never leave a waiting step without an answer
@@ -66,7 +72,7 @@ class MaskPool:
             if id(grammar) in errors:
                 future.set_exception(ValueError(errors[id(grammar)]))
             else:
-                future.set_result(None)
+                future.set_result(time.perf_counter() - start)
 
     def _fill(self, batch: list) -> dict[int, str]:
         """Advance each matcher by its tokens, then fill all their masks in one call; the errors

@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Future
 
@@ -101,11 +102,17 @@ class GrammarMatcher:
         self.matcher, self.vocab_size, self.masks = matcher, vocab_size, masks
         self.bitmask = first_mask.clone()          # [1, vocab / 32] int32, one bit per token
         self._next: Future | None = None                  # the pool's work for the next mask
+        self.fill_s = 0.0                # how long the pool took for the last mask
+        self.step_s = float("inf")       # the shortest time from accept() to the next mask's use
+        self._accepted_at: float | None = None
 
     def allowed(self) -> torch.Tensor:
         """[vocab] bool: the tokens the grammar allows next (waits for the pool if it is busy)."""
         if self._next is not None:
-            self._next.result()                            # a refused token raises ValueError here
+            if self._accepted_at is not None:
+                self.step_s = min(self.step_s, time.perf_counter() - self._accepted_at)
+                self._accepted_at = None
+            self.fill_s = self._next.result()     # seconds; a refused token raises ValueError here
         bits = (self.bitmask[0, :, None] >> BITS) & 1                     # [vocab / 32, 32]
         return bits.flatten()[:self.vocab_size].bool()
 
@@ -121,11 +128,20 @@ class GrammarMatcher:
 
     def accept(self, token: int) -> None:
         """Take the sampled token; the pool advances the matcher and fills the next mask."""
+        self._accepted_at = time.perf_counter()
         self._next = self.masks.advance(self, [token])
 
     def ready(self) -> bool:
         """Is the next mask computed (mask() would not wait)?"""
         return self._next is None or self._next.done()
+
+    def late(self) -> bool:
+        """Would the next step wait for this mask? It is not ready, and the last one took the pool
+        more than half a step (the shortest accept-to-use time seen: the pool's thread shares the
+        GIL with the step, so a mask near a step's length is often still running when it is used).
+        The scheduler then leaves the request out of the step: a heavy grammar slows its own
+        request, not the others' (benchmarks/grammar_masks_tpot.py)."""
+        return not self.ready() and self.fill_s > self.step_s / 2
 
 
 class GrammarBackend:

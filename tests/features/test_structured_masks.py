@@ -61,3 +61,28 @@ def test_the_masks_are_filled_off_the_engines_thread(engines):
     gaps(serial, True)
     assert delay[True] and all(name.startswith("grammar-masks") for name in delay[True])
     assert delay[False] == {threading.current_thread().name}
+
+
+def test_a_late_mask_leaves_its_request_out_not_the_others(engines):
+    """A mask that takes longer than a step: once the pool has taken longer than a step for it,
+    the scheduler leaves that request out until its mask is ready (GrammarMatcher.late), so the
+    plain stream gets its tokens while the heavy request waits for its own masks. Counted in
+    steps, not timed: with the heavy mask at 0.4 s and the plain request's 12 tokens, the heavy
+    request gets a few tokens by the time the plain one is done, where without the skip it gets
+    one per step, as many as the plain one ."""
+    overlapped, _, delay = engines
+    delay["s"] = 0.4
+    try:
+        engine = overlapped.engine
+        engine.add_request("吾輩は", PLAIN, request_id="plain")
+        engine.add_request("猫", HEAVY, request_id="heavy")
+        heavy = engine.seqs["heavy"]
+        while "plain" in engine.seqs:
+            engine.step()
+        heavy_tokens = heavy.num_output_tokens
+        while engine.scheduler.has_unfinished():
+            engine.step()
+    finally:
+        delay["s"] = 0.0
+    assert heavy_tokens < TOKENS // 2, f"the heavy request kept pace: {heavy_tokens} tokens"
+    assert heavy.num_output_tokens == TOKENS          # and it still finishes
