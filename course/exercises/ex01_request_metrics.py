@@ -35,6 +35,23 @@ def _close(a, b) -> bool:
         return False
 
 
+def _rounded(a, b) -> bool:
+    """Whether ``a`` differs from ``b`` only as a rounded value would (within 0.1 ms, not within 1e-9 s)."""
+    if isinstance(b, list):
+        return (isinstance(a, (list, tuple)) and len(a) == len(b)
+                and all(_close(x, y) or _rounded(x, y) for x, y in zip(a, b)))
+    try:
+        return math.isclose(float(a), b, rel_tol=0, abs_tol=1e-4)
+    except (TypeError, ValueError):
+        return False
+
+
+def _itl_msg(got, exp: list) -> str:
+    if not isinstance(got, (list, tuple)) or len(got) != len(exp):
+        return "itl が違います（連続する2トークンの間隔の list で、長さは n − 1 です）"
+    return "itl の値が違います（長さ n − 1 は合っています。間隔は token_times_s[i + 1] − token_times_s[i] です）"
+
+
 def _fmt(d) -> str:
     if not isinstance(d, dict):
         return repr(d)
@@ -62,8 +79,10 @@ def _case(fn, name: str, arrival: float, times: list[float], timeout_s: float, e
     msgs = {"ttft": "ttft が違います（到着から最初のトークンまでです）",
             "tpot": ("tpot が違います（1トークンだけのときは None です）" if len(times) == 1 else
                      "tpot が違います（2トークン目から最後までの平均で、(E2EL − TTFT) ÷ (n − 1) です）"),
-            "itl": "itl が違います（連続する2トークンの間隔の list で、長さは n − 1 です）",
+            "itl": _itl_msg(got["itl"], exp["itl"]),
             "e2el": "e2el が違います（到着から最後のトークンまでです）"}
+    if all(_rounded(got[k], exp[k]) for k in wrong):
+        msgs = {k: f"{k} の値が丸められています（秒のまま、丸めずに返してください）" for k in KEYS}
     return Case(name, inp, _fmt(exp), _fmt(got), False, " / ".join(msgs[k] for k in wrong))
 
 

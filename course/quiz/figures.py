@@ -169,7 +169,7 @@ def _draw_sweep(fig, figure: dict) -> None:
     ax1.set_ylim(0, max(data["tpot_ms"]) * 1.2)
     out = [c * calc.tok_s_user_from_tpot_ms(t) for c, t in zip(conc, data["tpot_ms"])]
     ax2.plot(conc, out, "s-", color="tab:green")
-    ax2.set_ylabel("出力 tok/s（同時数 × 1000 / TPOT）")
+    ax2.set_ylabel("出力 tok/s（同時リクエスト数 × 1000 / TPOT）")
     ax2.set_ylim(0, max(out) * 1.15)
     for ax, title in ((ax1, "TPOT（1人あたりの待ち）"), (ax2, "システム全体の出力 tok/s")):
         ax.set_xscale("log", base=2)

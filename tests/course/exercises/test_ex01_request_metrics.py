@@ -30,9 +30,21 @@ def single_token_zero(a, t):           # TPOT 0 for one token, and itl with a le
             "itl": [y - x for x, y in zip([a] + t, t)], "e2el": t[-1] - a}
 
 
+def itl_rounded(a, t):                 # right, but the gaps rounded to 1 µs
+    return {"ttft": t[0] - a, "tpot": (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else None,
+            "itl": [round(y - x, 6) for x, y in zip(t, t[1:])], "e2el": t[-1] - a}
+
+
+def itl_backwards(a, t):               # the right length, the gaps with the wrong sign
+    return {"ttft": t[0] - a, "tpot": (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else None,
+            "itl": [x - y for x, y in zip(t, t[1:])], "e2el": t[-1] - a}
+
+
 @pytest.mark.parametrize("fn, promised", [(tpot_over_all_tokens, "tpot が違います"),
                                           (ttft_from_zero, "ttft が違います"),
-                                          (single_token_zero, "1トークンだけのときは None")])
+                                          (single_token_zero, "1トークンだけのときは None"),
+                                          (itl_rounded, "itl の値が丸められています"),
+                                          (itl_backwards, "長さ n − 1 は合っています")])
 def test_wrong_solutions_fail_with_their_message(fn, promised):
     report = grade("01_request_metrics", fn)
     assert not report.passed
