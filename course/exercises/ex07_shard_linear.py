@@ -4,7 +4,8 @@ The learner passes shard_columns with shard_rows= and combine= as options (or an
 column split = output features (dim 0), row split = input features (dim 1); an uneven split gives the first ranks one
 more, as the engine's minimal_engine/features/tensor_parallel/sharding.split_sizes does. The grader checks each shard
 against split_sizes, then runs a sharded MLP with the learner's functions for world 1, 2, 3 (3 splits the
-intermediate size 10 unevenly) and compares it with the unsharded MLP; a rank outside [0, world) must be refused.
+intermediate size 10 unevenly) and compares it with the unsharded MLP; a rank outside [0, world) must be refused by both
+shard functions. A shard of the right shape with the wrong rows (an interleaved w[r::world]) is told that shards are contiguous.
 """
 from __future__ import annotations
 
@@ -69,6 +70,9 @@ def check(fn, ctx=None) -> list:
                 elif isinstance(got, torch.Tensor) and got.shape[1 - dim] != w.shape[1 - dim]:
                     message = ("分ける次元が違います。重みは [出力, 入力] です。列分割は出力（0 次元）、"
                                "行分割は入力（1 次元）で分けます。")
+                elif isinstance(got, torch.Tensor) and got.shape == want.shape:
+                    message = (f"形は合っていますが、中身が違います。各ランクは連続した区間を持ちます（ランク {r} は "
+                               f"{dim} 次元の {start} から {sizes[r]} 個。w[r::world] のような飛び飛びの取り方ではありません）。")
                 else:
                     message = (f"割り切れないときは先頭のランクから1つずつ多く持たせます（{size} を {world} つに分けると "
                                f"{sizes}）。端数を捨てたり最後のランクに寄せたりしていませんか。")
@@ -95,9 +99,10 @@ def check(fn, ctx=None) -> list:
         got_s = f"最大の差 {(y - y_full).abs().max():.2e}" if isinstance(y, torch.Tensor) and y.shape == y_full.shape \
             else f"形 {list(getattr(y, 'shape', []))}"
         out.append(case("分けた MLP = 分けない MLP", inp, f"形 {list(y_full.shape)}、差 ≤ 1e-4", got_s, h_ok and y_ok, message))
-    ok, got, msg = run(fns["shard_columns"], w.clone(), 2, 2)
-    out.append(case("範囲外のランクを断る", "shard_columns(w, rank=2, world=2)", "ValueError", msg if not ok else "例外なし",
-                    not ok and "ValueError" in msg, "rank は 0〜world−1 です。範囲外なら ValueError で伝えてください。"))
+    for kind in ("shard_columns", "shard_rows"):
+        ok, got, msg = run(fns[kind], w.clone(), 2, 2)
+        out.append(case("範囲外のランクを断る", f"{kind}(w, rank=2, world=2)", "ValueError", msg if not ok else "例外なし",
+                        not ok and "ValueError" in msg, "rank は 0〜world−1 です。範囲外なら ValueError で伝えてください。"))
     return out
 
 

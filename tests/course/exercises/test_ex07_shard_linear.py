@@ -4,6 +4,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 import wrong_solutions_b as wrong
 
@@ -39,6 +40,38 @@ def test_wrong_solution_fails_with_the_promised_message(name, promised):
     failed = [c for c in cases if not c.passed]
     assert failed, f"{name} passed"
     assert any(promised in c.message for c in failed), [c.message for c in failed]
+
+
+def _sizes(total, n):
+    return [total // n + (1 if r < total % n else 0) for r in range(n)]
+
+
+def _checked(w, r, n, dim):
+    if not 0 <= r < n:
+        raise ValueError("rank")
+    s = _sizes(w.shape[dim], n)
+    return w.narrow(dim, sum(s[:r]), s[r])
+
+
+def _combine(parts, split):
+    return torch.cat(parts, -1) if split == "columns" else torch.stack(parts).sum(0)
+
+
+INTERLEAVED = {"shard_columns": lambda w, r, n: _checked(w, r, n, 0) if r >= n else w[r::n],
+               "shard_rows": lambda w, r, n: _checked(w, r, n, 1) if r >= n else w[:, r::n], "combine": _combine}
+ROWS_UNCHECKED = {"shard_columns": lambda w, r, n: _checked(w, r, n, 0),
+                  "shard_rows": lambda w, r, n: w[:, sum(_sizes(w.shape[1], n)[:r]):sum(_sizes(w.shape[1], n)[:r + 1])],
+                  "combine": _combine}
+
+
+def test_interleaved_shards_are_told_to_be_contiguous():
+    failed = [c for c in _grader().check(INTERLEAVED, CTX) if not c.passed]
+    assert failed and all("連続した区間" in c.message for c in failed if "シャード" in c.name), failed
+
+
+def test_shard_rows_without_a_range_check_fails():
+    failed = [c for c in _grader().check(ROWS_UNCHECKED, CTX) if not c.passed]
+    assert [c.input for c in failed] == ["shard_rows(w, rank=2, world=2)"], failed
 
 
 def _raises(*args, **kwargs):
