@@ -10,6 +10,7 @@ scratch buffer made for this step and dropped after it, so step ``t`` recomputes
 else) for all ``t`` earlier tokens. That is exactly the work the KV cache saves.
 
 ``attend_with_cache`` is the chapter's hand-built KV-cached attention of one layer (a few lines of torch).
+``logprob_differences`` measures how far the two paths' log-probabilities are apart (rounding only).
 """
 from __future__ import annotations
 
@@ -75,6 +76,27 @@ def generate_no_cache(model, prompt_ids: list[int], max_tokens: int, on_step=Non
     return {"token_ids": out, "step_s": times, "tokens_processed": processed}
 
 
+def logprob_differences(llm, prompt_ids: list[int], max_tokens: int) -> dict:
+    """How far apart the cached and the uncached paths are, step by step, on the engine's greedy tokens.
+
+    The engine generates with ``logprobs=2`` (raw log-probabilities of the chosen token and the runner-up);
+    the no-cache path then recomputes each step from scratch on the same tokens (teacher-forced, so the two
+    never drift apart). Returns ``token_ids``, ``diffs`` (|engine - no cache| log-probability of the chosen
+    token per step) and ``gaps`` (the engine's top-1 minus top-2 log-probability per step).
+    """
+    from minimal_engine import SamplingParams
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, logprobs=2, ignore_eos=True)
+    out = llm.generate([list(prompt_ids)], params, use_tqdm=False)[0]
+    seq, diffs, gaps = list(prompt_ids), [], []
+    for tid, entry in zip(out.token_ids, out.logprobs):
+        mine = next_token_logits(llm.model, seq).float().log_softmax(-1)[tid].item()
+        diffs.append(abs(entry[tid].logprob - mine))
+        top = sorted((lp.logprob for lp in entry.values()), reverse=True)
+        gaps.append(top[0] - top[1])
+        seq.append(tid)
+    return {"token_ids": out.token_ids, "diffs": diffs, "gaps": gaps}
+
+
 def attend_with_cache(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cache: dict) -> torch.Tensor:
     """One decode step of attention by hand: append this token's K and V to ``cache``, attend over all of it.
 
@@ -89,4 +111,5 @@ def attend_with_cache(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
     return (scores.softmax(-1) @ cache["v"]).reshape(-1, dh)                   # [H, Dh]
 
 
-__all__ = ["attend_with_cache", "full_sequence_batch", "generate_no_cache", "next_token_logits", "scratch_kv"]
+__all__ = ["attend_with_cache", "full_sequence_batch", "generate_no_cache", "logprob_differences", "next_token_logits",
+           "scratch_kv"]

@@ -41,12 +41,17 @@ def _case(fn, name, h, kvh, t, d, gen, timeout_s) -> Case:
     tiled = reference(q, k.repeat(1, g, 1), v.repeat(1, g, 1)) if kvh > 1 and g > 1 else None
     unscaled = F.scaled_dot_product_attention(q[None, :, None, :], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
                                               scale=1.0, enable_gqa=g > 1)[0, :, 0, :]
+    kg, vg = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)             # [T, H, D]
+    over_heads = torch.einsum("ht,thd->hd", (torch.einsum("hd,thd->ht", q, kg) * d ** -0.5).softmax(0), vg)
     if tiled is not None and (got.float() - tiled).abs().max().item() <= 1e-4:
         msg = "Query ヘッドと KV ヘッドの対応が違います。Query ヘッド h は KV ヘッド h // (H // KVH) を使います（repeat ではなく repeat_interleave）"
     elif (got.float() - unscaled).abs().max().item() <= 1e-4:
         msg = "スコアを 1/√D でスケールしていません"
+    elif h > 1 and (got.float() - over_heads).abs().max().item() <= 1e-4:
+        msg = "softmax をヘッドの方向でとっています。softmax は T 個の位置の方向（スコアの最後の次元）でとってください"
     else:
-        msg = "値が違います。softmax は T 個の位置の方向（スコアの最後の次元）でとってください"
+        msg = ("値が違います。スコアのスケール（1/√D、D はヘッド次元）、softmax をとる次元（T 個の位置の方向）、"
+               "Query ヘッドと KV ヘッドの対応（h // (H // KVH)）を確かめてください")
     return Case(name, inp, "最大誤差 ≤ 1e-4", f"最大誤差 {err:.2e}", False, msg)
 
 
@@ -67,7 +72,7 @@ def check(fn, ctx: dict) -> list[Case]:
     cases = [_case(fn, "GQA なし（H = KVH）", 4, 4, 7, 8, gen, t),
              _case(fn, "GQA（H = 8, KVH = 2）", 8, 2, 13, 16, gen, t),
              _case(fn, "位置が1つだけ", 4, 2, 1, 8, gen, t),
-             _case(fn, "既定モデルに近い形（H = 8, KVH = 4, D = 64）", 8, 4, 40, 64, gen, t)]
+             _case(fn, "ヘッド次元 64 の GQA（H = 8, KVH = 4, D = 64）", 8, 4, 40, 64, gen, t)]
     if ctx.get("engine") is False or not all(c.passed for c in cases):
         return cases
     name = "エンジンの Decode で使う（同梱モデル、3 プロンプトを一緒に 12 トークン）"

@@ -16,6 +16,8 @@ Three layers, as in lab 1 (tests call the first two; the notebook stays thin):
    readout and the run history (``readout_html``, ``history_html``, ``history_csv``).
 3. The panel: ``course.panels.build(3)`` (``course.panels.lab03.Lab3App``).
 
+What a run shows, and the tasks' predictions decided by their runs: ``course.labs.lab03_explain``.
+
 The lab kit supplies the thread policy and the load check (``course.labkit``), medians and min-max of repeats
 (``labkit.aggregate``), and its spaced HTML tables. ``COURSE_QUICK=1`` shrinks the default run.
 """
@@ -65,6 +67,13 @@ def _kv_per_token(llm) -> int:
     return llm.model_config.kv_bytes_per_token(llm.engine.runner.kv_caches[0][0].element_size())
 
 
+def _kv_shape(llm) -> dict:
+    """What the lesson's formula 2 x layers x KV heads x head_dim x bytes takes, read from the engine's pool."""
+    k = llm.engine.runner.kv_caches[0][0]                         # layer 0's K: [KV heads, slots, head_dim]
+    return {"layers": len(llm.engine.runner.kv_caches), "kv_heads": k.shape[0], "head_dim": k.shape[2],
+            "bytes": k.element_size()}
+
+
 def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", repeats=None, threads=None,
                seed=0, progress=None, load_check=True) -> dict:
     """Generate the same prompt with and without the KV cache, ``repeats`` times each (alternating).
@@ -76,7 +85,8 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
     ``tokens_equal`` (every repeat gave the same greedy tokens on both paths), ``first_difference`` (index
     of the first differing token, or None), ``kv_bytes_per_token``, ``kv_bytes`` (bytes of K and V the cache
     holds after each decode step), ``pool_bytes`` (the engine's whole preallocated pool), ``tokens_processed``
-    (positions computed: cached vs no cache), ``dtype``, ``threads``, ``load`` and ``warnings``.
+    (positions computed: cached vs no cache), ``dtype``, ``threads``, ``load``, ``warnings``, ``weight_bytes``
+    (the model's weights, read by every cached step) and ``kv_shape`` (layers, KV heads, head_dim, bytes).
     """
     d = defaults()
     s = check_settings(model, d["prompt_len"] if prompt_len is None else prompt_len,
@@ -108,7 +118,9 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
            "positions": [p + i for i in range(1, n)], "tokens_equal": equal, "first_difference": first_diff,
            "tokens": cached[-1]["tokens"], "kv_bytes_per_token": _kv_per_token(llm),
            "pool_bytes": llm.engine.runner.kv_cache_bytes,
-           "tokens_processed": {"cached": p + n - 1, "no_cache": processed}, "load": load}
+           "tokens_processed": {"cached": p + n - 1, "no_cache": processed}, "load": load,
+           "weight_bytes": sum(t.numel() * t.element_size() for t in llm.model.parameters()),
+           "kv_shape": _kv_shape(llm)}
     for name, runs in (("cached", cached), ("no_cache", nocache)):
         per_step = list(zip(*[r["steps"] for r in runs]))
         res[f"first_{name}_ms"] = statistics.median(per_step[0])
@@ -121,8 +133,9 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
     res["kv_bytes"] = [res["kv_bytes_per_token"] * x for x in res["positions"]]   # cached after the step
     warnings = [load["warning"]] if load and load["warning"] else []
     if not equal:
-        warnings.append(f"キャッシュあり・なしで {first_diff + 1} トークン目から出力が違いました（{res['dtype']} の丸め誤差で"
-                        "僅差の候補が入れ替わることがあります。float32 の既定モデルでは一致します）。")
+        warnings.append(f"キャッシュあり・なしで {first_diff + 1} トークン目から出力が違いました（2つの経路は別のカーネルで"
+                        f"計算するので {res['dtype']} の丸めの差があり、1位と2位が僅差のステップで入れ替わることがあります。"
+                        "BF16 では float32 より起きやすくなります）。")
     res["warnings"] = warnings
     return res
 

@@ -37,7 +37,8 @@ from minimal_engine.calculators.datasheets import (DTYPE_BYTES, GPU_COSTS, GPU_S
                                                    MODEL_SHAPES, GpuCost, GpuSpec, ModelShape, bytes_per_value,
                                                    get_gpu_cost, get_gpu_spec, get_model_shape)
 from minimal_engine.calculators.flops import (attention_flops_per_token, attention_weight_count, flops_per_token,
-                                              generation_flops, mlp_weight_count, no_cache_work_ratio)
+                                              generation_flops, matmul_params, mlp_weight_count,
+                                              no_cache_work_ratio)
 from minimal_engine.calculators.kv import (gpu_memory_bytes, kv_bytes_per_token, kv_bytes_per_token_gqa,
                                            kv_bytes_per_token_if_mha, kv_bytes_per_token_mla,
                                            kv_bytes_written_per_step, kv_cache_bytes, max_concurrent_users,
@@ -68,7 +69,7 @@ __all__ = [
     "usd_per_million_tokens", "joules_per_token", "picojoules_per_token", "joules_to_picojoules",
     "gpu_hour_price", "inferencex_economics", "cost_per_million_tokens", "energy_per_token",
     # flops
-    "attention_flops_per_token", "flops_per_token", "generation_flops", "no_cache_work_ratio",
+    "attention_flops_per_token", "flops_per_token", "generation_flops", "matmul_params", "no_cache_work_ratio",
     "attention_weight_count", "mlp_weight_count",
     # roofline
     "ridge_intensity", "roof_flops", "gpu_peak_flops", "gpu_bandwidth", "ridge_point", "arithmetic_intensity",

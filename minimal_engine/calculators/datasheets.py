@@ -32,7 +32,9 @@ class ModelShape:
     ``kv_heads`` counts KV heads (GQA/MQA), not query heads. MLA models set
     ``kv_lora_rank`` and ``qk_rope_head_dim`` (what is cached) and
     ``qk_nope_head_dim`` / ``v_head_dim`` (what the naive MHA would cache).
-    ``params`` is the approximate parameter count, for weight bytes.
+    ``params`` is the approximate parameter count, for weight bytes. ``embedding_params`` is the input
+    embedding table where it is not tied to lm_head: stored and counted in ``params``, but a token only
+    looks up one row, so ``flops.flops_per_token`` leaves it out (0 where not given: tied or not recorded).
     """
 
     name: str
@@ -47,6 +49,7 @@ class ModelShape:
     qk_nope_head_dim: int | None = None
     v_head_dim: int | None = None
     active_params: float | None = None    # MoE: parameters one token uses (None: dense, all of them)
+    embedding_params: float = 0           # an untied input embedding table (vocab x hidden): a lookup, no matmul
 
     def __post_init__(self):
         for field in ("layers", "heads", "kv_heads", "head_dim", "params"):
@@ -62,10 +65,13 @@ class ModelShape:
 _HF = "https://huggingface.co/{}/blob/main/config.json"
 MODEL_SHAPES = {m.name: m for m in [
     ModelShape("course-125M", 12, 12, 4, 64, 124.67e6,
-               "the course's ~125M benchmark shape (COURSE.md; synthetic:llama-125m): hidden 768, intermediate 2048, vocab 32000, untied lm_head"),
-    ModelShape("Llama 3.1 8B", 32, 32, 8, 128, 8.03e9, _HF.format("meta-llama/Llama-3.1-8B")),
+               "the course's ~125M benchmark shape (COURSE.md; synthetic:llama-125m): hidden 768, intermediate 2048, vocab 32000, untied lm_head",
+               embedding_params=32_000 * 768),
+    # embedding_params: vocab_size x hidden_size where the config.json says "tie_word_embeddings": false (2026-12-07)
+    ModelShape("Llama 3.1 8B", 32, 32, 8, 128, 8.03e9, _HF.format("meta-llama/Llama-3.1-8B"),
+               embedding_params=128_256 * 4_096),
     ModelShape("Llama 3.3 70B", 80, 64, 8, 128, 70.6e9,
-               _HF.format("meta-llama/Llama-3.3-70B-Instruct")),
+               _HF.format("meta-llama/Llama-3.3-70B-Instruct"), embedding_params=128_256 * 8_192),
     ModelShape("Qwen3-0.6B", 28, 16, 8, 128, 0.6e9, _HF.format("Qwen/Qwen3-0.6B")),
     # MLA: kv_heads/head_dim describe the naive per-head layout (128 heads, V dim 128).
     ModelShape("DeepSeek R1", 61, 128, 128, 128, 671e9, _HF.format("deepseek-ai/DeepSeek-R1"),

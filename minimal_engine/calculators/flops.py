@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from minimal_engine.calculators.datasheets import ModelShape, _check_positive, get_model_shape
 
-__all__ = ["attention_flops_per_token", "flops_per_token", "generation_flops", "no_cache_work_ratio",
+__all__ = ["attention_flops_per_token", "flops_per_token", "generation_flops", "matmul_params", "no_cache_work_ratio",
            "attention_weight_count", "mlp_weight_count"]
 
 
@@ -37,15 +37,25 @@ def attention_flops_per_token(layers: int, heads: int, head_dim: int, context_le
     return 4 * layers * heads * head_dim * int(context_len)
 
 
-def flops_per_token(model: str | ModelShape, context_len: int) -> float:
-    """FLOPs of one decode token: ``2 x params`` (one multiply-add per weight) plus the attention term.
+def matmul_params(model: str | ModelShape) -> float:
+    """Weights one token multiplies (one multiply-add each): ``params`` less an untied input embedding table
+    (``ModelShape.embedding_params``: a lookup of one row, no matmul). A tied table is lm_head's matrix, so
+    it stays. Llama 3.1 8B: 8.03e9 - 128,256 x 4,096 = 7.50e9, what the engine's model multiplies
+    (``bench.roofline.weight_counts``: layers + lm_head, up to the RMSNorm weights)."""
+    s = get_model_shape(model)
+    return s.params - s.embedding_params
 
-    Llama 3.1 8B at a context of 8,192: 2 x 8.03e9 + 4 x 32 x 32 x 128 x 8,192 = 16.06e9 + 4.29e9.
-    ``params`` counts the embedding table too (a lookup, no FLOPs), so this rounds up slightly.
+
+def flops_per_token(model: str | ModelShape, context_len: int) -> float:
+    """FLOPs of one decode token: ``2 x matmul_params`` (one multiply-add per weight it multiplies) plus the
+    attention term.
+
+    Llama 3.1 8B at a context of 8,192: 2 x 7.50e9 + 4 x 32 x 32 x 128 x 8,192 = 15.01e9 + 4.29e9, the sum of
+    ``course.demos.decode_shapes`` over the engine's stages. ``2 x params`` would count the untied embedding
+    table too (1.05e9 more).
     """
     s = get_model_shape(model)
-    return 2 * s.params + attention_flops_per_token(s.layers, s.heads, s.head_dim, context_len)
-
+    return 2 * matmul_params(s) + attention_flops_per_token(s.layers, s.heads, s.head_dim, context_len)
 
 
 def generation_flops(model: str | ModelShape, prompt_len: int, output_len: int, kv_cache: bool = True) -> float:
@@ -59,9 +69,10 @@ def generation_flops(model: str | ModelShape, prompt_len: int, output_len: int, 
     _check_positive(output_len, "output_len")
     s = get_model_shape(model)
     a = attention_flops_per_token(s.layers, s.heads, s.head_dim, 1)
+    w = matmul_params(s)
 
-    def prefix(n: int) -> float:                 # positions 0 .. n-1: sum of 2 x params + a x (p + 1)
-        return 2 * s.params * n + a * n * (n + 1) // 2
+    def prefix(n: int) -> float:                 # positions 0 .. n-1: sum of 2 x matmul_params + a x (p + 1)
+        return 2 * w * n + a * n * (n + 1) // 2
 
     if kv_cache:
         return prefix(prompt_len + output_len - 1)

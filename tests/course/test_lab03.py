@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from course.labs import lab03
+from course.runtime import get_llm
 from course.panels import build as build_panel
 from course.demos.no_cache import attend_with_cache, generate_no_cache, next_token_logits
 from minimal_engine import LLM, SamplingParams
@@ -107,6 +108,8 @@ def test_run_kv_lab_default_model():
     assert per == 2 * 6 * 5 * 64 * 4                                   # default model: 6 layers, 5 KV heads, fp32
     assert res["kv_bytes"] == [per * p for p in res["positions"]]
     assert res["tokens_processed"] == {"cached": 13, "no_cache": 6 * 8 + 15}
+    assert res["kv_shape"] == {"layers": 6, "kv_heads": 5, "head_dim": 64, "bytes": 4}
+    assert res["weight_bytes"] == 4 * sum(p.numel() for p in get_llm("default").model.parameters())
     text = lab03.format_readout(res)
     assert "一致" in text and "KV キャッシュの量" in text
     assert "lab-readout" not in lab03.readout_html(res) and "<table" in lab03.readout_html(res)
@@ -144,9 +147,28 @@ def test_panel_run_adds_history_row(tmp_path):
 
 # ---------------------------------------------------------------- calculators of chapter 3
 def test_flops_per_token_llama_8b():
-    assert calc.flops_per_token("Llama 3.1 8B", 0) == 2 * 8.03e9
-    assert calc.flops_per_token("Llama 3.1 8B", 8192) == 2 * 8.03e9 + 4 * 32 * 32 * 128 * 8192
+    """The untied input embedding (128,256 x 4,096, a lookup) is not multiplied: 2 x (params - table)."""
+    matmul = 8.03e9 - 128_256 * 4_096
+    assert calc.matmul_params("Llama 3.1 8B") == matmul
+    assert calc.flops_per_token("Llama 3.1 8B", 0) == 2 * matmul
+    assert calc.flops_per_token("Llama 3.1 8B", 8192) == 2 * matmul + 4 * 32 * 32 * 128 * 8192
+    assert calc.flops_per_token("Llama 3.1 8B", 8192) / 1e9 == pytest.approx(19.30, abs=0.005)
     assert calc.attention_flops_per_token(32, 32, 128, 1) == 4 * 32 * 32 * 128
+    assert calc.matmul_params("Qwen3-0.6B") == calc.get_model_shape("Qwen3-0.6B").params   # none recorded: all
+
+
+def test_flops_per_token_counts_what_the_engine_multiplies():
+    """The blind reading (ch03 #1): calc.flops_per_token for Llama 3.1 8B equals the engine's own per-matrix
+    count of its config (decode_shapes = step_cost: layers + lm_head + attention), up to the RMSNorm weights."""
+    from course.demos.decode_shapes import LLAMA_31_8B, decode_shapes
+    from minimal_engine.bench.roofline import weight_counts
+    w = weight_counts(LLAMA_31_8B)
+    assert calc.matmul_params("Llama 3.1 8B") == pytest.approx(w["layers"] + w["lm_head"], rel=1e-4)
+    for ctx in (1, 8192, 131072):
+        engine = sum(f for _, _, f in decode_shapes(LLAMA_31_8B, ctx))
+        assert calc.flops_per_token("Llama 3.1 8B", ctx) == pytest.approx(engine, rel=1e-5)
+    shape = calc.get_model_shape("course-125M")
+    assert shape.embedding_params == 32_000 * 768      # untied, as its source says
 
 
 def test_attention_term_is_the_roofline_formula():
@@ -246,8 +268,13 @@ def test_chapter3_bank_answers_come_from_the_calculators():
     assert qs["kv_write_batch_fp8"].answer == pytest.approx(64 * 65536 / 1e6)
     assert qs["no_cache_ratio"].answer == pytest.approx(calc.no_cache_work_ratio("Llama 3.1 8B", 1000, 1000))
     assert qs["steps_figure_ratio"].answer == pytest.approx(84 / 6.3)
-    assert check_answer(qs["flops_per_token_8k"], "20.35 GFLOPs")[0] is True
-    assert check_answer(qs["flops_per_token_8k"], "16.06")[0] is False        # 2 x params only: the attention term left out
+    assert check_answer(qs["flops_per_token_8k"], "19.30 GFLOPs")[0] is True
+    assert check_answer(qs["flops_per_token_8k"], "1.93e10 FLOPs")[0] is True
+    assert check_answer(qs["flops_per_token_8k"], "20.35")[0] is False        # the embedding table counted as a matmul
+    assert check_answer(qs["flops_per_token_8k"], "15.01")[0] is False        # the attention term left out
+    slots = {c.text: c.correct for c in qs["slot_mapping"].choices}
+    assert slots == {"37": False, "117": False, "14": False, "149": True}
+    assert 9 * 16 + 37 % 16 == 149 and 9 + 37 % 16 == 14 and 2 * 16 + 37 % 16 == 37 and 7 * 16 + 37 % 16 == 117
     for q in qs.values():
         if q.kind in ("single", "multiple"):
             assert all(c.explanation for c in q.choices), q.id

@@ -34,12 +34,28 @@ def softmax_over_heads(q, k, v):
     return torch.einsum("ht,thd->hd", (torch.einsum("hd,thd->ht", q, k) / q.shape[1] ** 0.5).softmax(0), v)
 
 
+def scaled_by_positions(q, k, v):   # 1/sqrt(T) instead of 1/sqrt(D): no specific diagnosis, the generic one
+    g = q.shape[0] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    return torch.einsum("ht,thd->hd", (torch.einsum("hd,thd->ht", q, k) / k.shape[0] ** 0.5).softmax(-1), v)
+
+
 @pytest.mark.parametrize("fn, promised", [(tiled_heads, "repeat_interleave"), (unscaled, "1/√D"),
-                                          (softmax_over_heads, "softmax は T 個の位置の方向")])
+                                          (softmax_over_heads, "ヘッドの方向でとっています"),
+                                          (scaled_by_positions, "スコアのスケール（1/√D、D はヘッド次元）")])
 def test_wrong_solutions_fail_with_their_message(fn, promised):
-    r = grade("03_attention_decode", fn)
+    r = grade("03_attention_decode", fn, engine=False)
     assert not r.passed
     assert any(promised in c.message for c in r.cases if not c.passed), str(r)
+    if fn is scaled_by_positions:        # the blind reading: it was told to fix the softmax's dimension
+        assert not any("ヘッドの方向" in c.message for c in r.cases), str(r)
+
+
+def test_case_names_say_what_they_test():
+    from course.exercises.ex03_attention_decode import check
+    names = [c.name for c in check(solution(), {"engine": False})]
+    assert "ヘッド次元 64 の GQA（H = 8, KVH = 4, D = 64）" in names
+    assert not any("既定モデル" in n for n in names)        # the default model is MHA with 5 heads
 
 
 def test_raising_and_looping_are_reported():

@@ -1,0 +1,226 @@
+"""Chapter 3's lesson §4 and lab: what a KV-cache run shows, decided by the run (``course.labkit.predictions``).
+
+    res = lab03.run_kv_lab(...)
+    print(steps_reading(res))                    # fitted line, growths, ratios: the numbers, as sentences
+    print(verdicts(steps_predictions(res)))      # 予想どおり / 予想と違う for the lesson's and the lab's readings
+    print(verdicts(task1_predictions(runs)))     # 課題1 (task2_, task3_, task4_ likewise), one run per setting
+
+Each ``*_predictions`` takes the measured numbers (``*_numbers`` pulls them out of the runs) so that a
+test can plant contradicting numbers, and re-derive a saved verdict from the numbers printed next to it.
+
+The readings, on a CPU: the no-cache step at position ``x`` recomputes ``x`` positions, so its time is
+a fixed part (Python, small calls) plus a part proportional to ``x``: a line ``a + b x`` with ``a > 0``,
+not a proportion. The cached step computes one token and reads the context's K/V, which for the default
+model is small next to its weights, so it stays nearly flat. Work grows faster than time (a batch of
+many positions uses the ALUs better than one token does), so the time ratio stays well under the work
+ratio.
+"""
+from __future__ import annotations
+
+import statistics
+
+from course.labkit.predictions import Prediction
+
+TASK1 = {"prompt_len": 64, "output_lens": (80, 160, 320)}
+TASK2 = {"output_len": 32, "prompt_lens": (32, 128, 448)}
+TASK4 = {"prompt_len": 64, "output_len": 64, "models": ("default", "synthetic:llama-125m")}
+QUICK_TASK1 = {"prompt_len": 16, "output_lens": (16, 32, 64)}
+QUICK_TASK2 = {"output_len": 8, "prompt_lens": (8, 32, 96)}
+QUICK_TASK4 = {"prompt_len": 16, "output_len": 8, "models": ("default", "synthetic:llama-125m")}
+
+_LOAD = ("ほかのプログラムが CPU を使っていると線が跳ねる。負荷の警告を確かめ、ほかのカーネルを止め、"
+         "繰り返しを増やして測り直す")
+
+
+def line_fit(xs: list[float], ys: list[float]) -> dict:
+    """Least squares ``y = fixed + slope x``: fixed, slope and r2 (1 - residual / total sum of squares)."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    fixed = my - slope * mx
+    tot = sum((y - my) ** 2 for y in ys)
+    res = sum((y - fixed - slope * x) ** 2 for x, y in zip(xs, ys))
+    return {"fixed": fixed, "slope": slope, "r2": 1 - res / tot if tot else 1.0}
+
+
+def growth(ms: list[float]) -> float:
+    """Median of the last quarter of the steps minus the median of the first quarter (robust to a few
+    slow first steps and to spikes)."""
+    q = max(1, len(ms) // 4)
+    return statistics.median(ms[-q:]) - statistics.median(ms[:q])
+
+
+# ---------------------------------------------------------------- one run: the lesson's §4, the lab's run
+def steps_numbers(res: dict) -> dict:
+    """The numbers the readings are decided on, from one ``run_kv_lab`` result."""
+    fit = line_fit(res["positions"], res["no_cache_ms"])
+    tp = res["tokens_processed"]
+    x0 = res["positions"][0]
+    return {"fixed_ms": fit["fixed"], "per_position_ms": fit["slope"], "r2": fit["r2"], "first_position": x0,
+            "fixed_share": fit["fixed"] / (fit["fixed"] + fit["slope"] * x0),
+            "growth_cached_ms": growth(res["cached_ms"]), "growth_no_cache_ms": growth(res["no_cache_ms"]),
+            "time_ratio": res["no_cache_total_s"] / res["cached_total_s"],
+            "work_ratio": tp["no_cache"] / tp["cached"], "tokens_equal": bool(res["tokens_equal"])}
+
+
+def steps_reading(res: dict) -> str:
+    """The run's numbers as the sentences the lesson and the lab read (no verdict)."""
+    n = steps_numbers(res)
+    lines = [f"キャッシュなしの1ステップ ≈ {n['fixed_ms']:.2f} ms ＋ {n['per_position_ms']:.4f} ms × 位置"
+             f"（1次式の当てはまり R² = {n['r2']:.3f}）",
+             f"最初の1/4 → 最後の1/4 のステップ（中央値）の伸び: キャッシュあり {n['growth_cached_ms']:+.2f} ms、"
+             f"なし {n['growth_no_cache_ms']:+.2f} ms",
+             f"合計時間の比（なし ÷ あり）{n['time_ratio']:.1f} 倍、計算した位置の数の比 {n['work_ratio']:.1f} 倍"]
+    if "weight_bytes" in res:
+        lines.append(f"最後のステップで読む KV {res['kv_bytes'][-1] / 2**20:.2f} MiB、重み "
+                     f"{res['weight_bytes'] / 2**20:.1f} MiB（キャッシュありの1ステップが読む量）")
+    return "\n".join(lines)
+
+
+def steps_predictions(n: dict) -> list[Prediction]:
+    """The readings of one run (``steps_numbers``), as predictions the run decides."""
+    return [
+        Prediction("キャッシュなしの1ステップは位置とともに直線的に伸びる（1次式 a ＋ b × 位置 の R² ≥ 0.8、"
+                   "傾き b > 0）が、位置に比例ではなく、最初の位置の時間の1割以上を固定の時間 a が占める",
+                   n["r2"] >= 0.8 and n["per_position_ms"] > 0 and n["fixed_share"] >= 0.1,
+                   f"a = {n['fixed_ms']:.2f} ms、b = {n['per_position_ms']:.4f} ms/位置、R² = {n['r2']:.3f}、"
+                   f"位置 {n['first_position']} の時間のうち a の割合 {n['fixed_share']:.0%}",
+                   "ステップの時間がほぼ位置に比例するなら、このマシンでは固定の時間（Python の処理など）が"
+                   "小さい。" + _LOAD),
+        Prediction("キャッシュありの1ステップはほぼ平ら（最初の1/4 → 最後の1/4 の伸びが、キャッシュなしの伸びの "
+                   "1/5 未満）",
+                   n["growth_no_cache_ms"] > 0 and abs(n["growth_cached_ms"]) < n["growth_no_cache_ms"] / 5,
+                   f"伸び あり {n['growth_cached_ms']:+.2f} ms、なし {n['growth_no_cache_ms']:+.2f} ms",
+                   "大きなモデルや長い文脈では、文脈の K・V を読む時間が重みを読む時間に近づき、キャッシュありの"
+                   "線も右上がりになる。既定モデルで外れたら負荷を確かめる。" + _LOAD),
+        Prediction("合計時間の比（なし ÷ あり）は、計算した位置の数の比の半分未満",
+                   n["time_ratio"] < n["work_ratio"] / 2,
+                   f"時間の比 {n['time_ratio']:.1f} 倍、位置の数の比 {n['work_ratio']:.1f} 倍",
+                   "出力が短いと両者の差が小さい。1トークンのステップの固定の時間が小さい CPU（や GPU）では、"
+                   "時間の比が位置の数の比に近づく"),
+        Prediction("出力トークンはキャッシュあり・なしで一致する", n["tokens_equal"],
+                   "一致" if n["tokens_equal"] else "途中から違う",
+                   "2つの経路は別のカーネルで計算するので丸めの差がある。1位と2位の候補が僅差のステップで"
+                   "入れ替わった（BF16 では起きやすい）"),
+    ]
+
+
+def rounding_prediction(max_diff: float, min_gap: float) -> Prediction:
+    """The cached and uncached log-probabilities differ by rounding only: far less than the top-1 / top-2 gap."""
+    return Prediction("キャッシュあり・なしのログ確率の差（丸めの差）は、1位と2位の候補の差の 1/100 未満",
+                      max_diff < min_gap / 100,
+                      f"差の最大 {max_diff:.1e}、1位と2位の差の最小 {min_gap:.3g}",
+                      "僅差の候補があるステップでは、丸めの差で順位が入れ替わり得る。プロンプトを変えて確かめる")
+
+
+# ---------------------------------------------------------------- 課題1: doubling the output
+def task1_numbers(runs: dict[int, dict]) -> list[dict]:
+    """Per output length: the totals (median of repeats) and the positions the no-cache path computed."""
+    return [{"output_len": n, "cached_s": r["cached_total_s"], "no_cache_s": r["no_cache_total_s"],
+             "positions": r["tokens_processed"]["no_cache"]} for n, r in sorted(runs.items())]
+
+
+def task1_table(rows: list[dict]) -> str:
+    return "\n".join(f"出力 {r['output_len']:>4}: 合計 あり {r['cached_s']:.2f} s、なし {r['no_cache_s']:.2f} s、"
+                     f"なしが計算した位置 {r['positions']:,}" for r in rows)
+
+
+def _steps(rows, key):
+    return [b[key] / a[key] for a, b in zip(rows, rows[1:])]
+
+
+def task1_predictions(rows: list[dict]) -> list[Prediction]:
+    cached, nocache, work = _steps(rows, "cached_s"), _steps(rows, "no_cache_s"), _steps(rows, "positions")
+    fmt = lambda v: " → ".join(f"{x:.2f}" for x in v)       # noqa: E731
+    return [
+        Prediction("出力長を2倍にするごとに、キャッシュありの合計時間はほぼ2倍（1.6〜2.4 倍）",
+                   all(1.6 <= x <= 2.4 for x in cached), f"あり {fmt(cached)} 倍",
+                   "出力が短いと Prefill とエンジンの起動の時間が合計の多くを占め、2倍より小さくなる。" + _LOAD),
+        Prediction("キャッシュなしの合計時間は、2倍ごとに 2.2 倍より大きく、キャッシュありより大きく伸びる",
+                   all(x > 2.2 and x > c for x, c in zip(nocache, cached)), f"なし {fmt(nocache)} 倍",
+                   "プロンプトが出力より長いうちは、2乗の項より NP の項が大きく、2倍に近い。" + _LOAD),
+        Prediction("キャッシュなしの時間の伸び（何倍か）は、計算した位置の数の伸びを超えない（1ステップに固定の時間がある）",
+                   all(x <= w * 1.05 for x, w in zip(nocache, work)),
+                   f"時間 {fmt(nocache)} 倍、位置の数 {fmt(work)} 倍",
+                   "長い系列のステップほど1位置あたりの時間が伸びている（キャッシュに入りきらない、Attention の"
+                   "2乗の部分が効く）。" + _LOAD),
+    ]
+
+
+# ---------------------------------------------------------------- 課題2: a longer prompt
+def task2_numbers(runs: dict[int, dict]) -> list[dict]:
+    """Per prompt length: the median of the cached decode steps, and the no-cache path's first decode step."""
+    return [{"prompt_len": p, "cached_ms": statistics.median(r["cached_ms"]), "no_cache_first_ms": r["no_cache_ms"][0]}
+            for p, r in sorted(runs.items())]
+
+
+def task2_table(rows: list[dict]) -> str:
+    return "\n".join(f"プロンプト {r['prompt_len']:>4}: キャッシュありの1ステップ（中央値）{r['cached_ms']:.2f} ms、"
+                     f"なしの最初の1ステップ {r['no_cache_first_ms']:.2f} ms" for r in rows)
+
+
+def task2_predictions(rows: list[dict]) -> list[Prediction]:
+    lo, hi = rows[0], rows[-1]
+    span = f"プロンプト {lo['prompt_len']} → {hi['prompt_len']}"
+    first = [r["no_cache_first_ms"] for r in rows]
+    return [
+        Prediction(f"{span} で、キャッシュありの1ステップはほとんど変わらない（1.5 倍未満）",
+                   hi["cached_ms"] < 1.5 * lo["cached_ms"],
+                   f"{lo['cached_ms']:.2f} → {hi['cached_ms']:.2f} ms",
+                   "文脈の K・V を読む量と Attention の演算は文脈に比例する。重みの小さいモデルや遅いメモリでは"
+                   "その分が見えてくる。" + _LOAD),
+        Prediction(f"キャッシュなしの最初の1ステップは、プロンプトが長いほど長く、{span} で2倍以上",
+                   all(a < b for a, b in zip(first, first[1:])) and first[-1] >= 2 * first[0],
+                   " → ".join(f"{x:.2f}" for x in first) + " ms",
+                   "最初のステップの固定の時間が大きい CPU では、伸びが小さく出る。" + _LOAD),
+    ]
+
+
+# ---------------------------------------------------------------- 課題3: the KV bytes (no timing)
+def task3_predictions(res: dict) -> list[Prediction]:
+    """The slope of the right-hand plot against the lesson's formula, and the pool against what is used."""
+    k = res["kv_shape"]
+    formula = 2 * k["layers"] * k["kv_heads"] * k["head_dim"] * k["bytes"]
+    pos, kv = res["positions"], res["kv_bytes"]
+    slope = (kv[-1] - kv[0]) / (pos[-1] - pos[0])
+    used = kv[-1]
+    return [
+        Prediction("右のグラフの傾き（1トークンあたりのバイト数）は、式 2 × 層数 × KV ヘッド数 × ヘッド次元 × "
+                   "バイト数 と同じ", slope == formula,
+                   f"傾き {slope:,.0f} B、式 2 × {k['layers']} × {k['kv_heads']} × {k['head_dim']} × {k['bytes']}"
+                   f" = {formula:,} B"),
+        Prediction("確保済みの KV プールは、最後に使っている量の 10 倍以上",
+                   res["pool_bytes"] >= 10 * used,
+                   f"プール {res['pool_bytes'] / 2**20:.0f} MiB、使っている量 {used / 2**20:.2f} MiB",
+                   "長いプロンプトと出力を選ぶと、使う量がプールに近づく"),
+    ]
+
+
+# ---------------------------------------------------------------- 課題4: a larger model's shape
+def task4_numbers(runs: dict[str, dict]) -> dict[str, dict]:
+    return {m: {"cached_ms": statistics.median(r["cached_ms"]),
+                "ratio": r["no_cache_total_s"] / r["cached_total_s"]} for m, r in runs.items()}
+
+
+def task4_table(nums: dict[str, dict]) -> str:
+    return "\n".join(f"{m}: キャッシュありの1ステップ（中央値）{v['cached_ms']:.2f} ms、合計時間の比（なし ÷ あり）"
+                     f"{v['ratio']:.2f} 倍" for m, v in nums.items())
+
+
+def task4_predictions(nums: dict[str, dict], small: str = "default", large: str = "synthetic:llama-125m"):
+    s, big = nums[small], nums[large]
+    return [
+        Prediction("llama-125m の形では、キャッシュありの1ステップが既定モデルより長い",
+                   big["cached_ms"] > s["cached_ms"],
+                   f"既定 {s['cached_ms']:.2f} ms、llama-125m の形 {big['cached_ms']:.2f} ms", _LOAD),
+        Prediction("合計時間の比（なし ÷ あり）は llama-125m の形のほうが大きい",
+                   big["ratio"] > s["ratio"],
+                   f"既定 {s['ratio']:.2f} 倍、llama-125m の形 {big['ratio']:.2f} 倍",
+                   "BF16 の行列積が遅い CPU では、キャッシュありの1ステップも演算に時間がかかり、比が縮む。" + _LOAD),
+    ]
+
+
+__all__ = ["QUICK_TASK1", "QUICK_TASK2", "QUICK_TASK4", "TASK1", "TASK2", "TASK4", "growth", "line_fit",
+           "rounding_prediction", "steps_numbers", "steps_predictions", "steps_reading", "task1_numbers",
+           "task1_predictions", "task1_table", "task2_numbers", "task2_predictions", "task2_table",
+           "task3_predictions", "task4_numbers", "task4_predictions", "task4_table"]
