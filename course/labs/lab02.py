@@ -20,6 +20,12 @@ Three layers, as in lab 1 (tests call the first two; notebooks stay thin):
    ``plot_threads(rows)`` (Japanese labels).
 3. The panel: ``course.panels.build(2)`` (``course.panels.lab02.Lab2App``).
 
+The tasks' predictions (予想), decided from a run's numbers: ``course.labs.lab02_explain``.
+The machine's peaks: ``machine_peaks`` (``bench.roofline.measure_machine``), each the largest of its
+measurements; ``run_roofline`` raises the FLOP/s peak to the engine's own Linear kernel on the model's layer
+shapes where that is faster (``course.labs.lab02_peaks``), so no step beats its roof by using a faster kernel
+than the one timed.
+
 ``COURSE_QUICK=1`` shrinks the lists and the repeats.
 """
 from __future__ import annotations
@@ -34,6 +40,7 @@ from minimal_engine.sampling_params import SamplingParams
 
 from course.labkit.load import check_load
 from course.labkit.machine import format_machine_ja, machine_peaks
+from course.labs.lab02_peaks import layer_shapes, model_peaks, peak_text, with_model_peak
 from course.runtime import (MAX_NUM_SEQS, MODEL_CHOICES, apply_thread_policy, available_devices, check_device,
                             check_int, check_model, get_llm, is_quick, max_model_len, random_prompts)
 
@@ -148,9 +155,9 @@ def run_roofline(model="default", device: str = "cpu", context: int = DEFAULT_CO
     repeats = check_int(default_repeats() if repeats is None else repeats, "repeats", "繰り返し", 1, 20)
     threads = apply_thread_policy(threads)
     load = check_load(threads) if load_check else None
-    machine = machine or machine_peaks(threads, device)
     llm = get_llm(model, device)
     cfg, nbytes = llm.model_config, llm.dtype.itemsize
+    machine = machine or with_model_peak(machine_peaks(threads, device), cfg, llm.dtype)
     key = "flops_bf16" if nbytes == 2 else "flops_fp32"
     pool = llm.engine.block_manager.num_blocks * llm.config.block_size
     skipped = [("decode", b) for b in batches if b * (context + DECODE_STEPS + 20) > pool]
@@ -273,6 +280,6 @@ def save_history_csv(history: list[dict], path) -> str:
 
 
 __all__ = ["CONTEXT_RANGE", "GPU_CHOICES", "MODEL_CHOICES", "available_devices", "default_batches",
-           "default_chunks", "default_repeats", "format_machine_ja", "history_html", "history_rows", "machine_peaks",
-           "point_at", "points_table", "predict_on_gpu",
+           "default_chunks", "default_repeats", "format_machine_ja", "history_html", "history_rows", "layer_shapes",
+           "machine_peaks", "model_peaks", "peak_text", "point_at", "with_model_peak", "points_table", "predict_on_gpu",
            "prefill_lens", "prefill_step_ms", "readout_html", "run_roofline", "save_history_csv", "thread_choices", "threads_sweep"]

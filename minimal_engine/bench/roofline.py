@@ -3,8 +3,9 @@
 A step of the engine cannot be faster than either of two bounds:
     compute bound = FLOPs of the step / peak FLOP/s        (prefill: many tokens per weight read)
     memory bound  = bytes the step must read / bandwidth   (decode: every weight read for few tokens)
-`measure_machine()` measures the peaks here in a few seconds (matmul in fp32 and bf16, a large copy, a
-reduction and a matrix-vector product); `step_cost()` counts FLOPs and bytes of one step of a model shape.
+`measure_machine()` measures the peaks here in a few seconds (matmul in fp32 and bf16, each with a plain `a @ b`
+and with the kernel the engine's Linear layers take, the faster of the two; a large copy, a reduction and a
+matrix-vector product); `step_cost()` counts FLOPs and bytes of one step of a model shape.
 The formulas themselves (KV bytes, attention FLOPs, weight counts, ridge point, roof) are the plain-Python
 ones of ``minimal_engine.calculators`` (kv, flops, roofline); this module adds the measurement (torch).
 
@@ -46,6 +47,27 @@ def measure_matmul_flops(dtype=torch.float32, n: int = 1024, repeats: int = 5, d
     return 2 * n ** 3 / _best_time(lambda: (a @ b, sync()), repeats)
 
 
+def measure_linear_flops(dtype=torch.float32, n: int = 1024, rows: int | None = None, out_features: int | None = None,
+                         repeats: int = 5, device="cpu") -> float:
+    """FLOP/s of the kernel the engine's Linear layers take here: x [rows, n] through an n -> out_features Linear
+    (2 rows n out FLOPs; rows and out_features default to n), best of `repeats`. On the CPU the Linear is
+    replaced as the engine replaces its own
+    (``model.cpu_linears.use_cpu_linears``: oneDNN pre-packed weights where that kernel runs here, else plain
+    F.linear), so a peak taken from this is never beaten by the engine's matrix products for using a faster kernel
+    than the one timed (a plain fp32 `a @ b` can take a slower path than the pre-packed weights on some CPUs)."""
+    from torch import nn
+
+    from minimal_engine.model.cpu_linears import use_cpu_linears
+    rows, out = rows or n, out_features or n
+    model = nn.Sequential(nn.Linear(n, out, bias=False)).to(device=device, dtype=dtype)
+    if torch.device(device).type == "cpu":
+        use_cpu_linears(model)
+    x = torch.randn(rows, n, device=device).to(dtype)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    with torch.inference_mode():
+        return 2 * rows * n * out / _best_time(lambda: (model(x), sync()), repeats)
+
+
 def measure_bandwidth(megabytes: int = 128, repeats: int = 5, device="cpu") -> dict:
     """Bytes/s of a large copy (reads + writes both counted) and of a sum (reads only)."""
     x = torch.ones(megabytes * (1 << 20) // 4, dtype=torch.float32, device=device)
@@ -69,13 +91,18 @@ def measure_matvec_bandwidth(n: int = 4096, dtype=torch.bfloat16, repeats: int =
 
 def measure_machine(device="cpu", quick: bool = False) -> dict:
     """This machine's peaks: flops_fp32, flops_bf16 (FLOP/s) and bandwidth, bw_copy, bw_sum, bw_matvec (B/s).
-    `bandwidth` (the largest of the three) is what the memory bounds use: a bound should never be beaten."""
+    Each peak is the largest of its measurements, as a bound should never be beaten: `bandwidth` of the three
+    bandwidths, `flops_<dtype>` of an n x n matmul `a @ b` (``mm_<dtype>``) and the engine's Linear kernel on the
+    same shape (``linear_<dtype>``, see measure_linear_flops)."""
     n, mb = (512, 64) if quick else (1024, 128)
     bw = measure_bandwidth(mb, device=device)
-    res = {"flops_fp32": measure_matmul_flops(torch.float32, n, device=device),
-           "flops_bf16": measure_matmul_flops(torch.bfloat16, n, device=device),
-           "bw_copy": bw["copy"], "bw_sum": bw["sum"],
-           "bw_matvec": measure_matvec_bandwidth(2048 if quick else 4096, device=device)}
+    res = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        res[f"mm_{name}"] = measure_matmul_flops(dtype, n, device=device)
+        res[f"linear_{name}"] = measure_linear_flops(dtype, n, device=device)
+        res[f"flops_{name}"] = max(res[f"mm_{name}"], res[f"linear_{name}"])
+    res.update(bw_copy=bw["copy"], bw_sum=bw["sum"],
+               bw_matvec=measure_matvec_bandwidth(2048 if quick else 4096, device=device))
     res["bandwidth"] = max(res["bw_copy"], res["bw_sum"], res["bw_matvec"])
     return res
 

@@ -131,6 +131,9 @@ def test_threads_sweep_restores_policy():
     before = torch.get_num_threads()
     rows = lab02.threads_sweep([1], quick=True)
     assert rows[0]["threads"] == 1 and rows[0]["flops_fp32"] > 0 and rows[0]["bandwidth"] > 0
+    # review 2026-12-07 ch02 #1: the peak is the faster of a plain matmul and the engine's Linear kernel
+    for dtype in ("fp32", "bf16"):
+        assert rows[0][f"flops_{dtype}"] == max(rows[0][f"mm_{dtype}"], rows[0][f"linear_{dtype}"]) > 0
     assert torch.get_num_threads() == before
 
 
@@ -162,3 +165,19 @@ def test_size_lists_say_which_list_is_wrong():
     assert lab02.check_sizes("16, 128、512", 1, 1024, "Prefill のトークン数") == [16, 128, 512]
     with pytest.raises(ValueError, match="Prefill のトークン数の一覧"):
         lab02.check_sizes("16, 4096", 1, 1024, "Prefill のトークン数")
+
+
+# ---------------------------------------------------------------- the FLOP/s peak includes the engine's kernel
+def test_peak_includes_the_engine_kernel_on_the_model_layer_shapes():
+    """Review 2026-12-07 ch02 #1: a roof timed with a slower kernel than the engine's is beaten by the engine."""
+    import torch
+
+    from course.labs import lab02
+    assert lab02.layer_shapes(CFG) == [(64, 128), (64, 64), (64, 256), (128, 64)]
+    slow = {**MACHINE, "flops_fp32": 1.0, "mm_fp32": 1.0, "linear_fp32": 1.0}
+    m = lab02.with_model_peak(slow, CFG, torch.float32, rows=32)
+    assert m["flops_fp32"] == m["linear_model_fp32"] > 1.0 and slow["flops_fp32"] == 1.0
+    fast = {**slow, "flops_fp32": 1e18}
+    assert lab02.with_model_peak(fast, CFG, torch.float32, rows=32)["flops_fp32"] == 1e18
+    text = lab02.peak_text(m)
+    assert "a @ b" in text and "このモデルの線形層の形" in text and f"{m['flops_fp32'] / 1e9:.0f} GFLOP/s を屋根" in text
