@@ -52,3 +52,30 @@ def test_the_solution_is_shown_next_to_steps_measured_on_this_machine():
     r = grade("02_decode_step_bound", solution(), record=False)
     measured = [c for c in r.cases if c.name.startswith("このマシン")]
     assert len(measured) == 2 and all(c.passed and "計測" in c.got and "ms" in c.got for c in measured), str(r)
+
+
+def memory_only(w, kv, f, peak, bw):
+    return (w + kv) / bw
+
+
+def test_a_datasheet_case_is_compute_bound_and_fits_the_gpu():
+    """Review 2026-12-07 ch02 #5: the datasheet cases cover both sides of the ridge, each fitting one H100."""
+    from course.exercises import ex02_decode_step_bound as ex
+    from minimal_engine.calculators import gpu_memory_bytes, roofline
+    sides = []
+    for batch, context in ex.DATASHEET_CASES:
+        b = roofline.decode_step_bytes("Llama 3.1 8B", batch=batch, context=context)
+        assert b["weight_bytes"] + b["kv_bytes"] <= gpu_memory_bytes("H100")
+        flops = roofline.decode_step_flops("Llama 3.1 8B", batch=batch, context=context)
+        compute = flops / roofline.gpu_peak_flops("H100")
+        sides.append(compute > (b["weight_bytes"] + b["kv_bytes"]) / roofline.gpu_bandwidth("H100"))
+    assert sides == [False, False, True]
+    r = grade("02_decode_step_bound", memory_only, record=False)
+    failed = [c.name for c in r.cases if not c.passed]
+    assert any("バッチ 1024" in name for name in failed), str(r)
+
+
+def test_a_near_miss_shows_the_digits_that_differ():
+    r = grade("02_decode_step_bound", adds, record=False)
+    case = next(c for c in r.cases if c.name == "手計算：演算律速の側")
+    assert not case.passed and case.expected != case.got and case.got.startswith("1.000002"), str(case)
