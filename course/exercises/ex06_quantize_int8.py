@@ -1,6 +1,8 @@
 """Exercise 6 (chapter 6): quantize_int8_per_channel(w [out, in]) -> (q int8 [out, in], scale [out]), symmetric.
 
-Hand and random matrices (rows with outliers, an all-zero row): types and shapes, scale[n] = max|w[n]| / 127, q in
+Hand and random matrices (rows with outliers, an all-zero row): types and shapes, scale[n] = max|w[n]| / 127 as a
+float32 tensor (a bfloat16 / float16 scale is refused with that reason: rounded to 2^-8, it is neither max / 127
+within the tolerance nor the scale q was computed with; the engine casts the float32 scale to the model dtype), q in
 [-127, 127], and every row's round-trip error |q * scale - w| at most scale[n] / 2. Then the engine runs with the
 learner's quantizer (LLM(quantization="int8", quantizer=fn), the seam in features/quantization.py): its greedy tokens
 must equal those of the engine's own INT8 quantizer, and the grader reports the first-token agreement with the
@@ -34,6 +36,10 @@ def _judge(w, res):
         return f"q は w と同じ形 {list(w.shape)} の int8 のテンソルにしてください（.to(torch.int8)）。"
     if not isinstance(scale, torch.Tensor) or scale.numel() != w.shape[0]:
         return f"scale は出力チャネル（行）ごとに1つ、{w.shape[0]} 個の値にしてください（テンソル全体で1つではありません）。"
+    if scale.dtype in (torch.bfloat16, torch.float16):
+        return ("scale は float32 で返してください。BF16 に丸めた scale は最大 ÷ 127 から相対で最大 2^-8（約 0.4%）、"
+                "FP16 でも 2^-11 ずれ、q を求めたときのスケールとも違う値になります（エンジンは受け取った scale を、あとで"
+                "モデルの dtype にして持ちます）。")
     s = scale.detach().float().reshape(-1)
     if not bool(torch.isfinite(s).all() and (s > 0).all()):
         return "scale に 0・負・inf・nan があります。全部 0 の行でも、0 で割らないよう小さな正の値にしてください。"

@@ -4,6 +4,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 import wrong_solutions_b as wrong
 
@@ -61,3 +62,16 @@ def test_engine_runs_with_the_solution_and_a_floor_quantizer_is_caught_before_it
     engine = [c for c in cases if "エンジン" in c.name or "BF16" in c.name]
     assert len(engine) == 2 and all(c.passed for c in engine), engine
     assert not any("エンジン" in c.name for c in _grader().check(wrong.q_floor, None))
+
+
+def _bf16_scale(w):
+    """The model solution, but the scale returned in bfloat16 (as the engine stores it): refused with the dtype as
+    the reason, not with 'the formula is wrong' (blind reading 2026-12-07, ch06 #6)."""
+    q, scale = _solution()(w)
+    return q, scale.to(torch.bfloat16)
+
+
+def test_a_bfloat16_scale_is_refused_with_the_dtype_as_the_reason():
+    failed = [c for c in _grader().check(_bf16_scale, CTX) if not c.passed]
+    assert failed and all("float32 で返してください" in c.message for c in failed), [c.message for c in failed]
+    assert not any("各行の絶対値の最大 ÷ 127" in c.message for c in failed)
