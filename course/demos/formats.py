@@ -1,6 +1,6 @@
 """第6章: 数値フォーマットの値の格子（グリッド）と、実際の重み行列での丸め誤差。
 
-Plain functions used by lesson 6, lab 6 and the quiz (tests/test_lab6.py checks the grids)::
+Plain functions used by lesson 6, lab 6 and the quiz (tests/course/test_lab06.py checks the grids)::
 
     grid("fp8_e4m3")          # every finite value of float8 e4m3fn (from torch's own dtype): max 448
     grid("fp8_e5m2")          # float8 e5m2 (torch's dtype): max 57344
@@ -10,7 +10,8 @@ Plain functions used by lesson 6, lab 6 and the quiz (tests/test_lab6.py checks 
     rounding_table(w)          # every format on one matrix: relative error, bits per weight (scales included)
 
 Formats and their scales (what `fake_quantize` emulates, along the last dimension K, the inputs of a row):
-  * "int8_tensor" / "int8_channel": INT8, one float32 scale for the matrix / one BF16 scale per output row (as quantization.py).
+  * "int8_tensor" / "int8_channel": INT8, one float32 scale for the matrix / one scale per output row, as
+            quantization.py and gpt-fast: rounded with the float32 scale, stored (and dequantized) with it in BF16.
   * "fp8_e4m3_tensor": FP8 e4m3, one float scale for the whole matrix (amax / 448); torch's float8 cast rounds.
   * "int4_channel" / "int4_g32": INT4 in [-8, 7], one scale per output row / per group of 32 values (amax / 7),
             the scale in bf16 (gpt-fast's int4 uses groups of 32 with a scale and a zero point: asymmetric).
@@ -99,9 +100,9 @@ def fake_quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, float]:
     if fmt == "int8_tensor":                                           # one float32 scale
         s = w.abs().max().clamp_min(1e-12) / 127
         return (w / s).round().clamp(-127, 127) * s, 8 + 32 / w.numel()
-    if fmt == "int8_channel":             # one BF16 scale per output row, as the engine's Int8Linear and gpt-fast
-        s = (w.abs().amax(1, keepdim=True).clamp_min(1e-12) / 127).to(torch.bfloat16).float()
-        return (w / s).round().clamp(-127, 127) * s, 8 + 16 / k
+    if fmt == "int8_channel":             # as the engine's Int8Linear and gpt-fast: round with the float32 scale,
+        s = w.abs().amax(1, keepdim=True).clamp_min(1e-12) / 127          # keep the scale in BF16
+        return (w / s).round().clamp(-127, 127) * s.to(torch.bfloat16).float(), 8 + 16 / k
     if fmt == "fp8_e4m3_tensor":
         s = w.abs().max().clamp_min(1e-12) / 448
         return (w / s).to(torch.float8_e4m3fn).float() * s, 8.0

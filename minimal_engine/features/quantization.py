@@ -6,7 +6,11 @@ output channel ("symmetric, per output channel", as gpt-fast's WeightOnlyInt8Lin
     scale[n] = max_k |W[n, k]| / 127          W_q[n, k] = round(W[n, k] / scale[n])  in [-127, 127]
     y = x @ W^T  ~=  (x @ W_q^T) * scale       (the scale factors out of the sum over k)
 
-so the rounding error of each weight is at most scale[n] / 2, and the layer reads 1 byte per weight instead of 2
+so each weight is rounded to within scale[n] / 2 of the float32 scale. The layer then keeps the scale in the model
+dtype (gpt-fast stores `scales.to(mod.weight.dtype)` the same way): a bfloat16 scale is off by up to 2^-8 of itself
+(half a unit in the last of its 8 significant bits), times |W_q| <= 127, so a dequantized weight is within
+scale[n] / 2 + 127 x 2^-8 x scale[n] (about 1.0 x scale[n]) of W; layer 2's down_proj: at most 0.77 x, relative
+error 0.835 % against 0.823 % with the float32 scale. The layer reads 1 byte per weight instead of 2
 (bf16) or 4 (float32). Activations stay in the model dtype ("weight-only"): only the weights shrink. Decoding one
 token is bound by how fast the weights stream from memory, so fewer bytes per weight can make it faster; whether
 it does depends on the kernel (the lesson and lab of chapter 6 measure it).

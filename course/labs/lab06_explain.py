@@ -1,0 +1,209 @@
+"""Chapter 6's predictions, decided by the run (``course.labkit.predictions``): lab 6's tasks and the
+readings of lesson 6 §6-§7 that interpret a measurement::
+
+    runs = {b: lab06.run_quant_lab(**dict(d, batch=b)) for b in TASK1_BATCHES}
+    print(task1_table(runs)); print(verdicts(task1_predictions(runs)))         # 課題1: batch vs INT8's gain
+    caps = {t: lab06.kv_capacity(tokens_per_user=t) for t in TASK2_TOKENS}
+    print(task2_table(caps)); print(verdicts(task2_predictions(caps)))         # 課題2: users per KV format
+    rows = outlier_rows(W, factor=50)
+    print(outlier_table(rows)); print(verdicts(outlier_predictions(rows)))     # 課題3: one outlier
+    print(verdicts(kernel_predictions(kernel_rows) + batch_predictions(res)))   # lesson §7
+    print(quality_reading(rows)); print(verdicts(quality_predictions(rows)))    # lesson §6, lab
+
+The CPU mechanism behind 課題1: the engine's INT8 layer runs `_weight_int8pack_mm` for steps of at most
+INT8PACK_MAX_ROWS rows, whose time grows about in proportion to the rows on the course's CPUs, and above
+that dequantizes the whole weight to BF16 every step before a matmul (an engine choice: a fused W8A16 GEMM
+on a GPU does not pay that). BF16 takes ATen's matrix-vector kernel for one row and oneDNN's pre-packed
+matmul for more. 課題3 scores the rows without the outlier against the original weight: the relative
+error of the whole matrix would divide by a norm the outlier itself inflates.
+"""
+from __future__ import annotations
+
+import math
+
+from course.labkit.predictions import Prediction
+from minimal_engine.features.quantization import INT8PACK_MAX_ROWS
+
+TASK1_BATCHES = (2, 8, 32)
+TASK2_TOKENS = (128, 512)
+OUTLIER_FORMATS = ("int8_tensor", "int8_channel", "int4_g32", "nvfp4", "fp8_e4m3_tensor")
+CONTAINED = ("int8_channel", "int4_g32", "nvfp4")          # a scale per row, group or block
+NEAR_ONE = 0.9            # 課題1: "the ratio comes near 1 or above it"
+KV_TOLERANCE = 0.15       # 課題2: "about 2x / about 4x" = within 15 %
+QUALITY_TOLERANCE = 0.01  # nats/char: "cross-entropy barely changes"
+
+
+# ---------------------------------------------------------------- 課題1 and lesson §7: batch and kernel
+def task1_rows(runs: dict[int, dict]) -> list[dict]:
+    """Per batch B (one run_quant_lab result each): INT8 / BF16 TPOT at batch 1 and at batch B."""
+    return [{"batch": b, "b1": res["ratios"]["tpot_b1"], "bB": res["ratios"]["tpot_bB"],
+             "int8pack": "_weight_int8pack_mm" in (res["settings"]["int8"].get("kernels") or "")}
+            for b, res in sorted(runs.items())]
+
+
+def _path(row: dict, max_rows: int) -> str:
+    return "int8pack" if row["int8pack"] and row["batch"] <= max_rows else "逆量子化してから行列積"
+
+
+def task1_table(runs: dict[int, dict], max_rows: int = INT8PACK_MAX_ROWS) -> str:
+    return "\n".join(f"バッチ {r['batch']:>2}: TPOT の比（INT8 ÷ BF16）バッチ 1 で {r['b1']:.2f}、バッチ {r['batch']} で "
+                     f"{r['bB']:.2f}（バッチ {r['batch']} の INT8 の経路: {_path(r, max_rows)}）"
+                     for r in task1_rows(runs))
+
+
+def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
+    rows = task1_rows(runs)
+    last = rows[-1]
+    pairs = "、".join(f"バッチ {r['batch']} {r['b1']:.2f} → {r['bB']:.2f}" for r in rows)
+    return [
+        Prediction("どのバッチでも、TPOT の比（INT8 ÷ BF16）はバッチ 1 の比より大きい（INT8 の得が減るか損になる）",
+                   all(r["bB"] > r["b1"] for r in rows), f"バッチ 1 の比 → バッチ B の比: {pairs}",
+                   "この CPU では `_weight_int8pack_mm` が行をまとめても速い、または BF16 の事前に並べ替えた行列積が"
+                   "使えていない（上のカーネルの表で、行数を増やしたときの各列の伸びを比べる）。負荷の警告を確かめ、"
+                   "繰り返しを増やして測り直す"),
+        Prediction(f"最大のバッチ {last['batch']} では、比が {NEAR_ONE} 以上（1 に近づくか 1 を超える）",
+                   last["bB"] >= NEAR_ONE, f"バッチ {last['batch']} の比 {last['bB']:.2f}",
+                   "この CPU では「逆量子化してから行列積」が BF16 の行列積と同じくらい速く、重みのバイト数の得が"
+                   "残っている。lab06.kernel_times の 32 行の行で、逆量子化と BF16 の列を比べる"),
+    ]
+
+
+def batch_predictions(res: dict) -> list[Prediction]:
+    """Lesson §7: one run's batch-1 and batch-B ratios (the lesson's run_quant_lab result)."""
+    b1, bB, b = res["ratios"]["tpot_b1"], res["ratios"]["tpot_bB"], res["batch"]
+    return [Prediction(f"バッチ {b} の TPOT の比（INT8 ÷ BF16）はバッチ 1 の比より大きく、{NEAR_ONE} 以上",
+                       bB > b1 and bB >= NEAR_ONE, f"バッチ 1 で {b1:.2f}、バッチ {b} で {bB:.2f}",
+                       "この CPU では INT8 のカーネルが大きなバッチでも速い。ラボの課題1でバッチを変えて確かめる")]
+
+
+def growth(rows: list[dict], key: str) -> tuple[float, float]:
+    """(time ratio, rows ratio) from the first to the last row count of lab06.kernel_times rows."""
+    a, z = rows[0], rows[-1]
+    return z[key] / a[key], z["rows"] / a["rows"]
+
+
+def kernel_predictions(rows: list[dict], shape: str = "") -> list[Prediction]:
+    """int8pack's time grows about in proportion to the rows (exponent >= 0.7 on log-log), BF16's far less."""
+    t8, r = growth(rows, "int8pack_us")
+    tb, _ = growth(rows, "bf16_us")
+    if math.isnan(t8):
+        return [Prediction(f"{shape}int8pack の時間は行数にほぼ比例して伸びる", False,
+                           "この CPU では `_weight_int8pack_mm` が確認に通らず、測っていない",
+                           "エンジンはこの CPU では INT8 をいつも逆量子化してから計算します")]
+    e8, eb = math.log(t8) / math.log(r), math.log(tb) / math.log(r)
+    first, last = rows[0]["rows"], rows[-1]["rows"]
+    return [Prediction(f"{shape}行数 {first} → {last} で、int8pack の時間は行数にほぼ比例して伸び（伸びの指数 0.7 以上）、"
+                       "BF16 の伸びはそれより小さい",
+                       e8 >= 0.7 and eb < e8,
+                       f"int8pack {t8:.1f} 倍、BF16 {tb:.1f} 倍（行数は {r:.0f} 倍。指数 {e8:.2f}、{eb:.2f}）",
+                       "この CPU の `_weight_int8pack_mm` は行をまとめて計算できている。エンジンの "
+                       "INT8PACK_MAX_ROWS（16 行）の切り替えは、このマシンには合わないかもしれない")]
+
+
+# ---------------------------------------------------------------- 課題2: KV formats and users
+def task2_table(caps: dict[int, list[dict]]) -> str:
+    return "\n".join(f"{t} トークン: " + "、".join(f"{r['kv']} {r['users']} リクエスト（{r['blocks']} ブロック）"
+                                                 for r in rows) for t, rows in sorted(caps.items()))
+
+
+def _ratio(a: int, b: int) -> float:
+    return a / b if b else math.inf
+
+
+def task2_predictions(caps: dict[int, list[dict]]) -> list[Prediction]:
+    out = []
+    for t, rows in sorted(caps.items()):
+        u = {r["kv"]: r["users"] for r in rows}
+        vs_bf16 = [_ratio(u[k], u["bf16"]) for k in ("fp8", "int8")]
+        vs_f32 = [_ratio(u[k], u["float32"]) for k in ("fp8", "int8")]
+        ok = (all(abs(x - 2) <= 2 * KV_TOLERANCE for x in vs_bf16)
+              and all(abs(x - 4) <= 4 * KV_TOLERANCE for x in vs_f32))
+        out.append(Prediction(f"{t} トークンのリクエスト: FP8・INT8 に入る数は BF16 の2倍前後、float32 の4倍前後"
+                              f"（ずれ {KV_TOLERANCE:.0%} 以内）", ok,
+                              f"float32 {u['float32']}、BF16 {u['bf16']}、FP8 {u['fp8']}、INT8 {u['int8']} リクエスト",
+                              "入る数はブロック単位で切り捨てるので、1リクエストのブロック数に比べてプールが小さいと"
+                              "比がずれる（0 件の形式があれば比は出ない）。kv_cache_memory を大きくして試す"))
+    return out
+
+
+# ---------------------------------------------------------------- 課題3: one outlier
+def outlier_rows(w, factor: float = 50.0, fmts=OUTLIER_FORMATS) -> list[dict]:
+    """w[0, 0] set to factor x max|w|; per format the relative error of the other rows (w[1:]) against
+    the original w, before and after, and of the outlier row's other values."""
+    from course.demos import formats
+    w_out = w.clone()
+    w_out[0, 0] = factor * w.abs().max()
+    rows = []
+    for f in fmts:
+        q, q_out = formats.fake_quantize(w, f)[0], formats.fake_quantize(w_out, f)[0]
+        rows.append({"format": f, "label": formats.FORMATS[f][0], "factor": factor,
+                     "rest_before": formats.relative_error(w[1:], q[1:]),
+                     "rest_after": formats.relative_error(w[1:], q_out[1:]),
+                     "row_before": formats.relative_error(w[0, 1:], q[0, 1:]),
+                     "row_after": formats.relative_error(w[0, 1:], q_out[0, 1:])})
+    return rows
+
+
+def outlier_table(rows: list[dict]) -> str:
+    return "\n".join(f"{r['format']:<16} ほかの行 {100 * r['rest_before']:6.2f} → {100 * r['rest_after']:6.2f} %、"
+                     f"外れ値の行のほかの値 {100 * r['row_before']:6.2f} → {100 * r['row_after']:6.2f} %"
+                     for r in rows)
+
+
+def outlier_predictions(rows: list[dict]) -> list[Prediction]:
+    by = {r["format"]: r for r in rows}
+
+    def k(f: str) -> float:
+        return by[f]["rest_after"] / by[f]["rest_before"]
+
+    def show(fs) -> str:
+        return "、".join(f"{f} {100 * by[f]['rest_before']:.2f} → {100 * by[f]['rest_after']:.2f} %" for f in fs)
+
+    return [
+        Prediction("テンソル全体で1つのスケールの INT8（int8_tensor）では、ほかの行の誤差が2倍以上に増える",
+                   k("int8_tensor") >= 2, show(["int8_tensor"]),
+                   "外れ値が小さすぎる（factor を大きくする）。W[0, 0] を書き換えたか確かめる"),
+        Prediction("出力チャネルごと・32 個ごと・16 個ごとのスケールでは、ほかの行の誤差は 1.1 倍を超えて増えない",
+                   all(k(f) <= 1.1 for f in CONTAINED), show(CONTAINED),
+                   "外れ値を 0 行目以外に入れた、またはほかの行の誤差を元の W と比べていない"),
+        Prediction("テンソル全体で1つのスケールでも、FP8 e4m3 のほかの行の誤差は 1.2 倍を超えて増えない",
+                   k("fp8_e4m3_tensor") <= 1.2, show(["fp8_e4m3_tensor"]),
+                   "外れ値が大きすぎて、ほかの値が FP8 の格子の下端（非正規化数）に落ちた。factor を小さくして試す"),
+    ]
+
+
+# ---------------------------------------------------------------- lesson §6 and the lab: quality
+def _diffs(rows: list[dict]) -> dict[str, float]:
+    ref = next(r for r in rows if r["setting"] == "bfloat16")["nats_per_char"]
+    return {r["setting"]: r["nats_per_char"] - ref for r in rows if r["setting"] != "bfloat16"}
+
+
+def quality_reading(rows: list[dict]) -> str:
+    d = _diffs(rows)
+    ref = next(r for r in rows if r["setting"] == "bfloat16")["nats_per_char"]
+    worst = max(d, key=lambda s: abs(d[s]))
+    top = {r["setting"]: r["top1_agreement"] for r in rows if r["setting"] != "bfloat16"}
+    lo, hi = min(top, key=top.get), max(top, key=top.get)
+    return (f"BF16 との差が最も大きいのは {worst}（{d[worst]:+.4f} nats/文字、BF16 の {ref:.4f} の "
+            f"{100 * abs(d[worst]) / ref:.2f}%）。top-1 一致率は {100 * top[lo]:.1f}%（{lo}）〜"
+            f"{100 * top[hi]:.1f}%（{hi}）")
+
+
+def quality_predictions(rows: list[dict], tol: float = QUALITY_TOLERANCE) -> list[Prediction]:
+    d = _diffs(rows)
+    f32 = next((r["top1_agreement"] for r in rows if r["setting"] == "float32"), None)
+    out = [Prediction(f"どの設定でも、クロスエントロピーの BF16 との差は {tol} nats/文字 未満",
+                      all(abs(x) < tol for x in d.values()),
+                      "差 " + "、".join(f"{s} {x:+.4f}" for s, x in d.items()) + " nats/文字",
+                      "文字数が少ないと値が揺れる（max_chars を増やす）。差が大きい設定は、スケールや校正を確かめる")]
+    if f32 is not None:
+        out.append(Prediction("float32 でも、BF16 との top-1 一致率は 100% にならない", f32 < 1,
+                              f"float32 の top-1 一致率 {100 * f32:.1f}%",
+                              "読ませた文章が短く、確率が拮抗する位置がなかった。max_chars を増やす"))
+    return out
+
+
+__all__ = ["CONTAINED", "KV_TOLERANCE", "NEAR_ONE", "OUTLIER_FORMATS", "QUALITY_TOLERANCE", "TASK1_BATCHES",
+           "TASK2_TOKENS", "batch_predictions", "growth", "kernel_predictions", "outlier_predictions",
+           "outlier_rows", "outlier_table", "quality_predictions", "quality_reading", "task1_predictions",
+           "task1_rows", "task1_table", "task2_predictions", "task2_table"]
