@@ -28,7 +28,6 @@ from course.labkit.arrivals import ARRIVALS, DEFAULT_RATE, arrival_plan, check_a
 from course.labkit.backends import local_backend, run_plan
 from course.labkit.charts import figure, plot_sweeps
 from course.labkit.load import check_load
-from course.labkit.predictions import Prediction
 from course.labkit.tables import readout_html, readout_rows
 from course.runtime import (MAX_CONTEXT, MAX_NUM_SEQS, MODEL_CHOICES, apply_thread_policy, available_devices,
                             check_device, check_int, check_model, clear_llm_cache, get_llm, is_quick, max_model_len,
@@ -142,23 +141,6 @@ def measure_lab(model="default", prompt_len=DEFAULTS["prompt_len"], output_len=D
     backend = backend or local_backend(s["model"], s["device"])
     return labkit.measure(backend, prompt_len, output_len, concurrency, default_repeats() if repeats is None else repeats,
                           arrivals, rate, late, seed, threads, progress)
-
-
-def late_long_predictions(together: dict, late: dict) -> list[Prediction]:
-    """課題4's predictions, decided by two ``measure_lab`` results: all at once, and a late long prompt."""
-    t_tpot, t_max = together["tpot_ms"], together["max_itl_ms"]
-    l_tpot, l_max = late["tpot_ms"], late["max_itl_ms"]
-    busy = "ほかのプログラムが CPU を使っている（負荷の警告を確かめ、繰り返しを増やして測り直す）"
-    return [
-        Prediction("「一斉に」では ITL 最大が TPOT の 1.5 倍以内", t_max <= 1.5 * t_tpot,
-                   f"ITL 最大 {t_max:.1f} ms、TPOT {t_tpot:.1f} ms", busy),
-        Prediction("遅れて長いプロンプトが届くと、ITL 最大が「一斉に」の TPOT の 3 倍以上", l_max >= 3 * t_tpot,
-                   f"ITL 最大 {l_max:.1f} ms、「一斉に」の TPOT {t_tpot:.1f} ms",
-                   "このマシンでは長いプロンプトの Prefill が速い（コアが多い、GPU）。遅れて届く長さを増やす"),
-        Prediction("TPOT の中央値は 2 倍未満しか増えない（跳ね上がるのは ITL 最大）", l_tpot < 2 * t_tpot,
-                   f"TPOT {t_tpot:.1f} → {l_tpot:.1f} ms（{l_tpot / t_tpot:.2f} 倍）",
-                   "出力長が短いと、Prefill の1回の停止が TPOT の平均に大きく入る。出力長を増やす。" + busy),
-    ]
 
 
 def sweep_lab(model="default", prompt_len=DEFAULTS["prompt_len"], output_len=DEFAULTS["output_len"],
@@ -280,7 +262,7 @@ def plot_sweep(rows: list[dict], label: str = "このスイープ"):
 
 
 __all__ = ["ARRIVALS", "CONCURRENCY_RANGE", "DEFAULTS", "MODEL_CHOICES", "OUTPUT_LEN_RANGE", "PROMPT_LEN_RANGE",
-           "available_devices", "check_concurrencies", "check_settings", "clear_llm_cache",
-           "default_repeats", "format_readout", "format_sweep", "get_llm", "is_quick", "max_model_len", "measure_lab",
-           "plot_sweep", "plot_timeline", "random_prompts", "readout_html", "run_concurrency_sweep", "run_timeline",
-           "sweep_concurrencies", "sweep_html", "sweep_lab", "timeline_of"]
+           "available_devices", "check_concurrencies", "check_settings", "clear_llm_cache", "default_repeats",
+           "format_readout", "format_sweep", "get_llm", "is_quick", "max_model_len", "measure_lab",
+           "plot_sweep", "plot_timeline", "random_prompts", "readout_html", "run_concurrency_sweep",
+           "run_timeline", "sweep_concurrencies", "sweep_html", "sweep_lab", "timeline_of"]

@@ -1,58 +1,113 @@
-"""Lab 1's readings of its concurrency sweep (課題3 and 課題5): what the measured rows show, and the
-tasks' predictions decided by the run (``course.labkit.predictions``)::
+"""Lab 1's readings (課題3〜6): what the measured numbers show, and the tasks' predictions decided by the
+run (``course.labkit.predictions``)::
 
-    print(sweep_reading(rows, prompt_len=64, output_len=32))
-    print(verdicts(sweep_predictions(rows)))
+    print(sweep_reading(sweep, prompt_len=64, output_len=32))      # sweep = lab01.sweep_lab(...)
+    print(verdicts(sweep_predictions(sweep["rows"])))
+    print(first_gap_reading(together)); print(verdicts(late_long_predictions(together, late)))
+    print(shape_reading(shapes)); print(verdicts(shape_predictions(shapes["rows"])))   # lab01_shapes
 
-What the sweep measures is one burst: every request's prompt is prefilled, then all decode
-together. So output tok/s includes the prefill of every prompt, and long prompts cap it near
-prefill rate x output / prompt. Above ``max_num_batched_tokens`` prompt tokens in a burst the
-engine splits the prefill over steps, and the requests prefilled first wait for the rest.
+What the sweep measures is one burst: every request's prompt is prefilled, then all decode together.
+So output tok/s = N x O / (T_prefill + T_decode), where T_prefill is the time until every request has
+its first token: N x O / T_prefill is only an upper bound, reached if decoding took no time. The
+scheduler gives each running request its decode token first and fills the rest of the step's budget
+(``max_num_batched_tokens``) with prompt chunks, so above the budget the prefill takes more steps
+than prompt tokens / budget (``prefill_steps``), and the requests prefilled first wait for the rest.
 """
 from __future__ import annotations
 
-import math
+import statistics
 
 from course.labkit.predictions import Prediction
+from course.runtime import MAX_NUM_SEQS
 from minimal_engine.config import EngineConfig
 
 STEP_BUDGET = EngineConfig.max_num_batched_tokens   # the lab's engine keeps the default (runtime)
+BUSY = "ほかのプログラムが CPU を使っている（負荷の警告を確かめ、繰り返しを増やして測り直す）"
 
 
-def _wall_ms(row: dict, output_len: int) -> float:
-    return row["concurrency"] * output_len / row["tok_s"] * 1000
+# ---------------------------------------------------------------- 課題3 and 課題5: the sweep
+def prefill_steps(n: int, prompt_len: int, budget: int = STEP_BUDGET, max_seqs: int = MAX_NUM_SEQS) -> tuple[int, int]:
+    """Steps until all ``n`` prompts (arriving at once) are prefilled, as the scheduler runs them: each
+    step first gives every running request its next decode token (or its next prompt chunk), then admits
+    waiting prompts into what is left of ``budget``. Returns (steps, decode tokens those steps took)."""
+    left, running, waiting, steps, decoded = [prompt_len] * n, [], list(range(n)), 0, 0
+    while any(left):
+        steps, b = steps + 1, budget
+        for i in running:
+            if b <= 0:
+                break
+            k = 1 if left[i] == 0 else min(left[i], b)
+            decoded += left[i] == 0
+            left[i] -= 0 if left[i] == 0 else k
+            b -= k
+        while waiting and b > 0 and len(running) < max_seqs:
+            i = waiting.pop(0)
+            k = min(left[i], b)
+            left[i], b = left[i] - k, b - k
+            running.append(i)
+    return steps, decoded
 
 
-def sweep_reading(rows: list[dict], prompt_len: int, output_len: int,
-                  budget: int = STEP_BUDGET) -> str:
-    """Per point: prefill (median TTFT) against the burst's whole time, and its number of steps."""
+def burst_times(run: dict) -> dict:
+    """One run of a burst: ``prefill_ms`` (start to the last request's first token), ``wall_ms`` (to the
+    last token) and ``steps`` (engine steps until that first token; None for a server, which has none)."""
+    prefill = max(r["first_token_ms"] for r in run["requests"])
+    wall = max(r["token_times_ms"][-1] for r in run["requests"])
+    marks = [i for i, s in enumerate(run.get("steps") or []) if s.get("first_tokens")]
+    return {"prefill_ms": prefill, "wall_ms": wall, "steps": marks[-1] + 1 if marks else None}
+
+
+def sweep_reading(sweep: dict, prompt_len: int, output_len: int, budget: int = STEP_BUDGET) -> str:
+    """Per point of ``lab01.sweep_lab``'s result: the prefill's steps, its share of the burst's time, and
+    output tok/s as N x O / (T_prefill + T_decode) with the upper bound N x O / T_prefill."""
+    rows, runs = sweep["rows"], sweep["runs"]
     first, last = rows[0], rows[-1]
     lines = [f"同時 {first['concurrency']} → {last['concurrency']}: 1ステップ（TPOT）は "
              f"{first['tpot_ms']:.1f} → {last['tpot_ms']:.1f} ms"
              f"（{last['tpot_ms'] / first['tpot_ms']:.2f} 倍）、1ステップで作るトークンは "
              f"{last['concurrency'] / first['concurrency']:.0f} 倍"]
     for r in rows:
-        c, tokens = r["concurrency"], r["concurrency"] * prompt_len
-        wall = _wall_ms(r, output_len)
-        steps = math.ceil(tokens / budget)
-        split = (f"予算 {budget:,} トークンを超えるので Prefill が {steps} ステップに分かれます"
-                 if steps > 1 else f"1ステップの予算 {budget:,} トークンに収まります")
-        lines.append(f"同時 {c:>2}: Prefill（TTFT の中央値 {r['ttft_ms']:.1f} ms）は所要時間 "
-                     f"{wall:.0f} ms の {100 * r['ttft_ms'] / wall:.0f}%。"
-                     f"プロンプトは合計 {tokens:,} トークンで、{split}")
+        n = r["concurrency"]
+        times = [burst_times(x) for x in runs[n]]
+        pre = statistics.median(t["prefill_ms"] for t in times)
+        wall = statistics.median(t["wall_ms"] for t in times)
+        counted = [t["steps"] for t in times if t["steps"] is not None]
+        sim, decoded = prefill_steps(n, prompt_len, budget)
+        steps = statistics.median_low(counted) if counted else sim
+        why = ""
+        if steps > 1:
+            why = (f"予算 {budget:,} トークンを超えるので Prefill は {steps} ステップに分かれます"
+                   + (f"（2ステップ目からは、先に Prefill を終えたリクエストの Decode が予算を"
+                      f"合わせて {decoded} トークン使います）" if decoded else ""))
+        else:
+            why = f"1ステップの予算 {budget:,} トークンに収まります"
+        lines.append(f"同時 {n:>2}: プロンプトは合計 {n * prompt_len:,} トークンで、{why}。全員の最初のトークンまで"
+                     f"（Prefill）{pre:.0f} ms は所要時間 {wall:.0f} ms の {100 * pre / wall:.0f}%、残り（Decode）"
+                     f"{wall - pre:.0f} ms。tok/s（出力）= {n} × {output_len} ÷ {wall / 1000:.3f} s = "
+                     f"{n * output_len / wall * 1000:.0f}（Decode に時間がかからなかった場合の上限は "
+                     f"{n} × {output_len} ÷ {pre / 1000:.3f} s = {n * output_len / pre * 1000:.0f}）")
     return "\n".join(lines)
 
 
-def sweep_predictions(rows: list[dict]) -> list[Prediction]:
+def sweep_predictions(rows: list[dict], prompt_len: int | None = None) -> list[Prediction]:
     """課題3 and 課題5's predictions, decided by a sweep's rows (doubling concurrencies)."""
     first, last = rows[0], rows[-1]
     grow = last["concurrency"] / first["concurrency"]
     tpot_ratio = last["tpot_ms"] / first["tpot_ms"]
+    ttft_ratio = last["ttft_ms"] / first["ttft_ms"]
+    tokens = ("" if prompt_len is None else f"、最初の Prefill ステップのプロンプト {first['concurrency'] * prompt_len:,}"
+              f" → {min(last['concurrency'] * prompt_len, STEP_BUDGET):,} トークン")
     out = [Prediction(f"同時リクエスト数を {grow:.0f} 倍にしても、TPOT は {grow / 2:.0f} 倍未満しか伸びない",
                       tpot_ratio < grow / 2,
                       f"TPOT {first['tpot_ms']:.1f} → {last['tpot_ms']:.1f} ms（{tpot_ratio:.2f} 倍）",
                       "1ステップの固定の時間に比べて計算が重い（大きなモデル、スレッドが少ない）。"
-                      "モデルを既定に戻し、負荷の警告を確かめる")]
+                      "モデルを既定に戻し、負荷の警告を確かめる"),
+           Prediction(f"同時リクエスト数を {grow:.0f} 倍にすると、TTFT は 2 倍以上に伸びる"
+                      "（全員のプロンプトが同じ Prefill ステップに入り、そのステップが重くなる）",
+                      ttft_ratio >= 2,
+                      f"TTFT {first['ttft_ms']:.1f} → {last['ttft_ms']:.1f} ms（{ttft_ratio:.2f} 倍）{tokens}",
+                      "このマシンでは Prefill の1ステップの固定の時間が大きく、トークンが増えても重くなりにくい"
+                      "（GPU、コアが多い）。プロンプト長を増やして測り直す")]
     if len(rows) >= 3:
         gains = [b["tok_s"] / a["tok_s"] for a, b in zip(rows, rows[1:])]
         out.append(Prediction(
@@ -62,4 +117,90 @@ def sweep_predictions(rows: list[dict]) -> list[Prediction]:
     return out
 
 
-__all__ = ["STEP_BUDGET", "sweep_predictions", "sweep_reading"]
+# ---------------------------------------------------------------- 課題4: a late long prompt
+def first_gaps(m: dict) -> dict:
+    """From ``measure_lab``'s runs (requests that are not the late one): the first gap after each
+    request's first token, the later gaps (medians, ms), and in how many runs the longest gap was a first one."""
+    first, later, at_first = [], [], 0
+    for run in m.get("runs", []):
+        best = (0.0, False)
+        for r in (x for x in run["requests"] if not x.get("late")):
+            t = r["token_times_ms"]
+            gaps = [b - a for a, b in zip(t, t[1:])]
+            if gaps:
+                first.append(gaps[0])
+                later += gaps[1:]
+                best = max(best, (max(gaps), max(gaps) == gaps[0]))
+        at_first += best[1]
+    if not first:
+        return {}
+    return {"first_ms": statistics.median(first), "later_ms": statistics.median(later) if later else float("nan"),
+            "max_at_first": at_first, "runs": len(m["runs"])}
+
+
+def first_gap_reading(m: dict) -> str:
+    g = first_gaps(m)
+    if not g:
+        return ""
+    return (f"Prefill 直後の最初のトークン間隔 {g['first_ms']:.1f} ms（中央値）、その後の間隔 {g['later_ms']:.1f} ms"
+            f"（中央値）。ITL 最大が最初の間隔だった実行: {g['runs']} 回中 {g['max_at_first']} 回")
+
+
+def late_long_predictions(together: dict, late: dict) -> list[Prediction]:
+    """課題4's predictions, decided by two ``measure_lab`` results: all at once, and a late long prompt."""
+    t_tpot, t_max = together["tpot_ms"], together["max_itl_ms"]
+    l_tpot, l_max = late["tpot_ms"], late["max_itl_ms"]
+    g = first_gaps(together)
+    first = (f"いちばん長い間隔は Prefill 直後の最初の間隔でした（{g['first_ms']:.1f} ms、その後は "
+             f"{g['later_ms']:.1f} ms）。最初の Decode ステップがこのマシンでは特に遅い。"
+             if g and 2 * g["max_at_first"] > g["runs"] else "")
+    return [
+        Prediction("「一斉に」では ITL 最大が TPOT の 2 倍以内", t_max <= 2 * t_tpot,
+                   f"ITL 最大 {t_max:.1f} ms、TPOT {t_tpot:.1f} ms", first + BUSY),
+        Prediction("遅れて長いプロンプトが届くと、ITL 最大が「一斉に」の TPOT の 3 倍以上", l_max >= 3 * t_tpot,
+                   f"ITL 最大 {l_max:.1f} ms、「一斉に」の TPOT {t_tpot:.1f} ms",
+                   "このマシンでは長いプロンプトの Prefill が速い（コアが多い、GPU）。遅れて届く長さを増やす"),
+        Prediction("TPOT の中央値は 2 倍未満しか増えない（跳ね上がるのは ITL 最大）", l_tpot < 2 * t_tpot,
+                   f"TPOT {t_tpot:.1f} → {l_tpot:.1f} ms（{l_tpot / t_tpot:.2f} 倍）",
+                   "出力長が短いと、Prefill の1回の停止が TPOT の平均に大きく入る。出力長を増やす。" + BUSY),
+    ]
+
+
+# ---------------------------------------------------------------- 課題6: model shapes
+def shape_reading(res: dict) -> str:
+    """``lab01_shapes.measure_shapes``'s rows: TPOT = (bytes of a step ÷ bandwidth) + the rest, per layer."""
+    lines = [f"帯域（このマシンで測定、{res['threads']} スレッド）: {res['bandwidth'] / 1e9:.1f} GB/s"]
+    for r in res["rows"]:
+        rest = r["tpot_ms"] - r["read_ms"]
+        lines.append(f"{r['label']}（{r['dtype']}）: {r['layers']} 層、{r['params'] / 1e6:.1f}M パラメータ、"
+                     f"1ステップで読む {r['step_bytes'] / 1e6:.0f} MB → 帯域で読むだけなら {r['read_ms']:.1f} ms。"
+                     f"TPOT {r['tpot_ms']:.1f} ms のうち残り {rest:.1f} ms（1層あたり {rest / r['layers']:.2f} ms）")
+    return "\n".join(lines)
+
+
+def _pair(rows: list[dict], a: str, b: str) -> tuple[dict, dict]:
+    by = {r["model"]: r for r in rows}
+    return by[a], by[b]
+
+
+def shape_predictions(rows: list[dict], a: str = "synthetic:llama-125m",
+                      b: str = "synthetic:smollm2-135m") -> list[Prediction]:
+    """課題6: the shape with more layers (b) has the longer TPOT, and less than half of the gap is the
+    time to read its extra bytes at the measured bandwidth (the rest grows with the layers)."""
+    x, y = _pair(rows, a, b)
+    gap, read_gap = y["tpot_ms"] - x["tpot_ms"], y["read_ms"] - x["read_ms"]
+    return [
+        Prediction(f"層の多い {y['label']}のほうが、{x['label']}より TPOT が長い", gap > 0.1 * x["tpot_ms"],
+                   f"{x['label']} {x['layers']} 層 {x['tpot_ms']:.1f} ms、{y['label']} {y['layers']} 層 "
+                   f"{y['tpot_ms']:.1f} ms",
+                   "このマシンでは層ごとの固定の時間が小さい（速い CPU、GPU）。繰り返しを増やし、負荷の警告を確かめる"),
+        Prediction("TPOT の差の半分以上は、読むバイト数の差ではなく、層の数とともに増える時間から来る",
+                   gap > 0 and read_gap < 0.5 * gap,
+                   f"TPOT の差 {gap:.1f} ms のうち、帯域で読む時間の差は {read_gap:.1f} ms",
+                   "このマシンでは帯域が狭く、重みを読む時間が TPOT の大半を占める（GPU で大きなモデルを"
+                   "動かすときと同じ形）。TPOT の差はバイト数の差で決まります"),
+    ]
+
+
+__all__ = ["BUSY", "STEP_BUDGET", "burst_times", "first_gap_reading", "first_gaps", "late_long_predictions",
+           "prefill_steps", "shape_predictions", "shape_reading", "sweep_predictions", "sweep_reading"]

@@ -1,12 +1,15 @@
-"""Lab 1's sweep readings (course/labs/lab01_explain.py): the prefill share and step budget printed
-from the rows, predictions that turn with a planted number, and saved verdicts that agree with the
-saved sweep."""
+"""Lab 1's readings (course/labs/lab01_explain.py): the prefill's steps, share and tok/s bound printed
+from the runs, the first token gap, the model shapes' TPOT split; predictions that turn with a planted
+number; and saved verdicts that agree with the saved numbers."""
 import json
 import re
 from pathlib import Path
 
+import pytest
+
 from course.labkit.predictions import HELD, MISSED
 from course.labs import lab01_explain as ex
+from course.labs.lab01_shapes import LABELS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,37 +22,129 @@ ROWS = [row(1, 17.3, 6.9, 136.6), row(2, 28.2, 7.0, 263.7), row(4, 57.6, 7.2, 46
         row(8, 104.0, 8.7, 682.6), row(16, 229.5, 12.5, 828.5)]
 
 
-def test_reading_prints_prefill_share_and_the_step_budget():
-    text = ex.sweep_reading(ROWS, prompt_len=256, output_len=32, budget=2048)
-    wall16 = 16 * 32 / 828.5 * 1000                               # ms: the burst's whole time
-    assert f"所要時間 {wall16:.0f} ms の {100 * 229.5 / wall16:.0f}%" in text
-    assert "4,096 トークン" in text and "2 ステップに分かれます" in text    # 16 x 256 over a 2,048 budget
-    eight = text.splitlines()[4]                                   # 8 x 256 = 2,048 fits
-    assert "同時  8" in eight and "収まります" in eight
-    assert "6.9 → 12.5 ms（1.81 倍）" in text
+def burst(n, first_ms, wall_ms, prefill_steps):
+    """A run of n requests: first tokens up to first_ms, last token at wall_ms, the engine's steps."""
+    reqs = [{"first_token_ms": first_ms * (i + 1) / n, "token_times_ms": [first_ms * (i + 1) / n, wall_ms],
+             "late": False} for i in range(n)]
+    steps = [{"first_tokens": 1} for _ in range(prefill_steps)] + [{"first_tokens": 0}] * 5
+    return {"requests": reqs, "steps": steps}
+
+
+def test_prefill_steps_count_the_decode_tokens_taken_first():
+    assert ex.prefill_steps(8, 256, 2048) == (1, 0)
+    # 16 x 256 = 2 x 2,048, but the 8 prefilled first take 8 then 15 decode tokens: a third step
+    assert ex.prefill_steps(16, 256, 2048) == (3, 23)
+    assert ex.prefill_steps(4, 64, 2048) == (1, 0)
+
+
+def test_reading_prints_steps_share_and_the_upper_bound():
+    sweep = {"rows": [row(8, 300, 8.0, 400), row(16, 500, 24.7, 395)],
+             "runs": {8: [burst(8, 325, 695, 1)], 16: [burst(16, 660, 1297, 3)]}}
+    text = ex.sweep_reading(sweep, prompt_len=256, output_len=32, budget=2048)
+    lines = text.splitlines()
+    assert "8.0 → 24.7 ms（3.09 倍）" in lines[0]
+    assert "2,048 トークン" in lines[1] and "収まります" in lines[1] and "325 ms は所要時間 695 ms の 47%" in lines[1]
+    sixteen = lines[2]
+    assert "4,096 トークン" in sixteen and "3 ステップに分かれます" in sixteen and "23 トークン" in sixteen
+    assert "660 ms は所要時間 1297 ms の 51%" in sixteen and "残り（Decode）637 ms" in sixteen
+    assert "16 × 32 ÷ 1.297 s = 395" in sixteen and "上限は 16 × 32 ÷ 0.660 s = 776" in sixteen
+
+
+def test_reading_counts_steps_without_them_for_a_server():
+    run = burst(16, 660, 1297, 0)
+    run["steps"] = []
+    text = ex.sweep_reading({"rows": [row(16, 500, 24.7, 395)], "runs": {16: [run]}}, 256, 32, 2048)
+    assert "3 ステップに分かれます" in text                     # from prefill_steps
 
 
 def test_predictions_turn_with_a_planted_number():
-    assert [p.held for p in ex.sweep_predictions(ROWS)] == [True, True]
+    assert [p.held for p in ex.sweep_predictions(ROWS)] == [True, True, True]
     slow = ROWS[:-1] + [row(16, 229.5, 6.9 * 9, 828.5)]        # TPOT grows 9x for 16x requests
     assert ex.sweep_predictions(slow)[0].held is False
-    straight = [row(2 ** i, 10, 7, 100 * 2 ** i) for i in range(5)]  # tok/s doubles: no plateau
-    assert ex.sweep_predictions(straight)[1].held is False
+    flat = ROWS[:-1] + [row(16, 30.0, 12.5, 828.5)]            # TTFT barely grows
+    assert ex.sweep_predictions(flat)[1].held is False
+    straight = [row(2 ** i, 10 * 2 ** i, 7, 100 * 2 ** i) for i in range(5)]  # tok/s doubles: no plateau
+    assert ex.sweep_predictions(straight)[2].held is False
+    assert "1,024 トークン" in ex.sweep_predictions(ROWS, prompt_len=64)[1].verdict()
+
+
+def timeline(gaps_per_request):
+    reqs = []
+    for gaps in gaps_per_request:
+        t = [40.0]
+        for g in gaps:
+            t.append(t[-1] + g)
+        reqs.append({"token_times_ms": t, "late": False})
+    return {"requests": reqs}
+
+
+def test_first_gap_reading_and_the_hint_it_gives():
+    slow_first = {"runs": [timeline([[9.0, 6.0, 6.1], [9.2, 6.0, 6.0]])] * 3, "tpot_ms": 6.5, "max_itl_ms": 14.0}
+    g = ex.first_gaps(slow_first)
+    assert g["first_ms"] == pytest.approx(9.1) and g["later_ms"] == 6.0 and g["max_at_first"] == 3
+    assert "3 回中 3 回" in ex.first_gap_reading(slow_first)
+    late = {"tpot_ms": 9.0, "max_itl_ms": 60.0}
+    p = ex.late_long_predictions(slow_first, late)[0]          # 14.0 > 2 x 6.5: missed, and says where
+    assert p.held is False and "Prefill 直後の最初の間隔" in p.verdict()
+    even = {"runs": [timeline([[6.0, 14.0, 6.1]])], "tpot_ms": 6.5, "max_itl_ms": 14.0}
+    assert "Prefill 直後" not in ex.late_long_predictions(even, late)[0].verdict()
+
+
+def shape(model, layers, tpot, read):
+    return {"model": model, "label": LABELS[model], "layers": layers, "tpot_ms": tpot, "read_ms": read,
+            "params": 1.3e8, "dtype": "bfloat16", "step_bytes": read * 25e6}
+
+
+def test_shape_predictions_turn_with_a_planted_number():
+    layered = [shape("synthetic:llama-125m", 12, 14.4, 9.2), shape("synthetic:smollm2-135m", 30, 25.4, 11.0)]
+    assert [p.held for p in ex.shape_predictions(layered)] == [True, True]
+    byte_bound = [shape("synthetic:llama-125m", 12, 14.4, 9.2), shape("synthetic:smollm2-135m", 30, 18.0, 12.0)]
+    assert ex.shape_predictions(byte_bound)[1].held is False    # 2.8 of the 3.6 ms gap is reading
+    same = [shape("synthetic:llama-125m", 12, 14.4, 9.2), shape("synthetic:smollm2-135m", 30, 14.5, 11.0)]
+    assert [p.held for p in ex.shape_predictions(same)] == [False, False]
+    text = ex.shape_reading({"rows": layered, "bandwidth": 27e9, "threads": 1})
+    assert "27.0 GB/s" in text and "TPOT 25.4 ms のうち残り 14.4 ms（1層あたり 0.48 ms）" in text
+
+
+def saved_text(marker: str) -> str:
+    nb = json.loads((ROOT / "labs/01_prefill_decode_lab.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and marker in "".join(c["source"]))
+    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+
+
+def agree(text, derived):
+    saved = [x for x in text.splitlines() if x.startswith((HELD, MISSED))]
+    assert len(saved) == len(derived), text
+    for s, p in zip(saved, derived):
+        assert s.startswith(HELD if p.held else MISSED) and p.text in s, (s, p)
 
 
 LINE = re.compile(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+$", re.M)
 
 
 def test_lab1_saved_sweep_verdicts_agree_with_the_saved_rows():
-    nb = json.loads((ROOT / "labs/01_prefill_decode_lab.ipynb").read_text(encoding="utf-8"))
-    cell = next(c for c in nb["cells"]
-                if c["cell_type"] == "code" and "sweep_predictions" in "".join(c["source"]))
-    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
-                   if o.get("output_type") == "stream")
+    text = saved_text("sweep_predictions")
     rows = [row(int(c), float(t), float(p), float(s)) for c, t, p, s in LINE.findall(text)]
     assert len(rows) >= 3, text
-    saved = [x for x in text.splitlines() if x.startswith((HELD, MISSED))]
-    derived = ex.sweep_predictions(rows)
-    assert len(saved) == len(derived)
-    for s, p in zip(saved, derived):
-        assert s.startswith(HELD if p.held else MISSED) and p.text in s, (s, p)
+    agree(text, ex.sweep_predictions(rows, prompt_len=64))
+
+
+SHAPE = re.compile(r"^(.+?)（\w+）: (\d+) 層、.*帯域で読むだけなら ([\d.]+) ms。TPOT ([\d.]+) ms", re.M)
+
+
+def test_lab1_saved_shape_verdicts_agree_with_the_saved_rows():
+    text = saved_text("shape_predictions")
+    by_label = {v: k for k, v in LABELS.items()}
+    rows = [shape(by_label[label], int(n), float(tpot), float(read)) for label, n, read, tpot in SHAPE.findall(text)]
+    assert len(rows) == 3, text
+    agree(text, ex.shape_predictions(rows))
+
+
+def test_measure_shapes_on_the_default_model():
+    from course.labs import lab01_shapes
+    res = lab01_shapes.measure_shapes(models=("default",), prompt_len=8, output_len=4, repeats=1)
+    (r,) = res["rows"]
+    assert r["layers"] == 6 and r["dtype"] == "float32" and res["bandwidth"] > 1e8
+    assert r["step_bytes"] > 4 * r["params"] * 0.9                  # fp32: every weight read once, plus the KV
+    assert 0 < r["read_ms"] and r["tpot_ms"] > 0
+    assert "既定モデル（float32）: 6 層" in ex.shape_reading(res)

@@ -1,0 +1,70 @@
+"""Lab 1 課題6: why one model shape decodes slower than another, measured (plain functions, no widgets)::
+
+    res = measure_shapes()                        # default, llama-125m and SmolLM2-135M shapes, batch 1
+    print(lab01_explain.shape_reading(res))       # per model: layers, bytes read per step, TPOT split
+    print(verdicts(lab01_explain.shape_predictions(res["rows"])))
+
+TPOT at batch 1 is taken apart into two terms, TPOT ~ (bytes read per step / bandwidth) + (the rest):
+
+- the bytes one decode step reads (every layer weight, the norms and the lm_head once, the embedding rows
+  looked up, the request's KV cache: ``minimal_engine.bench.roofline.step_cost``, chapter 2's count), over
+  this machine's bandwidth measured here (``roofline.measure_bandwidth`` and ``measure_matvec_bandwidth``,
+  the largest, as chapter 2's roofline). That is the least time reading the step's bytes can take;
+- the rest, TPOT minus that time: on a laptop CPU with these small models mostly the per-layer work that
+  does not shrink with fewer bytes (Python and the calls of many small operations in every layer), so it
+  grows with the number of layers.
+
+The two synthetic shapes have about the same number of parameters but 12 and 30 layers, so which term
+makes their TPOT gap is decided by the run, not assumed.
+"""
+from __future__ import annotations
+
+from course import labkit
+from course.labkit.backends import local_backend
+from course.runtime import apply_thread_policy, check_device, check_model, get_llm, is_quick
+from minimal_engine.bench import roofline
+from minimal_engine.model.synthetic import num_parameters
+
+SHAPES = ("default", "synthetic:llama-125m", "synthetic:smollm2-135m")
+LABELS = {"default": "既定モデル", "synthetic:llama-125m": "llama-125m の形",
+          "synthetic:smollm2-135m": "SmolLM2-135M の形"}
+
+
+def bandwidth(device: str = "cpu", quick: bool | None = None) -> float:
+    """This machine's memory bandwidth in B/s, as chapter 2's roofline: the largest of copy, sum and
+    matrix-vector product."""
+    quick = is_quick() if quick is None else quick
+    bw = roofline.measure_bandwidth(64 if quick else 128, device=device)
+    return max(bw["copy"], bw["sum"], roofline.measure_matvec_bandwidth(2048 if quick else 4096, device=device))
+
+
+def shape_row(model: str, measured: dict, bw: float, prompt_len: int, output_len: int) -> dict:
+    """One model's row: its shape, the bytes of a decode step at the middle of the output, the time to
+    read them at ``bw`` B/s, and the measured TPOT (median, min-max)."""
+    llm = get_llm(model, measured["device"])
+    cfg, nbytes = llm.model_config, llm.dtype.itemsize
+    cost = roofline.step_cost(cfg, nbytes, decode_contexts=[prompt_len + output_len // 2])
+    return {"model": model, "label": LABELS.get(model, model), "layers": cfg.num_layers,
+            "params": num_parameters(cfg), "dtype": str(llm.dtype).replace("torch.", ""),
+            "step_bytes": cost["bytes"], "read_ms": cost["bytes"] / bw * 1e3,
+            **{k: measured[k] for k in ("tpot_ms", "tpot_ms_min", "tpot_ms_max") if k in measured}}
+
+
+def measure_shapes(models=SHAPES, prompt_len: int = 64, output_len: int = 32, repeats: int | None = None,
+                   device: str = "cpu", threads: int | None = None) -> dict:
+    """TPOT of one request (batch 1) for each model, ``repeats`` times (median, min-max; 3, or 1 with
+    COURSE_QUICK), as lab01.measure_lab measures it (``labkit.measure``), and the
+    bandwidth measured once. Returns ``rows`` (``shape_row``), ``bandwidth`` (B/s), ``threads``, ``warnings``."""
+    device = check_device(device)
+    threads = apply_thread_policy(threads)
+    bw = bandwidth(device)
+    rows, warnings = [], []
+    for model in models:
+        m = labkit.measure(local_backend(check_model(model), device), prompt_len, output_len, 1,
+                           (1 if is_quick() else 3) if repeats is None else repeats, threads=threads)
+        rows.append(shape_row(model, m, bw, prompt_len, output_len))
+        warnings += [w for w in m.get("warnings", []) if w not in warnings]
+    return {"rows": rows, "bandwidth": bw, "threads": threads, "device": device, "warnings": warnings}
+
+
+__all__ = ["LABELS", "SHAPES", "bandwidth", "measure_shapes", "shape_row"]
