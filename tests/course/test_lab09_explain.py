@@ -1,0 +1,174 @@
+"""Lab 9's readings and predictions (course/labs/lab09_explain.py): each verdict follows the numbers (planted
+contradicting numbers turn it), p99 is read as a rate effect (the share of stalled gaps), the KV column is split
+into long and short prompts and checked against blocks x 16 x bytes per token, the frontier is read by dominance
+(course/TERMS.md), and every verdict saved in lab 9 and lesson 9 agrees with the numbers saved in its line."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from course.labkit.predictions import HELD, MISSED
+from course.labs import lab09_explain as ex
+
+ROOT = Path(__file__).resolve().parents[2]
+PER_TOKEN = 2 * 6 * 5 * 64 * 4             # the default model in float32 (lesson 9, lab 9)
+
+
+def setup(budget, median=5.0, p99=6.0, mx=7.0, ttft=50.0, gaps=None, tok_s=500.0, user=150.0, decoding=4.0,
+          **extra):
+    gaps = gaps if gaps is not None else [median] * 100
+    return {"budget": budget, "label": f"1エンジン・予算 {budget}" if budget else "Disaggregation（2プロセス）",
+            "median_itl_ms": median, "p99_itl_ms": p99, "max_itl_ms": mx, "long_ttft_ms": ttft, "tok_s": tok_s,
+            "tok_s_per_user": user, "itl_points": [(0.01 * i, g) for i, g in enumerate(gaps)],
+            "mean_decoding": decoding, **extra}
+
+
+def run(*rows, prompt_len=384, model="default"):
+    setups = {("disagg" if r["budget"] is None else f"chunk_{r['budget']}"): r for r in rows}
+    return {"setups": setups, "prompt_len": prompt_len, "short_prompt_len": 16, "kv_bytes_per_token": PER_TOKEN,
+            "model": model}
+
+
+def test_stall_share_decides_whether_p99_is_a_stalled_gap():
+    # the blind reading's lesson run: 2 stalled steps x 4 decoding requests = 8 of 188 gaps
+    frequent = setup(512, median=6.0, p99=51.7, mx=51.7, gaps=[6.0] * 180 + [51.7] * 8)
+    assert ex.stall_share(frequent) == (8, 188)
+    text = ex.stall_reading(run(setup(16), frequent))
+    assert "8 個（4.3%）" in text and "1% を超える" in text
+    rare = setup(512, median=6.0, p99=6.4, mx=51.7, gaps=[6.0] * 187 + [51.7])       # planted: one stalled gap
+    assert "1% 以下" in ex.stall_reading(run(setup(16), rare))
+
+
+def test_budget_prediction_follows_the_numbers():
+    good = run(setup(16, p99=7.9, ttft=216), setup(512, p99=51.7, ttft=49))
+    assert ex.budget_prediction(good).held
+    assert "51.7 → 7.9 ms" in ex.budget_reading(good) and "49 → 216 ms" in ex.budget_reading(good)
+    planted = run(setup(16, p99=60.0, ttft=216), setup(512, p99=51.7, ttft=49))
+    assert not ex.budget_prediction(planted).held
+    assert ex.budget_prediction(planted).verdict().startswith(MISSED)
+    assert not ex.budget_prediction(run(setup(16, p99=7.9, ttft=40), setup(512, p99=51.7, ttft=49))).held
+
+
+def test_budget_reading_names_the_hand_off_only_when_disaggregation_is_slower():
+    slower = run(setup(16), setup(512, ttft=49), setup(None, ttft=66, kv_ms_long=7.0))
+    assert "17 ms 長い" in ex.budget_reading(slower) and "受け渡し" in ex.budget_reading(slower)
+    faster = run(setup(16), setup(512, ttft=49), setup(None, ttft=40, kv_ms_long=7.0))
+    assert "9 ms 短い" in ex.budget_reading(faster) and "受け渡し" not in ex.budget_reading(faster)
+
+
+def test_kv_reading_splits_long_and_short_and_checks_the_formula():
+    long_b, short_b = 24 * 16 * PER_TOKEN, 16 * PER_TOKEN                 # 384 tokens: 24 blocks; 16 tokens: 1
+    d = setup(None, kv_bytes_long=long_b, kv_bytes_short=short_b, kv_ms_long=6.0, kv_ms_short=1.0,
+              kv_bytes_per_request=(2 * long_b + 4 * short_b) / 6)
+    text = ex.kv_reading(run(setup(16), d))
+    assert "測定 5,898,240 B、式 24 ブロック × 16 × 15,360 B = 5,898,240 B（一致）" in text
+    assert "測定 245,760 B、式 1 ブロック × 16 × 15,360 B = 245,760 B（一致）" in text
+    assert "2,129,920 B" in text                                          # the mixed mean, named as such
+    d["kv_bytes_long"] = 23 * 16 * PER_TOKEN                              # planted: a block short
+    assert "（不一致）" in ex.kv_reading(run(setup(16), d))
+    assert "ありません" in ex.kv_reading(run(setup(16)))
+
+
+def test_pareto_reading_uses_dominance():
+    # the blind reading's lab run: Disaggregation best on neither axis
+    rows = (setup(16, tok_s=489.7, user=182.8), setup(64, tok_s=700.2, user=160.0),
+            setup(None, tok_s=696.0, user=172.1))
+    text = ex.pareto_reading(run(*rows))
+    assert "出力 tok/s が最も高いのは 1エンジン・予算 64" in text and "tok/s/user が最も高いのは 1エンジン・予算 16" in text
+    assert "フロンティアの上にあります" in text                           # not dominated, though best on neither
+    dominated = rows[:2] + (setup(None, tok_s=690.0, user=159.0),)
+    assert "支配されています" in ex.pareto_reading(run(*dominated))
+    assert ex.dominated((1.0, 1.0), (1.0, 2.0)) and not ex.dominated((1.0, 1.0), (1.0, 1.0))
+
+
+def test_task1_verdicts_follow_the_numbers():
+    short = run(setup(16, p99=6.0, mx=6.5, ttft=80), setup(512, p99=20.0, mx=21.0, ttft=25), prompt_len=128)
+    long_ = run(setup(16, p99=6.4, mx=7.0, ttft=240), setup(512, p99=55.0, mx=56.0, ttft=60), prompt_len=448)
+    assert [p.held for p in ex.task1_predictions(short, long_)] == [True, True]
+    flat = run(setup(16, p99=4.0, mx=7.0, ttft=240), setup(512, p99=19.0, mx=21.5, ttft=60), prompt_len=448)
+    assert [p.held for p in ex.task1_predictions(short, flat)] == [False, True]     # planted: p99 fell
+    spiky = run(setup(16, p99=60.0, mx=70.0, ttft=240), setup(512, p99=55.0, mx=56.0, ttft=60), prompt_len=448)
+    assert [p.held for p in ex.task1_predictions(short, spiky)] == [True, False]    # planted: small budget jumps
+
+
+def test_task2_verdicts_follow_the_numbers():
+    base = run(setup(16, p99=7.9), setup(512, median=6.0, p99=51.7, mx=51.7))
+    big = run(setup(16, p99=90.0), setup(1024, median=40.0, p99=3500.0, mx=3600.0), model="synthetic:llama-125m")
+    assert [p.held for p in ex.task2_predictions(base, big)] == [True, True]
+    flat = run(setup(16, p99=900.0), setup(1024, median=400.0, p99=1000.0, mx=1100.0), model="synthetic:llama-125m")
+    assert [p.held for p in ex.task2_predictions(base, flat)] == [False, False]
+
+
+def test_task3_verdicts_follow_the_numbers():
+    base = run(setup(16), setup(512, gaps=[5.0] * 50 + [5.2] * 50, decoding=3.9))
+    poisson = run(setup(16), setup(512, gaps=[3.0] * 30 + [5.0] * 40 + [7.0] * 30, decoding=1.8))
+    assert [p.held for p in ex.task3_predictions(base, poisson)] == [True, True]
+    same = run(setup(16), setup(512, gaps=[5.0] * 50 + [5.1] * 50, decoding=4.0))
+    assert [p.held for p in ex.task3_predictions(base, same)] == [False, False]
+
+
+# ---------------------------------------------------------------- the saved notebooks
+NUM = r"([-+]?[\d.]+)"
+
+
+def saved_lines(rel: str, cell_id: str) -> list[str]:
+    nb = json.loads((ROOT / rel).read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c.get("id") == cell_id)
+    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    return [x for x in text.splitlines() if x.startswith((HELD, MISSED))]
+
+
+def nums(pattern: str, line: str) -> list[float]:
+    m = re.search(pattern, line.split("測定：", 1)[1])
+    assert m, (pattern, line)
+    return [float(x) for x in m.groups()]
+
+
+def agree(line: str, held: bool | None) -> None:
+    """held None: the rounded numbers tie, so either verdict is consistent with them."""
+    if held is not None:
+        assert line.startswith(HELD if held else MISSED), line
+
+
+def lt(a: float, b: float) -> bool | None:
+    return None if a == b else a < b
+
+
+def both(x: bool | None, y: bool | None) -> bool | None:
+    return False if False in (x, y) else (None if None in (x, y) else True)
+
+
+BUDGET = rf"p99 {NUM} → {NUM} ms、TTFT {NUM} → {NUM} ms"
+
+
+@pytest.mark.parametrize("rel,cell_id", [("labs/09_disaggregation_lab.ipynb", "5d0a7c10"),
+                                         ("labs/09_disaggregation_lab.ipynb", "4ad26d82"),
+                                         ("lessons/09_disaggregation.ipynb", "9b2c41d0")])
+def test_saved_budget_verdicts_agree_with_their_numbers(rel, cell_id):
+    lines = saved_lines(rel, cell_id)
+    assert len(lines) == 1, lines
+    p_hi, p_lo, t_hi, t_lo = nums(BUDGET, lines[0])
+    agree(lines[0], both(lt(p_lo, p_hi), lt(t_hi, t_lo)))
+
+
+def test_lab9_saved_task_verdicts_agree_with_their_numbers():
+    lab = "labs/09_disaggregation_lab.ipynb"
+    one, two = saved_lines(lab, "7e1f3a21")
+    a, b, c, d = nums(rf"最大 {NUM} → {NUM} ms、p99 {NUM} → {NUM} ms", one)
+    agree(one, both(lt(a, b), lt(c, d)))
+    d_lo, d_hi, t_lo, t_hi = nums(rf"p99 の伸び 予算 \d+ {NUM} ms・予算 \d+ {NUM} ms、TTFT の伸び 予算 \d+ {NUM} ms・"
+                                  rf"予算 \d+ {NUM} ms", two)
+    agree(two, both(lt(d_lo, d_hi), lt(t_hi, t_lo)))
+    lines = saved_lines(lab, "7e1f3a23")
+    assert len(lines) == 2, lines
+    for line in lines:
+        big, base = nums(rf"大きなモデル {NUM} 倍、既定モデル {NUM} 倍", line)
+        agree(line, lt(base, big))
+    one, two = saved_lines(lab, "7e1f3a25")
+    late, poisson = nums(rf"平均の件数 一斉 {NUM}、ポアソン {NUM}", one)
+    agree(one, lt(poisson, late))
+    late, poisson = nums(rf"幅 一斉 {NUM} ms、ポアソン {NUM} ms", two)
+    agree(two, lt(late, poisson))
