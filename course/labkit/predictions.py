@@ -26,12 +26,13 @@ class Prediction:
     held: bool          # computed from the measured numbers
     measured: str       # the numbers it was decided on
     otherwise: str = ""  # likely reasons, and what to try, when it did not hold
+    basis: str = "測定"  # what the numbers are: measured (the default) or a simulator's 予測 (lab 10's tables)
 
     def verdict(self) -> str:
         if self.held:
-            return f"{HELD}：{self.text}（測定：{self.measured}）"
+            return f"{HELD}：{self.text}（{self.basis}：{self.measured}）"
         reasons = f" 考えられる理由：{self.otherwise}" if self.otherwise else ""
-        return f"{MISSED}：{self.text}（測定：{self.measured}）。{reasons}".rstrip()
+        return f"{MISSED}：{self.text}（{self.basis}：{self.measured}）。{reasons}".rstrip()
 
 
 def verdicts(predictions: list[Prediction]) -> str:

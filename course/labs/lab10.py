@@ -12,7 +12,8 @@ Plain functions (tests call them; the notebook stays thin)::
 The learner's machine enters the simulator as a "GPU" (``minimal_engine.tools.sim_calibration.machine_spec``): its
 measured GFLOP/s and GB/s (``course.labkit.machine.machine_peaks``, chapter 2's), plus the engine's per-layer and
 per-request overheads and its matmul efficiency fitted on the smallest and largest concurrency of the sweep;
-the concurrencies between are predicted, not fitted. Every simulated number is labelled 予測.
+the concurrencies between are predicted, not fitted (interpolated between the two fitted ends; lab10_explain's
+``extrapolation`` refits without the largest one and predicts it). Every simulated number is labelled 予測.
 """
 from __future__ import annotations
 
@@ -188,10 +189,11 @@ def cheapest_meeting_slo(ttft_slo_ms: float, tpot_slo_ms: float, model="llama-3.
 
 
 def cheapest_table_html(best: list[dict], top: int = 8) -> str:
-    head = ("GPU", "精度", "TP", "同時リクエスト数", "TTFT [ms]（予測）", "TPOT [ms]（予測）", "出力 tok/s/GPU（予測）",
-            "$/M 出力トークン（予測）", "J/token（合計、予測）")
-    rows = [(r["gpu"], r["weight_dtype"].upper(), r["tp"], r["concurrency"], f"{r['ttft_ms']:,.0f}", f"{r['tpot_ms']:.1f}",
-             f"{r['output_tok_s_per_gpu']:,.0f}", f"{r['usd_per_m_output_tokens']:.3f}", f"{r['joules_per_token']:.2f}")
+    head = ("GPU", "精度", "TP", "同時リクエスト数", "メモリに入る同時リクエスト数", "TTFT [ms]（予測）", "TPOT [ms]（予測）",
+            "出力 tok/s/GPU（予測）", "$/M 出力トークン（予測）", "J/token（合計、予測）")
+    rows = [(r["gpu"], r["weight_dtype"].upper(), r["tp"], r["concurrency"], r["max_concurrency"], f"{r['ttft_ms']:,.0f}",
+             f"{r['tpot_ms']:.1f}", f"{r['output_tok_s_per_gpu']:,.0f}", f"{r['usd_per_m_output_tokens']:.3f}",
+             f"{r['joules_per_token']:.2f}")
             for r in best[:top]]
     return table_html(rows, head, right=set(range(2, len(head))))
 
@@ -202,12 +204,12 @@ def readout_html(res: dict) -> str:
             "出力 tok/s 予測", "予測の誤差（tok/s）", "当てはめ", "$/M 出力トークン", "J/token（出力）")
     rows = [(t["concurrency"], f"{t['ttft_ms']:.0f}", f"{t['pred_ttft_ms']:.0f}", f"{t['tpot_ms']:.1f}",
              f"{t['pred_tpot_ms']:.1f}", f"{t['tok_s']:.1f}", f"{t['pred_tok_s']:.1f}", f"{t['err_tok_s']:+.0%}",
-             "使った" if t["split"] == "fit" else "予測のみ", f"{r['usd_per_m_output_tokens']:.3f}",
+             "使った" if t["split"] == "fit" else "内挿（予測）", f"{r['usd_per_m_output_tokens']:.3f}",
              f"{r['j_per_output_token']:.3f}") for t, r in zip(res["table"], res["rows"])]
     pk = res["peaks"]
     note = (f"<div style='color:#555'>このマシン: {format_machine_ja(pk)}。エンジンの精度 {res['dtype']}。"
             f"料金 ${res['usd_per_hour']:.2f}/時間、電力 {res['watts']:.0f} W（例の値。自分の値に変えられます）。"
-            f"「当てはめ」が「使った」の同時リクエスト数で固定の時間と Prefill の効率を決め、残りは予測です。</div>")
+            f"「当てはめ」が「使った」の同時リクエスト数で固定の時間と Prefill の効率を決め、その間は内挿の予測です。</div>")
     return note + table_html(rows, head, right=set(range(1, len(head)))) + warnings_html(res["warnings"])
 
 

@@ -6,16 +6,20 @@
     default_model_on_gpu(res)   # the default model on one GPU, two ways (予測)
     serving_overhead_lines(curves)   # ... which part of that curve a constant decides
     ttft_overhead_share(res)    # how much of the predicted batch-1 TTFT the fitted overheads make
+    right_end_overhead(res)     # the batch-1 fixed time: layers x (layer + seq x 1), and seq's share
+    extrapolation(res)          # refit without the largest concurrency and predict it (外挿)
 
 A sentence that quotes a measured figure is printed by the notebook's cell, so re-executing the
-notebook can never leave it stale. ``res`` is ``lab10.run_pareto_lab``'s result.
+notebook can never leave it stale. ``res`` is ``lab10.run_pareto_lab``'s result. The tasks' (課題)
+predictions and their verdicts are in ``lab10_tasks``.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from minimal_engine.calculators.sim_step import DEFAULT_CONSTANTS
-from minimal_engine.calculators.simulator import simulate, simulate_batch
+from minimal_engine.calculators.simulator import get_sim_model, simulate, simulate_batch
+from minimal_engine.tools.sim_calibration import fit_machine_all, machine_table
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "minimal_engine" / "default_model"
 
@@ -37,7 +41,8 @@ def constants_rows(res: dict) -> list[dict]:
          "決め方": "当てはめ（TPOT）",
          "意味": "ルーフラインで説明できない、1ステップに層ごとにかかる時間（Python の処理、"
                  "行列積以外の小さな演算、計測中のほかのプログラムの影響をすべて含む残り）。同時リクエスト数に"
-                 "よらないので、同時 1 の TPOT、つまり曲線の右端を決めます"},
+                 "よらない分で、同時 1 の TPOT（曲線の右端）のうちルーフラインで説明できない時間の大部分です"
+                 "（同時 1 でも seq_overhead_us の1リクエスト分が加わります）"},
         {"定数": "seq_overhead_us", "値": f"{s['seq_overhead_us']:.1f} µs", "決め方": "当てはめ（TPOT）",
          "意味": "1ステップに層ごと・リクエストごとにかかる時間（リクエストを1つずつ扱う処理）。同時リクエスト数"
                  "とともに TPOT が伸びる傾き、つまり曲線が左へ倒れる速さを決めます"},
@@ -60,7 +65,7 @@ def prediction_lines(res: dict) -> list[str]:
         cs = "・".join(str(r["concurrency"]) for r in held)
         tp = [r["err_tpot_ms"] for r in held]
         tk = [r["err_tok_s"] for r in held]
-        out.append(f"予測のみの同時 {cs} で、TPOT の誤差は {_span(tp)}、出力 tok/s の誤差は {_span(tk)} でした。")
+        out.append(f"当てはめた2点の間（内挿）の同時 {cs} で、TPOT の誤差は {_span(tp)}、出力 tok/s の誤差は {_span(tk)} でした。")
     ratios = "、".join(f"同時 {r['concurrency']} で {r['pred_ttft_ms'] / r['ttft_ms']:.2f} 倍"
                       for r in fit)
     out.append(f"当てはめに使った同時リクエスト数での TTFT の予測は、実測に対して{ratios}です"
@@ -146,5 +151,53 @@ def serving_constant_lines(gpu: dict) -> list[str]:
             for s in gpu["served"]]
 
 
-__all__ = ["constants_rows", "cost_line", "default_model_on_gpu", "prediction_lines",
-           "serving_constant_lines", "serving_overhead_lines", "ttft_overhead_share"]
+def right_end_overhead(res: dict) -> dict:
+    """The fixed time the fitted overheads add to one decode step at the run's smallest concurrency C:
+    layers x (layer_overhead_us + seq_overhead_us x C), and the part of it seq_overhead_us makes."""
+    layers, s, c = get_sim_model(DEFAULT_MODEL_DIR).shape.layers, res["spec"], res["concurrencies"][0]
+    layer_ms, seq_ms = layers * s["layer_overhead_us"] / 1e3, layers * s["seq_overhead_us"] * c / 1e3
+    total = layer_ms + seq_ms
+    line = (f"[右端の固定の時間] 同時 {c} の1ステップ: {layers} 層 × (layer_overhead_us {s['layer_overhead_us']:.0f}"
+            f" + seq_overhead_us {s['seq_overhead_us']:.1f} × {c}) µs = {total:.2f} ms。うち seq_overhead_us の分は "
+            f"{seq_ms:.2f} ms（{seq_ms / total if total else 0:.0%}）")
+    return {"concurrency": c, "layers": layers, "layer_ms": layer_ms, "seq_ms": seq_ms, "total_ms": total,
+            "seq_share": seq_ms / total if total else 0.0, "line": line}
+
+
+def extrapolation(res: dict) -> dict | None:
+    """Refit the run's constants on its smallest and second-largest concurrency and predict the largest:
+    a point outside the fitted range (外挿). The default fit's held-out points lie between its two fitted
+    ends (内挿), so they test only the straight line's shape. None with fewer than 3 concurrencies."""
+    cs = sorted(res["concurrencies"])
+    if len(cs) < 3:
+        return None
+    fit_on = (cs[0], cs[-2])
+    bare = {**res["spec"], "compute_eff": 1.0, "layer_overhead_us": 0.0, "seq_overhead_us": 0.0}
+    args = (DEFAULT_MODEL_DIR, res["rows"], res["prompt_len"], res["output_len"], res.get("dtype", "fp32"))
+    spec = fit_machine_all(bare, *args, fit_on=fit_on)
+    return {"fit_on": fit_on, "spec": spec, "row": machine_table(spec, *args, fit_on=fit_on)[-1]}
+
+
+def extrapolation_lines(res: dict, ext: dict | None) -> list[str]:
+    """The extrapolated point's errors, and whether they exceed the interpolated points' (computed)."""
+    if ext is None:
+        return ["同時リクエスト数が3つ以上ないので、外挿は試せません。"]
+    r, (a, b) = ext["row"], ext["fit_on"]
+    out = [f"同時 {a} と {b} だけで当てはめ直し、その外の同時 {r['concurrency']} を予測すると（外挿）、"
+           f"TPOT の誤差は {_pct(r['err_tpot_ms'])}、出力 tok/s の誤差は {_pct(r['err_tok_s'])}、"
+           f"TTFT の誤差は {_pct(r['err_ttft_ms'])} です。"]
+    held = [abs(t["err_tpot_ms"]) for t in res["table"] if t["split"] == "held-out"]
+    if held:
+        worse = abs(r["err_tpot_ms"]) > max(held) + 0.02          # 2 points of margin: noise, rounding
+        out.append(f"外挿の TPOT の誤差（絶対値 {abs(r['err_tpot_ms']):.0%}）は、内挿のいちばん大きい誤差（{max(held):.0%}）"
+                   + ("より大きいです。当てはめた範囲の外では、直線の式（層あたりの時間＋リクエストあたりの時間 × 同時リクエスト数）"
+                      "がずれます。CPU では、まとめる数が増えると行列積や KV がキャッシュに収まらなくなったり、"
+                      "コアが足りなくなったり、計測中にほかのプログラムが動いたりして、1リクエストあたりの時間が一定でなくなることが考えられます。"
+                      if worse else "と同じくらいか、それ以下です。この実行では、直線の式が当てはめた範囲の外にも"
+                      "そのまま当てはまっています。"))
+    return out
+
+
+__all__ = ["constants_rows", "cost_line", "default_model_on_gpu", "extrapolation", "extrapolation_lines",
+           "prediction_lines", "right_end_overhead", "serving_constant_lines", "serving_overhead_lines",
+           "ttft_overhead_share"]

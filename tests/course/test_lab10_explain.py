@@ -81,3 +81,47 @@ def test_serving_constant_lines_show_the_formula_not_the_gpu(res):
     assert "= " + f"{0:5.1f}" + " ms" in lines[0]                    # C = 1: nothing
     assert f"= {r / 2:5.1f} ms" in lines[1]                          # C = 2: half of it
     assert ex.constants_rows(res)[3]["意味"].startswith("ルーフラインで説明できない")
+
+
+# ---------------------------------------------------------------- blind reading 2026-12-07 (issue 39)
+def test_right_end_overhead_is_mostly_layer_overhead_with_one_requests_seq_overhead(res):
+    """The batch-1 fixed time is layers x (layer + seq x 1): the right end is not layer_overhead_us alone."""
+    o = ex.right_end_overhead(res)
+    layers = o["layers"]
+    assert o["total_ms"] == pytest.approx(layers * (400 + 20 * 1) / 1e3)
+    assert o["seq_share"] == pytest.approx(20 / 420) and "[右端の固定の時間]" in o["line"]
+    res["spec"] = {**res["spec"], "seq_overhead_us": 0.0}            # planted: no per-request time
+    assert ex.right_end_overhead(res)["seq_share"] == 0
+
+
+def _synthetic_run(tpot_scale_at_largest=1.0):
+    """'Measurements' made by the simulator with known linear overheads; the largest concurrency's TPOT
+    can be scaled to plant a run whose straight line does not extend past the fitted range."""
+    from minimal_engine.calculators.simulator import simulate_batch
+    from minimal_engine.tools.sim_calibration import fit_machine_all, machine_table
+    peaks = {"flops_bf16": 200e9, "flops_fp32": 100e9, "bandwidth": 25e9}
+    base = machine_spec(peaks, memory_gb=8)
+    truth = {**base, "layer_overhead_us": 500.0, "seq_overhead_us": 50.0}
+    cs = [1, 2, 4, 8]
+    rows = [simulate_batch(ex.DEFAULT_MODEL_DIR, truth, weight_dtype="fp32", kv_dtype="fp32", input_len=16,
+                           output_len=8, concurrency=c) for c in cs]
+    rows[-1] = {**rows[-1], "tpot_ms": rows[-1]["tpot_ms"] * tpot_scale_at_largest,
+                "tok_s": rows[-1]["tok_s"] / tpot_scale_at_largest}
+    spec = fit_machine_all(base, ex.DEFAULT_MODEL_DIR, rows, 16, 8, "fp32")
+    return {"spec": spec, "rows": rows, "concurrencies": cs, "prompt_len": 16, "output_len": 8, "dtype": "fp32",
+            "table": machine_table(spec, ex.DEFAULT_MODEL_DIR, rows, 16, 8, "fp32")}
+
+
+def test_extrapolation_refits_without_the_largest_concurrency_and_predicts_it():
+    run = _synthetic_run()
+    ext = ex.extrapolation(run)
+    assert ext["fit_on"] == (1, 4) and ext["row"]["concurrency"] == 8
+    assert abs(ext["row"]["err_tpot_ms"]) < 0.05                       # a straight line extends
+    assert "それ以下です" in ex.extrapolation_lines(run, ext)[1]
+    bent = _synthetic_run(tpot_scale_at_largest=1.5)                   # planted: c=8 is 1.5x slower
+    ext = ex.extrapolation(bent)
+    assert ext["row"]["err_tpot_ms"] == pytest.approx(1 / 1.5 - 1, abs=0.05)
+    lines = ex.extrapolation_lines(bent, ext)
+    assert "外挿" in lines[0] and "より大きいです" in lines[1] and "キャッシュ" in lines[1]
+    assert ex.extrapolation({**run, "concurrencies": [1, 2]}) is None
+

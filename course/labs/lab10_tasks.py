@@ -1,0 +1,138 @@
+"""Lab 10's tasks (課題1〜3): each prediction is checked by the run's numbers (course/labkit/predictions.py).
+
+    task1_predictions(short, long)         # 課題1: prompt 64 vs 256 (measured runs), checked
+    prompt_extrapolation_line(short, long) # the prompt-64 constants predicting the prompt-256 run (外挿)
+    task2_predictions(loose, strict)       # 課題2: TPOT 50 ms vs 20 ms cheapest tables (予測), checked
+    task3_predictions(chat, summary)       # 課題3: 1k/1k vs 8k/1k cheapest tables (予測), checked
+    task3_lines(best)                      # top rows and the limit (grid end / memory / SLO) that stopped each
+
+tests/course/test_lab10_explain.py plants contradicting numbers and re-derives the saved verdicts.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from course.labkit.predictions import Prediction
+from minimal_engine.calculators.sim_tables import inferencex_cost_inputs
+from minimal_engine.calculators.simulator import simulate
+from minimal_engine.tools.sim_calibration import machine_table
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "minimal_engine" / "default_model"
+GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)   # lab10.cheapest_meeting_slo's concurrencies
+TASK3_SLO = (2000, 50)                              # 課題3: TTFT ≤ 2 s, TPOT ≤ 50 ms (the lab's default SLO)
+TASK3_WORKLOADS = ((1024, 1024), (8192, 1024))      # chat 1k/1k, then summaries 8k/1k
+SIM = "シミュレーターの予測"                         # what 課題2・3's numbers are (Prediction.basis)
+
+
+def limit_reason(row: dict, slo=TASK3_SLO, grid=GRID, model="llama-3.3-70b") -> str:
+    """Why the cheapest-table row stopped at its concurrency: the grid's end, memory (the next
+    concurrency does not fit) or the SLO (the next one fits but misses TTFT or TPOT; re-simulated)."""
+    c = row["concurrency"]
+    if c >= max(grid):
+        return f"調べた範囲の端（{max(grid)}）"
+    nxt = min(g for g in grid if g > c)
+    if nxt > row["max_concurrency"]:
+        return f"メモリ（{row['max_concurrency']} までしか入らない）"
+    n = simulate(model, row["gpu"], num_gpus=row["num_gpus"], tp=row["tp"], weight_dtype=row["weight_dtype"],
+                 kv_dtype=row["kv_dtype"], input_len=row["input_len"], output_len=row["output_len"],
+                 concurrency=nxt, **inferencex_cost_inputs(row["gpu"]))
+    over = [k for k, v, lim in (("TTFT", n["ttft_ms"], slo[0]), ("TPOT", n["tpot_ms"], slo[1])) if v > lim]
+    return f"SLO（同時 {nxt} では {'と'.join(over)} が上限を超える）" if over else f"同時 {nxt} より tok/s/GPU が多い"
+
+
+def _span(errs: list[float]) -> str:
+    """The range of signed percentages, "0%" (not "-0%") where one rounds to zero."""
+    lo, hi = (("0%" if round(x * 100) == 0 else f"{x:+.0%}") for x in (min(errs), max(errs)))
+    return lo if lo == hi else f"{lo}〜{hi}"
+
+
+def _name(r: dict) -> str:
+    return f"{r['gpu']} {r['weight_dtype'].upper()} TP{r['tp']}"
+
+
+def task1_predictions(short: dict, long: dict) -> list[Prediction]:
+    """課題1: two runs (``lab10.run_pareto_lab``), the second with a longer prompt. Measured TTFT and output
+    tok/s and each run's own predicted tok/s, compared at the concurrencies both measured."""
+    a = {t["concurrency"]: t for t in short["table"]}
+    b = {t["concurrency"]: t for t in long["table"]}
+    cs = [c for c in a if c in b]
+
+    def pairs(key, fmt):
+        return "、".join(f"同時 {c} {a[c][key]:{fmt}} → {b[c][key]:{fmt}}" for c in cs)
+    noise = ("差が計測の揺れ（ほかのプログラム、CPU のクロックの変化）に埋もれた可能性があります。"
+             "ほかのプログラムを止め、繰り返しを増やして測り直してください。")
+    return [
+        Prediction("プロンプトを長くすると、どの同時リクエスト数でも TTFT（実測）が伸びる",
+                   all(b[c]["ttft_ms"] > a[c]["ttft_ms"] for c in cs), f"TTFT [ms] {pairs('ttft_ms', '.1f')}", noise),
+        Prediction("同じ同時リクエスト数での出力 tok/s（実測）は、どの同時リクエスト数でも下がる",
+                   all(b[c]["tok_s"] < a[c]["tok_s"] for c in cs), f"出力 tok/s {pairs('tok_s', '.1f')}",
+                   "同時リクエスト数が小さいと Prefill が全体に占める割合が小さいので、" + noise),
+        Prediction("予測の曲線も同じ向きに動く（予測の出力 tok/s も、どの同時リクエスト数でも下がる）",
+                   all(b[c]["pred_tok_s"] < a[c]["pred_tok_s"] for c in cs),
+                   f"予測の出力 tok/s {pairs('pred_tok_s', '.1f')}",
+                   "定数は実行ごとに当てはめ直すので、固定の時間の当てはめが揺れると、予測の曲線の位置も揺れます。" + noise),
+    ]
+
+
+def prompt_extrapolation_line(short: dict, long: dict) -> str:
+    """The short run's constants, unchanged, predicting the long run's measurements: a test outside
+    the fitted conditions (外挿 to another prompt length), unlike the default fit's interpolation."""
+    t = machine_table(short["spec"], DEFAULT_MODEL_DIR, long["rows"], long["prompt_len"], long["output_len"],
+                      long.get("dtype", "fp32"))
+    spans = "、".join(f"{name}の誤差 {_span([r[k] for r in t])}" for name, k in
+                     (("TPOT ", "err_tpot_ms"), ("出力 tok/s ", "err_tok_s"), ("TTFT ", "err_ttft_ms")))
+    return (f"プロンプト {short['prompt_len']} で当てはめた定数のまま、プロンプト {long['prompt_len']} の実測を予測すると"
+            f"（外挿）: {spans}")
+
+
+def task2_predictions(loose: list[dict], strict: list[dict]) -> list[Prediction]:
+    """課題2: the cheapest-first tables (``lab10.cheapest_meeting_slo``) at TPOT ≤ 50 ms (``loose``) and
+    ≤ 20 ms (``strict``), same workload and TTFT. A planted contradicting number turns the verdict (tests)."""
+    why = ("シミュレーターの定数か料金の表が変わると、順位と差も変わります。"
+           "表の「同時リクエスト数」と「TPOT」の列で、どの点が選ばれたかを確かめてください。")
+    a, b = loose[0], strict[0]
+    return [
+        Prediction("TPOT の上限を厳しくすると、SLO を満たす構成の数が減る", len(strict) < len(loose),
+                   f"{len(loose)} 構成 → {len(strict)} 構成", why, SIM),
+        Prediction("いちばん安い構成の同時リクエスト数が小さくなる", b["concurrency"] < a["concurrency"],
+                   f"{_name(a)} 同時 {a['concurrency']} → {_name(b)} 同時 {b['concurrency']}", why, SIM),
+        Prediction("いちばん安い構成の $/M 出力トークンが上がる",
+                   b["usd_per_m_output_tokens"] > a["usd_per_m_output_tokens"],
+                   f"${a['usd_per_m_output_tokens']:.3f} → ${b['usd_per_m_output_tokens']:.3f}", why, SIM),
+    ]
+
+
+def task3_predictions(small: list[dict], large: list[dict]) -> list[Prediction]:
+    """課題3: the cheapest-first tables (``lab10.cheapest_meeting_slo``) of 1k/1k (``small``) and 8k/1k
+    (``large``) at the same SLO. A planted contradicting number turns the verdict (tests)."""
+    why = ("シミュレーターの定数（docs/simulator.md の当てはめ）か料金の表（InferenceX のハイパースケーラー所有の値）が"
+           "変わると、順位と差も変わります。下の各行の「止めた理由」で、どの上限で止まったかを確かめてください。")
+    a, b = small[0], large[0]
+    ratio = b["usd_per_m_output_tokens"] / a["usd_per_m_output_tokens"]
+
+    def premium(best, top):
+        tp2 = [r for r in best if (r["gpu"], r["weight_dtype"], r["tp"]) == (top["gpu"], top["weight_dtype"], 2)]
+        return tp2[0]["usd_per_m_output_tokens"] / top["usd_per_m_output_tokens"] - 1 if tp2 else None
+    pa, pb = premium(small, a), premium(large, b)
+    gap = "、".join(f"{w} {'なし' if p is None else f'{p:+.0%}'}" for w, p in (("1k/1k", pa), ("8k/1k", pb)))
+    return [
+        Prediction("8k/1k では、いちばん安い構成の $/M 出力トークンが 1k/1k の3倍以上になる", ratio >= 3,
+                   f"1k/1k {_name(a)} ${a['usd_per_m_output_tokens']:.3f}、8k/1k {_name(b)} "
+                   f"${b['usd_per_m_output_tokens']:.3f}（{ratio:.1f} 倍）", why, SIM),
+        Prediction("いちばん安い構成は TP1 のままで、同じ GPU・精度の TP2 の割高さは縮まる",
+                   a["tp"] == 1 and b["tp"] == 1 and pa is not None and pb is not None and pb < pa,
+                   f"いちばん安い構成 1k/1k {_name(a)}、8k/1k {_name(b)}。TP2 の割高さ {gap}", why, SIM),
+        Prediction("いちばん安い構成の同時リクエスト数は、1k/1k の半分以下になる",
+                   b["concurrency"] <= a["concurrency"] / 2,
+                   f"1k/1k 同時 {a['concurrency']}、8k/1k 同時 {b['concurrency']}", why, SIM),
+    ]
+
+
+def task3_lines(best: list[dict], top: int = 3, slo=TASK3_SLO, model="llama-3.3-70b") -> list[str]:
+    """The top rows of a cheapest-first table with the limit that stopped each (a string per row)."""
+    return [f"{i}位 {_name(r)}: 同時 {r['concurrency']}、${r['usd_per_m_output_tokens']:.3f}/M 出力トークン、"
+            f"止めた理由: {limit_reason(r, slo, model=model)}" for i, r in enumerate(best[:top], 1)]
+
+
+__all__ = ["GRID", "TASK3_SLO", "TASK3_WORKLOADS", "limit_reason", "prompt_extrapolation_line",
+           "task1_predictions", "task2_predictions", "task3_lines", "task3_predictions"]

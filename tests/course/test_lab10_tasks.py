@@ -1,0 +1,105 @@
+"""Lab 10's tasks (課題1〜3): each verdict follows the numbers (a planted contradicting number turns it), and
+the verdicts saved in the lab and the lesson agree with the numbers they were derived from."""
+import re
+
+import pytest
+
+from course.labkit.predictions import HELD, MISSED
+from course.labs import lab10_tasks as tk
+
+
+def _best(gpu, dtype, tp, c, usd, max_c=1000):
+    return {"gpu": gpu, "weight_dtype": dtype, "tp": tp, "concurrency": c, "usd_per_m_output_tokens": usd,
+            "max_concurrency": max_c}
+
+
+def test_task3_verdicts_follow_the_numbers():
+    """課題3: a planted contradicting number turns each verdict."""
+    chat = [_best("X", "fp4", 1, 512, 0.034), _best("X", "fp4", 2, 512, 0.050)]
+    summ = [_best("X", "fp4", 1, 64, 0.279), _best("X", "fp4", 2, 128, 0.318)]
+    assert [p.held for p in tk.task3_predictions(chat, summ)] == [True, True, True]
+    cheap = [_best("X", "fp4", 1, 64, 0.05), summ[1]]                  # only 1.5x dearer
+    assert [p.held for p in tk.task3_predictions(chat, cheap)][0] is False
+    wider = [summ[0], _best("X", "fp4", 2, 128, 0.5)]                  # TP2's premium grows
+    assert [p.held for p in tk.task3_predictions(chat, wider)][1] is False
+    tp2_first = [_best("X", "fp4", 2, 128, 0.2), summ[0]]
+    assert [p.held for p in tk.task3_predictions(chat, tp2_first)][1] is False
+    same_c = [_best("X", "fp4", 1, 512, 0.279), summ[1]]
+    p = tk.task3_predictions(chat, same_c)[2]
+    assert not p.held and "8k/1k 同時 512" in p.verdict() and p.verdict().startswith("予想と違う")
+
+
+def test_task2_verdicts_follow_the_numbers():
+    loose = [_best("X", "fp4", 1, 512, 0.034), _best("Y", "fp4", 1, 256, 0.05)]
+    strict = [_best("X", "fp4", 1, 128, 0.054)]
+    assert [p.held for p in tk.task2_predictions(loose, strict)] == [True, True, True]
+    assert "（シミュレーターの予測：" in tk.task2_predictions(loose, strict)[0].verdict()   # not 測定: simulated
+    assert [p.held for p in tk.task2_predictions(loose, loose)] == [False, False, False]
+    cheaper = [_best("X", "fp4", 1, 128, 0.03)]
+    assert [p.held for p in tk.task2_predictions(loose, cheaper)] == [True, True, False]
+
+
+def test_limit_reason_names_the_grid_end_memory_or_the_slo():
+    row = {"gpu": "MI355X", "num_gpus": 1, "tp": 1, "weight_dtype": "fp4", "kv_dtype": "fp8",
+           "input_len": 8192, "output_len": 1024, "concurrency": 64, "max_concurrency": 1000}
+    assert tk.limit_reason({**row, "concurrency": 512}).startswith("調べた範囲の端")
+    assert tk.limit_reason({**row, "max_concurrency": 100}) == "メモリ（100 までしか入らない）"
+    assert tk.limit_reason(row, slo=(2000, 50)).startswith("SLO（同時 128 では TPOT")
+    assert tk.limit_reason(row, slo=(1e9, 1e9)).endswith("tok/s/GPU が多い")   # nothing binds at 128
+
+
+def _saved_stream(rel, marker):
+    import json
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parents[2] / rel).read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and marker in "".join(c["source"]))
+    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+
+
+def test_saved_task_verdicts_agree_with_the_tables_they_were_derived_from():
+    """The lab's saved 課題2・3 verdicts (and the lesson's table comparison) re-derived from the same
+    simulator tables: a stale saved verdict (constants or prices changed since) fails here."""
+    from course.labs import lab10
+    slo = tk.TASK3_SLO
+    chat, summ = (lab10.cheapest_meeting_slo(*slo, input_len=i, output_len=o) for i, o in tk.TASK3_WORKLOADS)
+    strict = lab10.cheapest_meeting_slo(slo[0], 20, input_len=1024, output_len=1024)
+    derived = [p.verdict() for p in tk.task2_predictions(chat, strict) + tk.task3_predictions(chat, summ)]
+    lab = _saved_stream("labs/10_pareto_tco_lab.ipynb", "task3_predictions")
+    assert [ln for ln in lab.splitlines() if ln.startswith((HELD, MISSED))] == derived
+    assert all(f"1k/1k {ln}" in lab for ln in tk.task3_lines(chat))
+    lesson = _saved_stream("lessons/10_pareto_tco.ipynb", "task2_predictions")
+    assert [ln for ln in lesson.splitlines() if ln.startswith((HELD, MISSED))] == derived[:3]
+
+
+def _run(prompt, ttft, tok_s, pred_tok_s):
+    table = [{"concurrency": c, "ttft_ms": a, "tok_s": b, "pred_tok_s": p}
+             for c, a, b, p in zip((1, 2, 4), ttft, tok_s, pred_tok_s)]
+    return {"prompt_len": prompt, "table": table}
+
+
+def test_task1_verdicts_follow_the_numbers():
+    short = _run(64, (12, 19, 33), (195, 353, 612), (198, 348, 563))
+    long = _run(256, (40, 70, 130), (160, 280, 450), (165, 280, 430))
+    assert [p.held for p in tk.task1_predictions(short, long)] == [True, True, True]
+    flat = _run(256, (40, 70, 130), (200, 280, 450), (165, 280, 430))          # planted: c=1 not slower
+    p = tk.task1_predictions(short, flat)
+    assert [q.held for q in p] == [True, False, True] and "同時 1 195.0 → 200.0" in p[1].verdict()
+    assert p[1].verdict().startswith(MISSED) and "揺れ" in p[1].verdict()
+    assert not tk.task1_predictions(short, _run(256, (10, 70, 130), (160, 280, 450), (165, 280, 430)))[0].held
+    assert not tk.task1_predictions(short, _run(256, (40, 70, 130), (160, 280, 450), (165, 400, 430)))[2].held
+
+
+PAIR = re.compile(r"同時 (\d+) ([\d.]+) → ([\d.]+)")
+
+
+def test_lab_saved_task1_verdicts_agree_with_the_numbers_printed_in_them():
+    """Each saved 課題1 verdict re-derived from the pairs it prints: 'falls' needs every pair to fall,
+    'rises' every pair to rise."""
+    text = _saved_stream("labs/10_pareto_tco_lab.ipynb", "task1_predictions")
+    lines = [ln for ln in text.splitlines() if ln.startswith((HELD, MISSED))]
+    assert len(lines) == 3, text
+    for line, rises in zip(lines, (True, False, False)):
+        pairs = [(float(a), float(b)) for _, a, b in PAIR.findall(line)]
+        assert pairs, line
+        held = all((b > a) if rises else (b < a) for a, b in pairs)
+        assert line.startswith(HELD if held else MISSED), line
