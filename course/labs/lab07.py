@@ -32,6 +32,7 @@ from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench.offline import decode_step_time
 from minimal_engine.bench.workload import random_requests
 from minimal_engine.calculators import tp_allreduce_bytes
+from minimal_engine.features.tensor_parallel.sharding import head_ranges, split_sizes
 
 PROMPT_LEN_RANGE = (8, 384)
 BATCH_RANGE = (1, 16)
@@ -70,6 +71,22 @@ def lm_head_share(cfg) -> float:
     per_layer = attn + 3 * cfg.hidden_size * cfg.intermediate_size
     head = cfg.vocab_size * cfg.hidden_size
     return head / (cfg.num_layers * per_layer + head)
+
+
+def rank0_share(cfg, tp: int, rows: int = 1, logit_rows: int = 1) -> dict:
+    """Rank 0's share of TP=1's matrix-multiply work in one step of `rows` tokens, `logit_rows` of which go
+    through lm_head: its query/KV heads (sharding.head_ranges: 3 of 5 for TP=2), its slice of the
+    intermediate size (split_sizes) and the whole replicated lm_head (lab07_explain.ratio_reading)."""
+    q, kv = head_ranges(cfg.num_heads, cfg.num_kv_heads, tp, 0)
+    inter0 = split_sizes(cfg.intermediate_size, tp)[0]
+    h, d = cfg.hidden_size, cfg.head_dim
+
+    def layer(nq, nkv, inter):
+        return h * d * (2 * nq + 2 * nkv) + 3 * h * inter
+    head = cfg.vocab_size * h * logit_rows
+    full = cfg.num_layers * rows * layer(cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size) + head
+    mine = cfg.num_layers * rows * layer(len(q), len(kv), inter0) + head
+    return {"share": mine / full, "heads": len(q), "num_heads": cfg.num_heads}
 
 
 def close_all() -> None:
@@ -134,10 +151,15 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
            "decode_speedup": runs[1]["decode_ms"] / runs[n]["decode_ms"],
            "prefill_speedup": runs[1]["prefill_ms"] / runs[n]["prefill_ms"],
            # TP=N's non-communication time over TP=1's step (equal total threads): 1 when the work
-           # splits cleanly; above 1 only by what TP=N alone has (lab07_explain's docstring)
+           # splits evenly; rank 0 has more (rank0_share) and loses CPU to the others (lab07_explain)
            "decode_compute_ratio": (runs[n]["decode_ms"] - runs[n]["decode_comm_ms"]) / runs[1]["decode_ms"],
            "prefill_compute_ratio": (runs[n]["prefill_ms"] - runs[n]["prefill_comm_ms"]) / runs[1]["prefill_ms"],
            "allreduces_per_step": 2 * cfg.num_layers, "lm_head_share": lm_head_share(cfg),
+           # what the compute ratio would be from rank 0's share of the matmuls alone, with threads that
+           # scale perfectly: share x (TP=1's threads / rank 0's threads); decode: every row samples
+           "rank0": rank0_share(cfg, n, b, b),
+           "decode_expected_ratio": rank0_share(cfg, n, b, b)["share"] * tp1_threads / per_rank,
+           "prefill_expected_ratio": rank0_share(cfg, n, p, 1)["share"] * tp1_threads / per_rank,
            "decode_allreduce_bytes": tp_allreduce_bytes(cfg.num_layers, cfg.hidden_size, b, 4),
            "prefill_allreduce_bytes": tp_allreduce_bytes(cfg.num_layers, cfg.hidden_size, p, 4)}
     res["warnings"] = [load["warning"]] if load and load["warning"] else []
@@ -209,8 +231,9 @@ def readout_html(res: dict) -> str:
     note = (f"<div>{threads_ja(res)}。TP={n} / TP=1 の速さ: Prefill {res['prefill_speedup']:.2f} 倍、Decode {res['decode_speedup']:.2f} 倍"
             f"（1 より小さければ遅くなっています）。TP={n} の通信以外の時間 ÷ TP=1 の1ステップ: Prefill "
             f"{res['prefill_compute_ratio']:.2f}、Decode {res['decode_compute_ratio']:.2f}（合計のスレッド数をそろえているので、"
-            f"仕事がきれいに分かれれば 1 に近くなります。1 を超えた分は TP={n} にだけある時間です:"
-            f" ランク 0 だけが計算する lm_head とサンプリング、コアの取り合いなど）。"
+            f"仕事が均等に分かれれば 1 に近くなります。ランク 0 は多めのヘッドと複製した lm_head を少ないスレッドで"
+            f"計算するので、行列積の分だけから見込む比は Prefill {res['prefill_expected_ratio']:.2f}、"
+            f"Decode {res['decode_expected_ratio']:.2f}。これを超えた分は、コアの取り合いなど）。"
             f"貪欲トークンの一致: {'○' if res['same_tokens'] else '×'}。"
             f" 1ステップの all-reduce: {res['allreduces_per_step']} 回、Decode {res['decode_allreduce_bytes']:,} B、"
             f"Prefill {res['prefill_allreduce_bytes']:,} B。</div>")
@@ -267,5 +290,5 @@ def plot_run(res: dict):
 
 __all__ = ["BATCH_RANGE", "HISTORY_FIELDS", "LINKS", "PROMPT_LEN_RANGE", "TP_RANGE", "add_run",
            "allreduce_bytes_per_token", "close_all", "default_repeats", "defaults", "history_csv",
-           "history_html", "lm_head_share", "plot_run", "prefill_step", "readout_html",
+           "history_html", "lm_head_share", "plot_run", "prefill_step", "rank0_share", "readout_html",
            "ring_allreduce_us", "run_tp_lab", "threads_ja", "tp_dp_html", "tp_dp_table"]

@@ -5,18 +5,24 @@ the notebook), and each prediction of the lab is decided by the run (``labkit.pr
 
     f = facts(res)                   # the numbers the verdicts are decided on (parsed back)
     print(facts_line(f)); print(verdicts(tp_predictions(f)))
-    print(ratio_reading(res))        # why TP=N's non-communication time / TP=1's step is above 1
-    print(batch_reading(history))    # communication share per decode batch
+    print(ratio_reading(res))        # TP=N's non-communication time / TP=1's step, against what
+                                     # rank 0's share of the matmuls predicts
+    print(comm_reading(res, floor))  # time per all-reduce, beside the bare gloo call (lab07_ping)
+    b = batch_facts(history); print(batch_reading(history)); print(batch_prediction(b).verdict())
     print(tp_dp_reading(rows))       # the simulator's TPOT and tok/s/GPU quoted by the lab
 
-Why the ratio exceeds 1 (the lab's main explanation): a fixed per-layer time is paid once by TP=1
-and once by TP=N's rank 0 (the other ranks run at the same time), and waiting for another rank is
-inside the subtracted communication time, so neither can raise it. What only TP=N has: rank 0
-alone computes the replicated lm_head and samples, with 1/N of TP=1's threads; N processes (and
-gloo's threads) share the cores; after each of the 2 x layers waits a process is scheduled again.
+The compute ratio (the lab's main explanation): a fixed per-layer time is paid once by TP=1 and once
+by TP=N's rank 0 (the other ranks run at the same time), and waiting for another rank is inside the
+subtracted communication time, so neither can raise it. Rank 0's share of the matmuls can: it holds
+more heads on an uneven split (3 of 5 for TP=2), its slice of the MLP and the whole replicated
+lm_head, with 1/N of TP=1's threads; ``lab07.rank0_share`` gives the ratio this alone predicts with
+perfectly scaling threads (about 1.3 for decode on the default model). A measured ratio above that
+is time rank 0 loses to the other processes while computing (N processes and gloo's threads share
+few cores) and cold caches; below 1 means TP=1's threads did not scale (small matrices) or load.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -71,7 +77,8 @@ def tp_predictions(f: dict) -> list[Prediction]:
                    f"Prefill {100 * f['prefill_comm_share']:.0f}%",
                    "プロンプトが短いと Prefill の計算も小さくなります。プロンプト長を 256 以上に"
                    "してください。" + BUSY),
-        Prediction("1回の all-reduce の時間は、運ぶバイト数の比の半分も増えない（線の速さより待ちで決まる）",
+        Prediction("1回の all-reduce の時間は、運ぶバイト数の比の半分も増えない（バイト数ではなく1回ごとの"
+                   "固定の時間で決まる）",
                    f["prefill_call_ms"] < f["decode_call_ms"] * f["bytes_ratio"] / 2, calls,
                    "プロンプトが長く、プロセスがすぐ動ける（空いたコアがある）と、バイト数の分の"
                    "時間が見えてきます"),
@@ -83,51 +90,108 @@ def tp_predictions(f: dict) -> list[Prediction]:
 
 
 def ratio_reading(res: dict) -> str:
-    """Why TP=N's non-communication time over TP=1's step is above 1, with this run's numbers."""
+    """Why TP=N's non-communication time over TP=1's step differs from 1, with this run's numbers:
+    first what rank 0's share of the matmuls alone predicts (``res["*_expected_ratio"]``), then, per
+    phase, whether the measured ratio is above that, within it, or below 1."""
     n, (per_rank, _) = res["tp"], res["threads_per_config"][res["tp"]]
-    tp1_threads = res["threads_per_config"][1][0]
-    if res["decode_compute_ratio"] > 1:
-        lead = ("層ごとの固定の時間（Python と演算の呼び出し）は、TP=1 も TP=N のランク 0 も1回ずつ"
-                "払う（ほかのランクは同時に動く）ので、この比では打ち消し合います。相手のランクを"
-                "待つ時間は通信に入り、すでに引いてあります。1 を超えた分は TP=N にだけある時間です:")
-    else:
-        lead = ("Decode の比が 1 以下なので、この実行では TP=N にだけある時間は目立ちません。"
-                "TP=1 は1つのプロセスで多くのスレッドを使うので、ほかのプログラムがコアを使って"
-                "いると大きく遅れ、比が小さく出ます（負荷の警告を確かめて測り直してください）。"
-                "TP=N にだけある時間は次のとおりです:")
-    return "\n".join([
+    tp1_threads, r0 = res["threads_per_config"][1][0], res["rank0"]
+    lines = [
         f"TP={n} の通信以外の時間 ÷ TP=1 の1ステップ: Prefill {res['prefill_compute_ratio']:.2f}、"
         f"Decode {res['decode_compute_ratio']:.2f}。",
-        lead,
-        f"- ランク 0 だけが lm_head（1トークンの行列積の重みの {100 * res['lm_head_share']:.0f}%、"
-        f"各ランクに複製）とサンプリングを {per_rank} スレッドで計算します"
-        f"（TP=1 は {tp1_threads} スレッド）。",
-        f"- {n} プロセスと gloo のスレッドが、このマシンの {os.cpu_count()} コアを取り合います。",
-        f"- 1ステップに {res['allreduces_per_step']} 回待つたびに、プロセスがもう一度 CPU に"
-        "載るまでの時間と、冷えたキャッシュの時間がかかります。",
-    ])
+        f"行列積の分だけから見込む比: Prefill {res['prefill_expected_ratio']:.2f}、"
+        f"Decode {res['decode_expected_ratio']:.2f}。ランク 0 は {r0['num_heads']} ヘッドのうち "
+        f"{r0['heads']} つ、中間次元の約 1/{n}、各ランクに複製した lm_head（1トークンの行列積の重みの "
+        f"{100 * res['lm_head_share']:.0f}%）を持ち、サンプリングもランク 0 だけがします。Decode では TP=1 の "
+        f"{100 * r0['share']:.0f}% の行列積を {per_rank} スレッドで計算します（TP=1 は {tp1_threads} スレッド）。"
+        "見込みはスレッドが理想どおりに効くとした値です。層ごとの固定の時間（Python と演算の呼び出し）は "
+        "TP=1 もランク 0 も1回ずつ払うので、比を 1 に近づけます。相手のランクを待つ時間は通信に入り、"
+        "すでに引いてあります。",
+    ]
+    for kind in ("Prefill", "Decode"):
+        m, e = res[f"{kind.lower()}_compute_ratio"], res[f"{kind.lower()}_expected_ratio"]
+        if m < 1:
+            lines.append(f"- {kind} {m:.2f} は 1 より小さく、TP={n} にだけある時間は見えていません。TP=1 の "
+                         f"{tp1_threads} スレッドが理想どおりには速くならない（行列が小さい）か、ほかのプログラムが"
+                         "コアを使っていて多くのスレッドを使う TP=1 が遅れたためです（負荷の警告を確かめてください）。")
+        elif m <= e + 0.05:
+            lines.append(f"- {kind} {m:.2f} は見込み {e:.2f} 以内です。ランク 0 の仕事の多さ（多めのヘッドと "
+                         "lm_head）とスレッドの少なさで説明できます。")
+        else:
+            lines.append(f"- {kind} {m:.2f} は見込み {e:.2f} を超えています。超えた分は、計算中にほかのプロセス"
+                         f"（相手のランクと gloo のスレッド）に CPU を取られる時間と、冷えたキャッシュによる遅れです（{n} "
+                         f"プロセスが、このマシンの {os.cpu_count()} コアを取り合います）。")
+    return "\n".join(lines)
 
 
-def comm_reading(res: dict) -> str:
-    """The all-reduce time per call: on a CPU mostly waiting for the other process, not the link."""
+def comm_reading(res: dict, floor: dict | None = None) -> str:
+    """The time per all-reduce call, and with ``floor`` (``lab07_ping.bare_allreduce_us`` for the
+    same byte sizes) how much of it is gloo's own time and how much is waiting for the peer."""
     f, calls = facts(res), res["allreduces_per_step"]
-    return (f"1回の all-reduce（と入力の送信）あたり: Decode {1000 * f['decode_call_ms']:.0f} µs"
-            f"（{res['decode_allreduce_bytes'] // calls:,} B）、"
-            f"Prefill {1000 * f['prefill_call_ms']:.0f} µs"
-            f"（{res['prefill_allreduce_bytes'] // calls:,} B）。"
-            "この時間の大半は、相手のプロセスが CPU に載って同じ all-reduce に来るまで待つ時間で、"
-            "線（ソケット）の速さではありません。")
+    dec_b, pre_b = res["decode_allreduce_bytes"] // calls, res["prefill_allreduce_bytes"] // calls
+    dec_us = 1000 * f["decode_call_ms"]
+    text = (f"1回の all-reduce（と入力の送信）あたり: Decode {dec_us:.0f} µs（{dec_b:,} B）、"
+            f"Prefill {1000 * f['prefill_call_ms']:.0f} µs（{pre_b:,} B）。")
+    if not floor or dec_b not in floor:
+        return text + ("そのうち gloo 自体の時間がどれだけかは、何もしない2プロセスの all-reduce"
+                       "（lab07_ping.bare_allreduce_us）と比べるとわかります。")
+    fd = floor[dec_b]["median_us"]
+    sizes = "、".join(f"{b:,} B で {floor[b]['median_us']:.0f} µs（p90 {floor[b]['p90_us']:.0f} µs）"
+                      for b in sorted(floor))
+    text += (f"\n何もしない2プロセスの all-reduce（計算なし、{floor[dec_b]['calls']} 回の中央値）: {sizes}。"
+             "これが gloo の1回ごとの時間（2つのプロセスの間で CPU を受け渡す時間を含む）です。")
+    wait = dec_us - fd
+    if wait >= 0.5 * dec_us:
+        return text + (f"\nDecode の1回 {dec_us:.0f} µs のうち、これを超える {wait:.0f} µs"
+                       f"（{100 * wait / dec_us:.0f}%）は、相手のランクが同じ all-reduce に来るまで待つ時間"
+                       "（と入力の送信）で、1回の時間の大半です。ループバック通信（ソケット）の帯域の分ではありません。")
+    if wait > 0:
+        return text + (f"\nDecode の1回 {dec_us:.0f} µs のうち、相手のランクを待つ時間（と入力の送信）は "
+                       f"{wait:.0f} µs（{100 * wait / dec_us:.0f}%）で、1回の時間の大半は gloo 自体の時間です。")
+    return text + (f"\nDecode の1回 {dec_us:.0f} µs は、何もしない all-reduce と同じくらいかそれより短く、"
+                   "相手のランクを待つ時間は見えていません（何もしない all-reduce を測ったときのほうが"
+                   "マシンが混んでいたかもしれません。負荷を確かめて測り直してください）。")
+
+
+def batch_facts(history: list[dict], tp: int = 2) -> dict:
+    """The numbers the batch prediction is decided on: TP=tp's decode communication share at the
+    smallest and the largest batch, and the spread of the prefill share over the rows (the same
+    prefill experiment in every row, so its spread gauges this machine's noise)."""
+    rows = {r["batch_size"]: r for r in history if r["tp_size"] == tp}
+    ones = {r["batch_size"]: r for r in history if r["tp_size"] == 1}
+    bs, pre = sorted(rows), [r["prefill_comm_share"] for r in rows.values()]
+    first, last = rows[bs[0]]["decode_comm_share"], rows[bs[-1]]["decode_comm_share"]
+    return {"tp": tp, "batch_first": float(bs[0]), "batch_last": float(bs[-1]), "share_first": first,
+            "share_last": last, "drop": first - last, "noise": max(pre) - min(pre),
+            "tp1_growth": ones[bs[-1]]["decode_ms"] / ones[bs[0]]["decode_ms"]}
 
 
 def batch_reading(history: list[dict], tp: int = 2) -> str:
-    """Decode communication share of TP=tp and TP=1's decode step per batch (``lab07.add_run``)."""
+    """Decode communication share of TP=tp and TP=1's decode step per batch (``lab07.add_run``), and
+    the noise gauge (the spread of the prefill column, the same experiment in every row)."""
     rows = {r["batch_size"]: r for r in history if r["tp_size"] == tp}
     ones = {r["batch_size"]: r for r in history if r["tp_size"] == 1}
-    bs = sorted(rows)
-    shares = "・".join(f"{100 * rows[b]['decode_comm_share']:.0f}%" for b in bs)
+    bs, b = sorted(rows), batch_facts(history, tp)
+    shares = "・".join(f"{100 * rows[x]['decode_comm_share']:.0f}%" for x in bs)
+    pre_ms = [rows[x]["prefill_ms"] for x in bs if "prefill_ms" in rows[x]]
+    spread = f"（Prefill の時間は {min(pre_ms):.1f}〜{max(pre_ms):.1f} ms）" if pre_ms else ""
     return (f"TP={tp} の Decode の通信の割合（バッチ {'・'.join(map(str, bs))}）: {shares}。"
             f"TP=1 の Decode の1ステップ: バッチ {bs[0]} で {ones[bs[0]]['decode_ms']:.1f} ms、"
-            f"バッチ {bs[-1]} で {ones[bs[-1]]['decode_ms']:.1f} ms。")
+            f"バッチ {bs[-1]} で {ones[bs[-1]]['decode_ms']:.1f} ms（{b['tp1_growth']:.1f} 倍）。\n"
+            f"揺れの目安（どの行も同じ Prefill の実験。その通信の割合の行ごとの幅）: "
+            f"{100 * b['noise']:.0f} ポイント{spread}。")
+
+
+def batch_prediction(b: dict) -> Prediction:
+    """The lab's prediction for the batch sweep, decided by ``batch_facts``."""
+    return Prediction(
+        f"バッチを {b['batch_first']:.0f} から {b['batch_last']:.0f} にしても、TP={b['tp']} の Decode の"
+        "通信の割合は、測定の揺れを超えるほどには下がらない",
+        b["drop"] <= b["noise"],
+        f"通信の割合 {100 * b['share_first']:.0f}% → {100 * b['share_last']:.0f}%"
+        f"（{100 * b['drop']:.0f} ポイント下がった）、揺れの目安 {100 * b['noise']:.0f} ポイント",
+        "相手のランクがすぐ動ける（空いたコアがある）マシンでは、待つ時間が計算ほどには増えず、"
+        "GPU と同じように通信の割合が下がります。揺れが小さく出た実行かもしれないので、繰り返しを"
+        "増やして測り直してください")
 
 
 def tp_dp_reading(rows: list[dict]) -> str:
@@ -140,9 +204,15 @@ def tp_dp_reading(rows: list[dict]) -> str:
     if (8, 8) in at and (8, 4) in at:
         lines.append("GPU 8 枚の出力 tok/s/GPU（予測）: "
                      f"TP=8 {at[8, 8]['output_tok_s_per_gpu']:.1f}、"
-                     f"TP=4 × DP=2 {at[8, 4]['output_tok_s_per_gpu']:.1f}")
+                     f"TP=4 × DP=2 {at[8, 4]['output_tok_s_per_gpu']:.1f}"
+                     + (f"、TP=1 × DP=8 {at[8, 1]['output_tok_s_per_gpu']:.1f}（TP=8 はその "
+                        f"{at[8, 8]['output_tok_s_per_gpu'] / at[8, 1]['output_tok_s_per_gpu']:.2f} 倍、差は "
+                        f"{at[8, 8]['output_tok_s_per_gpu'] - at[8, 1]['output_tok_s_per_gpu']:.0f}）"
+                        if math.isfinite(at.get((8, 1), {}).get("output_tok_s_per_gpu") or math.nan)
+                        else ""))
     return "\n".join(lines)
 
 
-__all__ = ["batch_reading", "comm_reading", "facts", "facts_line", "parse_facts_line",
+__all__ = ["batch_facts", "batch_prediction", "batch_reading", "comm_reading", "facts", "facts_line",
+           "parse_facts_line",
            "ratio_reading", "tp_dp_reading", "tp_predictions"]

@@ -73,3 +73,19 @@ def test_tp1_and_tpn_use_the_same_total_threads(res):
     assert tp1_threads == per_rank * procs == 2 * max(1, res["threads"] // 2)
     assert "合計のスレッド数は同じ" in lab07.readout_html(res)
     assert 0 < res["decode_compute_ratio"] and 0 < res["prefill_compute_ratio"]
+
+
+def test_rank0_share_predicts_the_compute_ratio(res):
+    """Rank 0 holds 3 of the 5 heads and the replicated lm_head, with 1/2 of TP=1's threads."""
+    assert res["rank0"]["heads"] == 3 and res["rank0"]["num_heads"] == 5
+    per_rank, tp1 = res["threads_per_config"][2][0], res["threads_per_config"][1][0]
+    assert res["decode_expected_ratio"] == pytest.approx(res["rank0"]["share"] * tp1 / per_rank)
+    assert 1 < res["prefill_expected_ratio"] < res["decode_expected_ratio"]     # prefill: one row samples
+    assert "行列積の分だけから見込む比" in lab07.readout_html(res)
+
+
+def test_bare_all_reduce_is_timed():
+    from course.labs import lab07_ping
+    out = lab07_ping.bare_allreduce_us((1_280, 40_960), calls=20, warmup=2)
+    assert set(out) == {1_280, 40_960}
+    assert all(0 < v["median_us"] <= v["p90_us"] and v["calls"] == 20 for v in out.values())

@@ -12,7 +12,8 @@ from course.labs import lab07_explain as ex
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def fake_res(tp1_decode=2.2, tpn_decode=15.0, decode_comm=9.0, prefill_comm=12.0, same=True):
+def fake_res(tp1_decode=2.2, tpn_decode=15.0, decode_comm=9.0, prefill_comm=12.0, same=True,
+             expected=(1.07, 1.31)):
     """A run as lab07.run_tp_lab returns it (prompt 256, batch 1, TP=2, the default 6 layers)."""
     runs = {1: {"decode_ms": tp1_decode, "prefill_ms": 20.0, "decode_comm_ms": 0.0,
                 "prefill_comm_ms": 0.0},
@@ -24,6 +25,8 @@ def fake_res(tp1_decode=2.2, tpn_decode=15.0, decode_comm=9.0, prefill_comm=12.0
     return {"tp": 2, "runs": runs, "allreduces_per_step": 12, "same_tokens": same,
             "decode_allreduce_bytes": 15_360, "prefill_allreduce_bytes": 15_360 * 256,
             "threads_per_config": {1: (2, 1), 2: (1, 2)}, "lm_head_share": 0.26,
+            "rank0": {"share": 0.655, "heads": 3, "num_heads": 5},
+            "prefill_expected_ratio": expected[0], "decode_expected_ratio": expected[1],
             "decode_compute_ratio": (tpn_decode - decode_comm) / tp1_decode,
             "prefill_compute_ratio": (40.0 - prefill_comm) / 20.0}
 
@@ -57,22 +60,78 @@ def test_lm_head_share_of_the_default_shape_by_hand():
     assert abs(lab07.lm_head_share(cfg) - 8192 * 320 / (6 * per_layer + 8192 * 320)) < 1e-12
 
 
-def test_ratio_reading_names_what_only_tp_n_has():
-    text = ex.ratio_reading(fake_res())
-    assert "打ち消し合います" in text and "lm_head" in text and "26%" in text
-    assert "1 スレッドで計算" in text and "1 を超えた分は" in text
-    assert "層ごとの固定の時間と、プロセスどうしの待ち合わせ" not in text
+def test_rank0_share_of_the_default_shape_by_hand():
+    cfg = SimpleNamespace(hidden_size=320, head_dim=64, num_heads=5, num_kv_heads=5,
+                          intermediate_size=864, num_layers=6, vocab_size=8192)
+    full, mine = 4 * 320 * 320 + 3 * 320 * 864, 4 * 3 * 64 * 320 + 3 * 320 * 432   # 3 of 5 heads, half the MLP
+    head = 8192 * 320
+    r = lab07.rank0_share(cfg, 2)                                   # decode: every row goes through lm_head
+    assert r["heads"] == 3 and abs(r["share"] - (6 * mine + head) / (6 * full + head)) < 1e-12
+    assert abs(r["share"] - 0.655) < 0.001                          # x 2 threads: the 1.31 of the lesson
+    pre = lab07.rank0_share(cfg, 2, rows=128, logit_rows=1)["share"]   # prefill: one row samples
+    assert abs(pre - (6 * 128 * mine + head) / (6 * 128 * full + head)) < 1e-12 and 0.53 < pre < 0.54
+
+
+def test_ratio_reading_sets_the_measured_ratio_against_rank_0s_share():
+    text = ex.ratio_reading(fake_res())              # decode (15 - 9) / 2.2 = 2.73 > 1.31: contention
+    assert "行列積の分だけから見込む比: Prefill 1.07、Decode 1.31" in text
+    assert "5 ヘッドのうち 3 つ" in text and "26%" in text and "1 スレッドで計算" in text
+    decode = next(x for x in text.splitlines() if x.startswith("- Decode"))
+    assert "見込み 1.31 を超えています" in decode and "CPU を取られる" in decode
+    # a planted ratio within the share's prediction: explained without contention
+    within = ex.ratio_reading(fake_res(tp1_decode=5.0, expected=(1.07, 1.31)))   # 6 / 5 = 1.20
+    decode = next(x for x in within.splitlines() if x.startswith("- Decode"))
+    assert "以内です" in decode and "取られる" not in decode
 
 
 def test_ratio_reading_does_not_explain_an_excess_the_run_did_not_show():
     text = ex.ratio_reading(fake_res(tp1_decode=200.0))          # TP=1 slowed down (a busy machine)
-    assert "1 以下" in text and "1 を超えた分は" not in text
+    decode = next(x for x in text.splitlines() if x.startswith("- Decode"))
+    assert "1 より小さく" in decode and "超えています" not in decode
+
+
+def test_comm_reading_splits_the_call_by_the_bare_all_reduce():
+    res = fake_res()                                            # decode 9 ms / 12 calls = 750 us per call
+    assert "lab07_ping" in ex.comm_reading(res)                 # no floor measured: says how to get one
+    floor = {1280: {"median_us": 150.0, "p90_us": 400.0, "calls": 300},
+             327_680: {"median_us": 300.0, "p90_us": 900.0, "calls": 300}}
+    text = ex.comm_reading(res, floor)
+    assert "1,280 B で 150 µs" in text and "600 µs（80%）" in text and "大半です" in text
+    floor[1280]["median_us"] = 600.0                            # planted: gloo itself is most of the call
+    text = ex.comm_reading(res, floor)
+    assert "150 µs（20%）" in text and "大半は gloo 自体の時間" in text
+    floor[1280]["median_us"] = 900.0                            # planted: the bare call is slower
+    assert "見えていません" in ex.comm_reading(res, floor)
+
+
+def history(decode_shares, prefill_shares, tp1_ms=(2.2, 5.2)):
+    rows, bs = [], (1, 4, 8, 16)
+    for i, (b, d, p) in enumerate(zip(bs, decode_shares, prefill_shares)):
+        rows.append({"batch_size": b, "tp_size": 1, "decode_ms": tp1_ms[0] if i == 0 else tp1_ms[1],
+                     "decode_comm_share": 0.0, "prefill_ms": 10.0, "prefill_comm_share": 0.0})
+        rows.append({"batch_size": b, "tp_size": 2, "decode_ms": 20.0, "decode_comm_share": d,
+                     "prefill_ms": 30.0 + i, "prefill_comm_share": p})
+    return rows
+
+
+def test_batch_prediction_follows_the_drop_and_the_noise():
+    small = history((0.60, 0.61, 0.55, 0.57), (0.50, 0.45, 0.55, 0.52))     # drop 3 points, noise 10
+    b = ex.batch_facts(small)
+    assert abs(b["drop"] - 0.03) < 1e-9 and abs(b["noise"] - 0.10) < 1e-9
+    assert ex.batch_prediction(b).held
+    big = history((0.80, 0.70, 0.60, 0.50), (0.50, 0.48, 0.52, 0.51))       # planted: drop 30 > noise 4
+    verdict = ex.batch_prediction(ex.batch_facts(big)).verdict()
+    assert verdict.startswith(MISSED) and "30 ポイント下がった" in verdict
+    text = ex.batch_reading(small)
+    assert "60%・61%・55%・57%" in text and "2.4 倍" in text and "10 ポイント" in text
+    back = ex.parse_facts_line(ex.facts_line(b))
+    assert ex.batch_prediction(back).held == ex.batch_prediction(b).held
 
 
 def test_batch_and_tp_dp_readings_print_the_numbers():
-    hist = [{"batch_size": b, "tp_size": k, "decode_ms": d, "decode_comm_share": s}
-            for b, k, d, s in ((1, 1, 2.2, 0), (1, 2, 21.5, 0.82), (16, 1, 5.2, 0),
-                               (16, 2, 30.0, 0.74))]
+    hist = [{"batch_size": b, "tp_size": k, "decode_ms": d, "decode_comm_share": s, "prefill_comm_share": p}
+            for b, k, d, s, p in ((1, 1, 2.2, 0, 0), (1, 2, 21.5, 0.82, 0.5), (16, 1, 5.2, 0, 0),
+                                  (16, 2, 30.0, 0.74, 0.55))]
     assert "82%・74%" in ex.batch_reading(hist) and "2.2 ms" in ex.batch_reading(hist)
     rows = [{"num_gpus": 4, "tp": 4, "tpot_ms": 24.61, "output_tok_s_per_gpu": 1.0},
             {"num_gpus": 8, "tp": 8, "tpot_ms": 15.84, "output_tok_s_per_gpu": 251.49},
@@ -98,3 +157,29 @@ def test_lab7_saved_verdicts_agree_with_its_saved_numbers():
     assert len(saved) == len(derived) == 4
     for s, p in zip(saved, derived):
         assert s.startswith(HELD if p.held else MISSED) and p.text in s, (s, p)
+
+
+def test_lab7_saved_batch_verdict_agrees_with_its_saved_numbers():
+    text = saved_stream("labs/07_parallelism_lab.ipynb", "batch_prediction")
+    line = next(x for x in text.splitlines() if x.startswith("判定に使った値"))
+    p = ex.batch_prediction(ex.parse_facts_line(line))
+    saved = next(x for x in text.splitlines() if x.startswith((HELD, MISSED)))
+    assert saved.startswith(HELD if p.held else MISSED) and p.text in saved, (saved, p)
+
+
+def test_saved_comm_readings_agree_with_their_saved_numbers():
+    """The conclusion printed beside the bare all-reduce follows the two saved times per call."""
+    import re
+    for rel in ("labs/07_parallelism_lab.ipynb", "lessons/07_parallelism.ipynb"):
+        text = saved_stream(rel, "comm_reading(res, floor)")
+        call = float(re.search(r"あたり: Decode (\d+) µs", text).group(1))
+        bare = float(re.search(r"回の中央値）: [\d,]+ B で (\d+) µs", text).group(1))
+        wait = call - bare
+        if abs(wait - 0.5 * call) < 2 or abs(wait) < 2:           # printed in whole µs: too close to call
+            continue
+        if wait >= 0.5 * call:
+            assert "1回の時間の大半です" in text, rel
+        elif wait > 0:
+            assert "大半は gloo 自体の時間" in text, rel
+        else:
+            assert "見えていません" in text, rel
