@@ -11,6 +11,7 @@ The prefix experiment sends ``num_requests`` prompts one after the other; each i
 one shared "system prompt" followed by ``own_len`` tokens of its own. With prefix caching off every request
 computes its whole prompt; with it on (``LLM(..., enable_prefix_caching=True)``, when the engine has it)
 requests 2.. reuse the full blocks of the shared part. TTFT is the median over requests 2.. (and repeats).
+``lab04_explain`` holds the lab's predictions (the sweep and the tasks), decided by these runs.
 """
 from __future__ import annotations
 

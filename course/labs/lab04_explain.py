@@ -1,0 +1,164 @@
+"""Chapter 4's lab: its predictions, decided by the runs (``course.labkit.predictions``).
+
+    history = [lab04.add_run([], lab04.run_prefix_lab(shared_len=s)) ...]   # §3's sweep (shared 0 first)
+    print(sweep_table(history)); print(verdicts(sweep_predictions(history)))
+    runs = {s: lab04.run_prefix_lab(shared_len=s, repeats=1) for s in TASK1_SHARED_LENS}
+    print(task1_table(task1_rows(runs))); print(verdicts(task1_predictions(task1_rows(runs))))
+
+The predictions take plain rows (numbers only), so a test can plant contradicting numbers and can
+re-derive a saved verdict from the table printed above it. §3's sweep: without the cache TTFT grows
+with the shared prefix (its prefill); with the cache each request still prefills its own 16 tokens and
+attends over the cached prefix, so TTFT grows, by a small part of the uncached growth. 課題1: only full blocks are cached. 課題2: the
+hit rate is (N - 1) / N times the reusable share; the TTFT of requests 2.. does not depend on N.
+課題3 (``course.demos.kv_sim``, no timing): halving the pool halves the contiguous reservations.
+"""
+from __future__ import annotations
+
+from course.labkit.predictions import Prediction
+
+SWEEP_SHARED_LENS = (0, 64, 256, 480)
+TASK1_SHARED_LENS = (15, 16, 17)
+TASK2_NUM_REQUESTS = (2, 8, 32)
+TASK3_POOLS = (32_768, 16_384)
+TTFT_SPREAD_MAX = 1.5          # 課題2: max / min of the cached TTFT over N
+OFF_OVER_ON_GROWTH = 3         # §3: the uncached TTFT grows by more than this x the cached one's growth
+
+
+# ---------------------------------------------------------------- §3: the shared-prefix sweep
+def sweep_rows(history: list[dict]) -> list[dict]:
+    return [{k: r[k] for k in ("shared_len", "ttft_off_ms", "ttft_on_ms", "ratio")}
+            for r in sorted(history, key=lambda r: r["shared_len"])]
+
+
+def sweep_table(rows: list[dict]) -> str:
+    base = rows[0]["ttft_on_ms"]
+    return "\n".join(f"共有 {r['shared_len']:>3}: キャッシュなし {r['ttft_off_ms']:.2f} ms、あり {r['ttft_on_ms']:.2f} ms"
+                     f"（ありは共有 {rows[0]['shared_len']} の {r['ttft_on_ms'] / base:.2f} 倍）、比（なし / あり）"
+                     f"{r['ratio']:.2f} 倍" for r in rows)
+
+
+def sweep_predictions(rows: list[dict]) -> list[Prediction]:
+    """§3's predictions, from the sweep's rows sorted by shared length (the first is shared 0)."""
+    lo, hi = rows[0], rows[-1]
+    span = f"共有部分 {lo['shared_len']} → {hi['shared_len']}"
+    off_up, on_up = hi["ttft_off_ms"] - lo["ttft_off_ms"], hi["ttft_on_ms"] - lo["ttft_on_ms"]
+    grow = hi["ttft_on_ms"] / lo["ttft_on_ms"]
+    ratios = [r["ratio"] for r in rows]
+    return [
+        Prediction(f"{span} で、キャッシュなしの TTFT の伸びは、キャッシュありの伸びの {OFF_OVER_ON_GROWTH} 倍を超える",
+                   off_up > OFF_OVER_ON_GROWTH * max(on_up, 0.0),
+                   f"なし {lo['ttft_off_ms']:.2f} → {hi['ttft_off_ms']:.2f} ms（+{off_up:.2f}）、あり "
+                   f"{lo['ttft_on_ms']:.2f} → {hi['ttft_on_ms']:.2f} ms（{on_up:+.2f}）",
+                   "キャッシュが効いていない（ヒット率（エンジン）が 0 % でないかを確かめる）か、ほかのプログラムが"
+                   "CPU を使っている。負荷の警告を確かめ、繰り返しを増やして測り直す"),
+        Prediction("比（なし / あり）は共有部分が長いほど大きい", all(b > a for a, b in zip(ratios, ratios[1:])),
+                   "比 " + " → ".join(f"{x:.2f}" for x in ratios) + " 倍",
+                   "隣り合う共有長の差が小さいと、TTFT のばらつきで順番が入れ替わることがある。繰り返しを増やす"),
+        Prediction(f"キャッシュありの TTFT も、共有 {hi['shared_len']} では共有 {lo['shared_len']}（各自の 16 トークン"
+                   "だけの Prefill）より伸びる", grow > 1.0,
+                   f"あり {lo['ttft_on_ms']:.2f} → {hi['ttft_on_ms']:.2f} ms（{grow:.2f} 倍）",
+                   "共有部分の Key と Value に Attention をかける時間が、測定のばらつきより小さい（速い CPU、"
+                   "スレッドが多い）。繰り返しを増やして測り直す"),
+    ]
+
+
+# ---------------------------------------------------------------- 課題1: 15, 16, 17 shared tokens
+def task1_rows(runs: dict[int, dict]) -> list[dict]:
+    rows = []
+    for s, res in sorted(runs.items()):
+        later = res["cached_tokens"][1:]
+        rows.append({"shared_len": s, "expected": s // res["block_size"] * res["block_size"],
+                     "cached_min": min(later), "cached_max": max(later),
+                     "hit_rate": res["hit_rate"], "expected_hit_rate": res["expected_hit_rate"]})
+    return rows
+
+
+def task1_table(rows: list[dict]) -> str:
+    return "\n".join(f"共有プロンプト長 {r['shared_len']}: 再利用できるトークン（満杯のブロック）{r['expected']}、"
+                     f"2件目以降が再利用したトークン 最小 {r['cached_min']}・最大 {r['cached_max']}、ヒット率 "
+                     f"エンジン {100 * r['hit_rate']:.2f} % / 計算 {100 * r['expected_hit_rate']:.2f} %"
+                     for r in rows)
+
+
+def task1_predictions(rows: list[dict]) -> list[Prediction]:
+    lens = "・".join(str(r["shared_len"]) for r in rows)
+    return [Prediction(f"共有プロンプト長 {lens} で、2件目以降が再利用するトークンは "
+                       + "・".join(str(r["expected"]) for r in rows) + "（満杯のブロックの分だけ）",
+                       all(r["cached_min"] == r["cached_max"] == r["expected"] for r in rows),
+                       "、".join(f"{r['shared_len']}: {r['cached_min']}〜{r['cached_max']}" for r in rows),
+                       "エンジンのブロックサイズが違う、またはプレフィックスキャッシュが無効になっている。"
+                       "パネルの「再利用できるトークン（計算）」の行のブロックサイズを確かめる")]
+
+
+# ---------------------------------------------------------------- 課題2: more requests
+def task2_rows(runs: dict[int, dict]) -> list[dict]:
+    return [{"num_requests": n, "hit_rate": r["hit_rate"], "expected_hit_rate": r["expected_hit_rate"],
+             "ttft_on_ms": r["ttft_on_ms"], "ttft_off_ms": r["ttft_off_ms"]} for n, r in sorted(runs.items())]
+
+
+def task2_table(rows: list[dict]) -> str:
+    return "\n".join(f"リクエスト数 {r['num_requests']:>2}: ヒット率 エンジン {100 * r['hit_rate']:.2f} % / 計算 "
+                     f"{100 * r['expected_hit_rate']:.2f} %、2件目以降の TTFT キャッシュあり {r['ttft_on_ms']:.2f} ms・"
+                     f"なし {r['ttft_off_ms']:.2f} ms" for r in rows)
+
+
+def task2_predictions(rows: list[dict]) -> list[Prediction]:
+    ns = " → ".join(str(r["num_requests"]) for r in rows)
+    hits = [r["hit_rate"] for r in rows]
+    on = [r["ttft_on_ms"] for r in rows]
+    return [
+        Prediction(f"リクエスト数 {ns} で、ヒット率（エンジン）は計算（(N − 1) / N に比例）と一致して上がる",
+                   all(abs(r["hit_rate"] - r["expected_hit_rate"]) < 5e-4 for r in rows)
+                   and all(b > a for a, b in zip(hits, hits[1:])),
+                   "エンジン " + " → ".join(f"{100 * h:.2f}" for h in hits) + " %、計算 "
+                   + " → ".join(f"{100 * r['expected_hit_rate']:.2f}" for r in rows) + " %",
+                   "前の実行のキャッシュが残っている（1件目が 0 でない）か、キャッシュの容量が足りずに追い出された。"
+                   "ラボのカーネルを再起動して測り直す"),
+        Prediction(f"2件目以降の TTFT（キャッシュあり）は、リクエスト数を変えても最大 / 最小が {TTFT_SPREAD_MAX} 倍未満",
+                   max(on) / min(on) < TTFT_SPREAD_MAX,
+                   "キャッシュあり " + " → ".join(f"{x:.2f}" for x in on) + f" ms（最大 / 最小 {max(on) / min(on):.2f} 倍）",
+                   "リクエスト数 2 では2件目以降が繰り返しごとに1件しかなく、中央値がぶれやすい。ほかのプログラムが "
+                   "CPU を使っていないかを負荷の警告で確かめ、繰り返しを増やす"),
+    ]
+
+
+# ---------------------------------------------------------------- 課題3: half the pool (simulation, no timing)
+def task3_rows(sims: dict[int, dict], max_model_len: int = 4096) -> list[dict]:
+    rows = []
+    for pool, sim in sorted(sims.items(), reverse=True):
+        c, p = sim["contiguous_max_model_len"]["summary"], sim["paged"]["summary"]
+        rows.append({"pool": pool, "max_model_len": max_model_len, "peak_contiguous": c["peak_running"],
+                     "mean_contiguous": c["mean_running"], "mean_paged": p["mean_running"],
+                     "preemptions": p["preemptions"]})
+    return rows
+
+
+def task3_table(rows: list[dict]) -> str:
+    return "\n".join(f"プール {r['pool']:,} トークン: 連続確保（max_model_len）最大 {r['peak_contiguous']} 件・平均 "
+                     f"{r['mean_contiguous']:.2f} 件、ページング平均 {r['mean_paged']:.2f} 件（比 "
+                     f"{r['mean_paged'] / r['mean_contiguous']:.2f} 倍、差 {r['mean_paged'] - r['mean_contiguous']:.2f} 件）、"
+                     f"ページングのプリエンプション {r['preemptions']} 回" for r in rows)
+
+
+def task3_predictions(rows: list[dict]) -> list[Prediction]:
+    """Rows from the larger pool to the smaller one."""
+    big, small = rows[0], rows[-1]
+    fit = small["pool"] // small["max_model_len"]
+    r_big, r_small = (r["mean_paged"] / r["mean_contiguous"] for r in (big, small))
+    d_big, d_small = (r["mean_paged"] - r["mean_contiguous"] for r in (big, small))
+    why = "リクエストの流れ（長さの中央値、sigma、件数）を変えていれば、流れが違う。2節のセルを既定に戻す"
+    return [
+        Prediction(f"プール {small['pool']:,} では、連続確保（max_model_len）は同時に {fit} 件までしか入らない",
+                   small["peak_contiguous"] == fit, f"最大 {small['peak_contiguous']} 件", why),
+        Prediction("平均の同時リクエスト数で見たページング / 連続確保（max_model_len）の比は広がり、差は縮む",
+                   r_small > r_big and d_small < d_big,
+                   f"比 {r_big:.2f} → {r_small:.2f} 倍、差 {d_big:.2f} → {d_small:.2f} 件", why),
+        Prediction("ページングのプリエンプションが増える", small["preemptions"] > big["preemptions"],
+                   f"{big['preemptions']} → {small['preemptions']} 回", why),
+    ]
+
+
+__all__ = ["OFF_OVER_ON_GROWTH", "SWEEP_SHARED_LENS", "TASK1_SHARED_LENS", "TASK2_NUM_REQUESTS", "TASK3_POOLS",
+           "TTFT_SPREAD_MAX", "sweep_predictions", "sweep_rows", "sweep_table", "task1_predictions", "task1_rows",
+           "task1_table", "task2_predictions", "task2_rows", "task2_table", "task3_predictions", "task3_rows",
+           "task3_table"]
