@@ -1,0 +1,209 @@
+"""Chapter 2's lab: its tasks' predictions, decided by the run (``course.labkit.predictions``)::
+
+    res = lab02.run_roofline("default", context=64)
+    rows = lab02.threads_sweep()
+    f = facts(res, rows, gpus=("A100", "H100"))
+    print(facts_text(f))                          # the numbers the verdicts are decided on
+    print(verdicts(all_predictions(f)))           # 予想どおり / 予想と違う, task by task
+
+``facts`` keeps only plain numbers (the ridge point, each step's intensity and measured / predicted,
+the peaks at each thread count, the GPU predictions), and every prediction is a function of them, so
+a test can rebuild the facts from a saved notebook's printed lines and re-derive its saved verdicts.
+
+The predictions (課題1-5 of the lab):
+  1. Decode points move right with the batch; batch 1 sits under the bandwidth roof; the step time
+     does not fall as the batch grows.
+  2. The N = 512 prefill point (or the longest measured) lies right of this machine's ridge point.
+  3. Batch-1 decode takes well over its prediction (fixed per-step time); the longest prefill is
+     closer to its prediction; no point beats its prediction (the roof is an upper bound: a point
+     above it means the measured peak or bandwidth is not the machine's true one).
+  4. GFLOP/s grows nearly in proportion to the threads; GB/s grows less (the ridge moves right).
+  5. On a datasheet GPU the same steps are predicted in microseconds, decode at batch 32 still
+     bandwidth-bound.
+"""
+from __future__ import annotations
+
+import math
+
+from course.labkit.predictions import Prediction
+from minimal_engine.bench import roofline
+
+FLOOR = 0.95            # measured / predicted below this: the point beats its roof (5 % for timer noise)
+FIXED_TIME = 1.5        # batch-1 decode: measured / predicted above this ("数倍" of the lesson)
+SCALING = 0.7           # GFLOP/s must grow by at least this share of the thread ratio
+NOT_SLOWER = 0.9        # a larger batch may not take less than this share of the previous step time
+PREFILL_TASK = 512      # 課題2 looks at this prefill, or the longest one measured
+GPU_BATCH = 32          # 課題5 looks at this decode batch, or the largest one measured
+
+
+def _kind_rows(res: dict, kind: str) -> list[dict]:
+    return [{"size": p["size"], "intensity": p["intensity"], "measured_ms": p["measured_ms"],
+             "ratio": p["measured_over_predicted"], "bound": p["bound"]}
+            for p in sorted((p for p in res["points"] if p["kind"] == kind), key=lambda p: p["size"])]
+
+
+def facts(res: dict, rows: list[dict] | None = None, gpus=("A100", "H100")) -> dict:
+    """The plain numbers the predictions need, from ``lab02.run_roofline`` and ``lab02.threads_sweep``."""
+    from course.labs.lab02 import predict_on_gpu
+    key, m = res["flops_key"], res["machine"]
+    out = {"key": key, "gflops": m[key] / 1e9, "gb_s": m["bandwidth"] / 1e9,
+           "ridge": roofline.ridge_point(m, key), "decode": _kind_rows(res, "decode"),
+           "prefill": _kind_rows(res, "prefill"),
+           "threads": [{"threads": r["threads"], "gflops": r[key] / 1e9, "gb_s": r["bandwidth"] / 1e9}
+                       for r in sorted(rows or [], key=lambda r: r["threads"])], "gpus": {}}
+    decode_sizes = [d["size"] for d in out["decode"]]
+    batch = GPU_BATCH if GPU_BATCH in decode_sizes else max(decode_sizes, default=None)
+    for g in gpus:
+        pred = predict_on_gpu(res, g)
+        d = next((q for q in pred if q["kind"] == "decode" and q["size"] == batch), None)
+        out["gpus"][g] = {"max_ms": max(q["predicted_ms"] for q in pred),
+                          "batch": batch, "bound": d["bound"] if d else None}
+    return out
+
+
+def _bound_ja(bound: str | None) -> str:
+    return {"memory": "帯域律速", "compute": "演算律速"}.get(bound, "-")
+
+
+def facts_text(f: dict) -> str:
+    """The facts as printed lines (a test parses them back)."""
+    lines = [f"このマシンのリッジポイント: {f['ridge']:.3f} FLOP/B（{f['key'].split('_')[1]} {f['gflops']:.1f} GFLOP/s ÷ "
+             f"{f['gb_s']:.2f} GB/s）"]
+    for kind, name in (("decode", "Decode バッチ {}"), ("prefill", "Prefill {} トークン")):
+        lines += [f"{name.format(p['size'])}: 演算強度 {p['intensity']:.3f} FLOP/B、実測 {p['measured_ms']:.3f} ms、"
+                  f"実測/予測 {p['ratio']:.3f}（{_bound_ja(p['bound'])}の予測）" for p in f[kind]]
+    lines += [f"スレッド {r['threads']}: {r['gflops']:.1f} GFLOP/s、帯域 {r['gb_s']:.2f} GB/s" for r in f["threads"]]
+    lines += [f"{g} の予測: いちばん長い点 {x['max_ms']:.4f} ms、Decode バッチ {x['batch']} は{_bound_ja(x['bound'])}"
+              for g, x in f["gpus"].items()]
+    return "\n".join(lines)
+
+
+def _sizes(rows: list[dict]) -> str:
+    return f"{rows[0]['size']}→{rows[-1]['size']}"
+
+
+def task1_predictions(f: dict) -> list[Prediction]:
+    d = f["decode"]
+    if not d:
+        return []
+    one = d[0]
+    slower = [(a, b) for a, b in zip(d, d[1:]) if b["measured_ms"] < NOT_SLOWER * a["measured_ms"]]
+    return [
+        Prediction(f"バッチを増やすと Decode の点は右へ動く（バッチ {_sizes(d)}）",
+                   all(b["intensity"] > a["intensity"] for a, b in zip(d, d[1:])),
+                   "演算強度 " + " → ".join(f"{p['intensity']:.2f}" for p in d) + " FLOP/B",
+                   "演算強度は FLOPs とバイト数から計算した値なので、バッチの一覧が昇順でないか、文脈の長さを変えて"
+                   "KV の読み込みが重みより大きくなっていないか確かめてください"),
+        Prediction(f"バッチ {one['size']} の点は斜めの線（帯域の上限）の下にある",
+                   one["bound"] == "memory" and one["ratio"] >= FLOOR,
+                   f"演算強度 {one['intensity']:.2f} FLOP/B、リッジポイント {f['ridge']:.2f} FLOP/B、"
+                   f"実測/予測 {one['ratio']:.2f}",
+                   "実測/予測が 1 より小さいなら、測った帯域がこのマシンの本当の帯域より低いか、小さなモデルの重み"
+                   "の一部が CPU のキャッシュに収まって速く読めています。リッジポイントが演算強度より小さいなら、"
+                   "このマシンの演算性能が帯域に比べてとても低い（スレッド数を確かめてください）"),
+        Prediction("バッチを増やしてもステップの時間は短くならない（前のバッチより 1 割以上短い点がない）",
+                   not slower, "実測 " + " → ".join(f"{p['measured_ms']:.2f}" for p in d) + " ms",
+                   "短くなったバッチ: " + "、".join(f"{a['size']}→{b['size']}" for a, b in slower) + "。"
+                   "計測の途中でほかのプログラムが CPU を使うと、その点だけ遅くなります。繰り返しを増やして測り直し、"
+                   "同じバッチが毎回遅いか確かめてください。毎回遅いなら、そのバッチだけエンジンの中で別の処理の道"
+                   "（Attention のまとめ方や、行列積のライブラリが行の数ごとに選ぶ実装）を通っている可能性があります"),
+    ]
+
+
+def _prefill_point(f: dict) -> dict | None:
+    p = f["prefill"]
+    return next((x for x in p if x["size"] == PREFILL_TASK), p[-1] if p else None)
+
+
+def task2_predictions(f: dict) -> list[Prediction]:
+    p = _prefill_point(f)
+    if p is None:
+        return []
+    return [Prediction(f"Prefill {p['size']} トークンの点は、このマシンのリッジポイントより右（演算律速の側）にある",
+                       p["intensity"] > f["ridge"],
+                       f"演算強度 {p['intensity']:.2f} FLOP/B、リッジポイント {f['ridge']:.2f} FLOP/B",
+                       "このマシンの演算性能が帯域に比べて高い（GPU に近い）か、トークン数が小さすぎます。"
+                       "パネルの Prefill のトークン数に大きな値を入れて試してください")]
+
+
+def task3_predictions(f: dict) -> list[Prediction]:
+    pts = [("Decode バッチ", p) for p in f["decode"]] + [("Prefill", p) for p in f["prefill"]]
+    if not f["decode"] or not f["prefill"]:
+        return []
+    one, long_ = f["decode"][0], f["prefill"][-1]
+    under = [f"{name} {p['size']}（{p['ratio']:.2f}）" for name, p in pts if p["ratio"] < FLOOR]
+    low = min(pts, key=lambda x: x[1]["ratio"])
+    return [
+        Prediction(f"Decode バッチ {one['size']} の実測は予測の {FIXED_TIME} 倍を超える（固定の時間が目立つ）",
+                   one["ratio"] > FIXED_TIME, f"実測/予測 {one['ratio']:.2f}",
+                   "このマシンでは1ステップの固定の時間（Python と小さな演算）が、重みを読む時間に比べて短い。"
+                   "CPU が速いか、帯域が低いマシンです。モデルを大きな形に変えると差はさらに小さくなります"),
+        Prediction(f"最長の Prefill（{long_['size']} トークン）の実測/予測は、Decode バッチ {one['size']} より 1 に近い",
+                   abs(math.log(long_["ratio"])) < abs(math.log(one["ratio"])),
+                   f"Prefill {long_['size']} トークン {long_['ratio']:.2f}、Decode バッチ {one['size']} {one['ratio']:.2f}",
+                   "Prefill の行列積がピークよりずっと遅い（小さな行列や Attention の計算が効いている）か、"
+                   "Decode の固定の時間がとても短いマシンです。表の Prefill の行で実測/予測の並びを見てください"),
+        Prediction("どの点も実測/予測は 1 以上（予測は上限なので、実測はそれより速くならない）", not under,
+                   f"いちばん小さい実測/予測 {low[1]['ratio']:.2f}（{low[0]} {low[1]['size']}）",
+                   "1 より小さい点: " + "、".join(under) + "。測ったピーク（演算性能か帯域）が、このマシンの本当の"
+                   "上限ではありません。エンジンが、ピークを測ったのより速いカーネルを使ったか、重みの一部が CPU の"
+                   "キャッシュに収まって帯域より速く読めたか、ピークを測った瞬間だけマシンが混んでいたかです。"
+                   "もう一度実行して、同じ点が毎回 1 を下回るか確かめてください"),
+    ]
+
+
+def task4_predictions(f: dict) -> list[Prediction]:
+    t = f["threads"]
+    if len(t) < 2:
+        return []
+    a, b = t[0], t[-1]
+    k, flops, bw = b["threads"] / a["threads"], b["gflops"] / a["gflops"], b["gb_s"] / a["gb_s"]
+    span = f"スレッド {a['threads']} → {b['threads']}"
+    return [
+        Prediction(f"{span} で GFLOP/s はスレッド数にほぼ比例して伸びる（GFLOP/s が何倍になったかが、"
+                   f"スレッド数が何倍になったかの {SCALING} 倍以上）",
+                   flops >= SCALING * k, f"GFLOP/s {a['gflops']:.1f} → {b['gflops']:.1f}（{flops:.2f} 倍）、"
+                   f"スレッド {k:.0f} 倍",
+                   "ほかのプログラムがコアを使っているか、コアの一部がハイパースレッド（同じ演算器を2つのスレッドで"
+                   "分け合う）です。負荷の警告を確かめ、ほかのノートブックを止めて測り直してください"),
+        Prediction(f"{span} で GB/s の伸びは GFLOP/s の伸びより小さい（リッジポイントは右へ動く）", bw < flops,
+                   f"GB/s {a['gb_s']:.2f} → {b['gb_s']:.2f}（{bw:.2f} 倍）、GFLOP/s {flops:.2f} 倍、リッジポイント "
+                   f"{a['gflops'] / a['gb_s']:.2f} → {b['gflops'] / b['gb_s']:.2f} FLOP/B",
+                   ("GFLOP/s がスレッド数とともに伸びていないので（上の行）、まずそちらの理由を確かめてください。"
+                    if flops < SCALING * k else "")
+                   + "コアが少ないうちは、1コアが同時に待てるメモリの読み込みの数に上限があるので、帯域もコア数とともに"
+                   "伸びます。とくにサーバー向けの CPU（クラウドの Xeon や EPYC）は、メモリまでの遅延が長く、1コアで"
+                   "出せる帯域がメモリ全体の帯域よりずっと小さいのです。帯域が頭打ちになるのは、コアを増やして"
+                   "メモリ全体の上限に近づいてからです"),
+    ]
+
+
+def task5_predictions(f: dict) -> list[Prediction]:
+    out = []
+    for g, x in f["gpus"].items():
+        out.append(Prediction(f"{g} では、どのステップの予測時間も 1 ms 未満（マイクロ秒の単位）で、Decode バッチ "
+                              f"{x['batch']} は帯域律速のまま", x["max_ms"] < 1 and x["bound"] == "memory",
+                              f"いちばん長い予測 {x['max_ms']:.4f} ms、Decode バッチ {x['batch']} は{_bound_ja(x['bound'])}",
+                              "大きなモデルの形を選んだか、バッチやトークン数を大きくしたので、GPU でも時間が伸び、"
+                              "演算強度がリッジポイントを超えました"))
+    return out
+
+
+def all_predictions(f: dict) -> list[Prediction]:
+    return (task1_predictions(f) + task2_predictions(f) + task3_predictions(f) + task4_predictions(f)
+            + task5_predictions(f))
+
+
+def report(f: dict) -> str:
+    """Facts, then the verdicts under one heading per task (what the lab's cell prints)."""
+    from course.labkit.predictions import verdicts
+    parts = [facts_text(f)]
+    for i, fn in enumerate((task1_predictions, task2_predictions, task3_predictions, task4_predictions,
+                            task5_predictions), 1):
+        ps = fn(f)
+        parts.append(f"課題{i}:\n" + (verdicts(ps) if ps else "（この実行では判定できません: 点が足りません）"))
+    return "\n".join(parts)
+
+
+__all__ = ["all_predictions", "facts", "facts_text", "report", "task1_predictions", "task2_predictions",
+           "task3_predictions", "task4_predictions", "task5_predictions"]

@@ -1,0 +1,158 @@
+"""Lab 2's predictions (course/labs/lab02_explain.py): each verdict follows the numbers (a planted
+contradicting number turns it), the printed facts parse back to the same verdicts, and the verdicts
+saved in labs/02_roofline_lab.ipynb agree with the numbers saved next to them."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from course.labkit.predictions import HELD, MISSED
+from course.labs import lab02_explain as ex
+from minimal_engine.config import ModelConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pt(size, intensity, ms, ratio, bound="memory"):
+    return {"size": size, "intensity": intensity, "measured_ms": ms, "ratio": ratio, "bound": bound}
+
+
+def good_facts() -> dict:
+    """Numbers shaped like a quiet 2-core run of the default model (fp32)."""
+    return {"key": "flops_fp32", "gflops": 160.0, "gb_s": 45.0, "ridge": 160 / 45,
+            "decode": [pt(1, 0.5, 3.1, 2.4), pt(2, 0.97, 3.3, 2.5), pt(8, 3.37, 5.0, 2.6),
+                       pt(32, 8.79, 12.0, 2.9, "compute")],
+            "prefill": [pt(16, 6.0, 5.0, 2.8, "compute"), pt(128, 44.5, 16.0, 1.4, "compute"),
+                        pt(512, 143.6, 60.0, 1.2, "compute")],
+            "threads": [{"threads": 1, "gflops": 80.0, "gb_s": 40.0}, {"threads": 2, "gflops": 158.0, "gb_s": 46.0}],
+            "gpus": {"A100": {"max_ms": 0.05, "batch": 32, "bound": "memory"},
+                     "H100": {"max_ms": 0.02, "batch": 32, "bound": "memory"}}}
+
+
+def held(predictions):
+    return [p.held for p in predictions]
+
+
+def test_every_prediction_holds_on_a_typical_run():
+    f = good_facts()
+    ps = ex.all_predictions(f)
+    assert len(ps) == 3 + 1 + 3 + 2 + 2 and all(held(ps)), [p.verdict() for p in ps if not p.held]
+
+
+def test_task1_planted_numbers_turn_the_verdicts():
+    f = good_facts()
+    f["decode"][1]["measured_ms"] = 6.4                  # the review's batch-2 step: slower than batch 4 and 8
+    ps = ex.task1_predictions(f)
+    assert held(ps) == [True, True, False] and "2→8" in ps[2].verdict()
+    f = good_facts()
+    f["decode"][0]["ratio"] = 0.8                        # batch 1 above the bandwidth roof
+    assert held(ex.task1_predictions(f)) == [True, False, True]
+    f = good_facts()
+    f["decode"][2]["intensity"] = 0.9                    # the points do not move right
+    assert held(ex.task1_predictions(f))[0] is False
+
+
+def test_task2_planted_ridge_turns_the_verdict():
+    f = good_facts()
+    assert ex.task2_predictions(f)[0].held and "Prefill 512" in ex.task2_predictions(f)[0].text
+    f["ridge"] = 200.0                                   # a GPU-like machine
+    assert not ex.task2_predictions(f)[0].held
+    f["prefill"] = [p for p in f["prefill"] if p["size"] != 512]
+    assert "Prefill 128" in ex.task2_predictions(f)[0].text    # the longest measured stands in
+
+
+def test_task3_planted_numbers_turn_the_verdicts():
+    f = good_facts()
+    f["decode"][0]["ratio"] = 1.2                        # no fixed time to speak of
+    assert held(ex.task3_predictions(f))[:2] == [False, False]
+    f = good_facts()
+    f["prefill"][-1]["ratio"] = 0.7                      # the review's prefill: faster than the roof
+    ps = ex.task3_predictions(f)
+    assert held(ps) == [True, True, False]
+    assert ps[2].verdict().startswith(MISSED) and "Prefill 512（0.70）" in ps[2].verdict()
+    assert "ピーク" in ps[2].verdict()
+
+
+def test_task4_planted_numbers_turn_the_verdicts():
+    f = good_facts()
+    f["threads"][1]["gflops"] = 96.0                     # 1.2x at twice the threads
+    assert held(ex.task4_predictions(f))[0] is False
+    f = good_facts()
+    f["threads"] = [{"threads": 1, "gflops": 197.9, "gb_s": 17.9}, {"threads": 2, "gflops": 406.6, "gb_s": 41.8}]
+    ps = ex.task4_predictions(f)                         # the Intel Xeon re-save: bandwidth grew more than compute
+    assert held(ps) == [True, False] and "11.06 → 9.73" in ps[1].verdict()
+    f["threads"] = f["threads"][:1]
+    assert ex.task4_predictions(f) == []
+
+
+def test_task5_planted_numbers_turn_the_verdicts():
+    f = good_facts()
+    f["gpus"]["H100"]["bound"] = "compute"
+    assert held(ex.task5_predictions(f)) == [True, False]
+    f["gpus"]["A100"]["max_ms"] = 2.0
+    assert held(ex.task5_predictions(f)) == [False, False]
+
+
+CFG = ModelConfig(variant="llama", vocab_size=1000, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                  num_kv_heads=2, head_dim=16, max_position_embeddings=256)
+
+
+def test_facts_from_a_result_and_threads_rows():
+    def point(kind, size, intensity, ms, ratio, bound):
+        return {"kind": kind, "size": size, "context": 16, "intensity": intensity, "measured_ms": ms,
+                "measured_over_predicted": ratio, "bound": bound}
+    res = {"flops_key": "flops_fp32", "machine": {"flops_fp32": 1.6e11, "bandwidth": 4e10}, "model_config": CFG,
+           "points": [point("prefill", 64, 30.0, 5.0, 1.5, "compute"), point("decode", 4, 1.9, 2.0, 2.0, "memory"),
+                      point("decode", 1, 0.5, 1.8, 2.5, "memory")]}
+    rows = [{"threads": 2, "flops_fp32": 1.6e11, "bandwidth": 4e10},
+            {"threads": 1, "flops_fp32": 8e10, "bandwidth": 3e10}]
+    f = ex.facts(res, rows, gpus=("H100",))
+    assert f["ridge"] == pytest.approx(4.0) and [p["size"] for p in f["decode"]] == [1, 4]
+    assert [r["threads"] for r in f["threads"]] == [1, 2]
+    assert f["gpus"]["H100"]["batch"] == 4 and f["gpus"]["H100"]["bound"] == "memory"
+    assert f["gpus"]["H100"]["max_ms"] < 1
+    assert parse_facts(ex.facts_text(f))["decode"] == f["decode"]
+
+
+# ---------------------------------------------------------------- the printed facts, parsed back
+RIDGE = re.compile(r"このマシンのリッジポイント: ([\d.]+) FLOP/B（(\w+) ([\d.]+) GFLOP/s ÷ ([\d.]+) GB/s）")
+POINT = re.compile(r"^(Decode バッチ|Prefill) (\d+)(?: トークン)?: 演算強度 ([\d.]+) FLOP/B、実測 ([\d.]+) ms、"
+                   r"実測/予測 ([\d.]+)（(帯域律速|演算律速)の予測）", re.M)
+THREADS = re.compile(r"^スレッド (\d+): ([\d.]+) GFLOP/s、帯域 ([\d.]+) GB/s", re.M)
+GPU = re.compile(r"^(\S+) の予測: いちばん長い点 ([\d.]+) ms、Decode バッチ (\d+) は(帯域律速|演算律速|-)", re.M)
+BOUND = {"帯域律速": "memory", "演算律速": "compute", "-": None}
+
+
+def parse_facts(text: str) -> dict:
+    ridge, key, gflops, gb_s = RIDGE.search(text).groups()
+    f = {"key": f"flops_{key}", "gflops": float(gflops), "gb_s": float(gb_s), "ridge": float(ridge),
+         "decode": [], "prefill": [], "gpus": {},
+         "threads": [{"threads": int(t), "gflops": float(g), "gb_s": float(b)} for t, g, b in THREADS.findall(text)]}
+    for kind, size, x, ms, ratio, bound in POINT.findall(text):
+        f["decode" if kind.startswith("Decode") else "prefill"].append(
+            pt(int(size), float(x), float(ms), float(ratio), BOUND[bound]))
+    for g, mx, batch, bound in GPU.findall(text):
+        f["gpus"][g] = {"max_ms": float(mx), "batch": int(batch), "bound": BOUND[bound]}
+    return f
+
+
+def test_printed_facts_give_the_same_verdicts():
+    f = good_facts()
+    f["prefill"][-1]["ratio"] = 0.7
+    again = parse_facts(ex.facts_text(f))
+    assert [p.verdict() for p in ex.all_predictions(again)] == [p.verdict() for p in ex.all_predictions(f)]
+
+
+def test_lab2_saved_verdicts_agree_with_its_saved_numbers():
+    nb = json.loads((ROOT / "labs/02_roofline_lab.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "lab02_explain" in "".join(c["source"]))
+    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    saved = [line for line in text.splitlines() if line.startswith((HELD, MISSED))]
+    derived = ex.all_predictions(parse_facts(text))
+    assert saved and len(saved) == len(derived), text
+    for line, p in zip(saved, derived):
+        assert line.startswith(HELD if p.held else MISSED), (line, p.verdict())
+        assert p.text in line
