@@ -183,9 +183,9 @@ def task5_predictions(f: dict) -> list[Prediction]:
     for g, x in f["gpus"].items():
         out.append(Prediction(f"{g} では、どのステップの予測時間も 1 ms 未満（マイクロ秒の単位）で、Decode バッチ "
                               f"{x['batch']} は帯域律速のまま", x["max_ms"] < 1 and x["bound"] == "memory",
-                              f"いちばん長い予測 {x['max_ms']:.4f} ms、Decode バッチ {x['batch']} は{_bound_ja(x['bound'])}",
+                              f"いちばん長い点 {x['max_ms']:.4f} ms、Decode バッチ {x['batch']} は{_bound_ja(x['bound'])}",
                               "大きなモデルの形を選んだか、バッチやトークン数を大きくしたので、GPU でも時間が伸び、"
-                              "演算強度がリッジポイントを超えました"))
+                              "演算強度がリッジポイントを超えました", basis="データシートの値からの予測"))
     return out
 
 
