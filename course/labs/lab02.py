@@ -23,7 +23,7 @@ Three layers, as in lab 1 (tests call the first two; notebooks stay thin):
 The tasks' predictions (予想), decided from a run's numbers: ``course.labs.lab02_explain``.
 The machine's peaks: ``machine_peaks`` (``bench.roofline.measure_machine``), each the largest of its
 measurements; ``run_roofline`` raises the FLOP/s peak to the engine's own Linear kernel on the model's layer
-shapes where that is faster (``course.labs.lab02_peaks``), so no step beats its roof by using a faster kernel
+shapes where that is faster (``course.labkit.peaks``), so no step beats its roof by using a faster kernel
 than the one timed.
 
 ``COURSE_QUICK=1`` shrinks the lists and the repeats.
@@ -40,7 +40,7 @@ from minimal_engine.sampling_params import SamplingParams
 
 from course.labkit.load import check_load
 from course.labkit.machine import format_machine_ja, machine_peaks
-from course.labs.lab02_peaks import layer_shapes, model_peaks, peak_text, with_model_peak
+from course.labkit.peaks import layer_shapes, model_peaks, peak_text, with_model_peak
 from course.runtime import (MAX_NUM_SEQS, MODEL_CHOICES, apply_thread_policy, available_devices, check_device,
                             check_int, check_model, get_llm, is_quick, max_model_len, random_prompts)
 

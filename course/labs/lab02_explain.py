@@ -2,7 +2,7 @@
 
     res = lab02.run_roofline("default", context=64)
     rows = lab02.threads_sweep()
-    f = facts(res, rows, gpus=("A100", "H100"))
+    f = facts(res, rows, {g: lab02.predict_on_gpu(res, g) for g in ("A100", "H100")})
     print(facts_text(f))                          # the numbers the verdicts are decided on
     print(verdicts(all_predictions(f)))           # 予想どおり / 予想と違う, task by task
 
@@ -42,9 +42,9 @@ def _kind_rows(res: dict, kind: str) -> list[dict]:
             for p in sorted((p for p in res["points"] if p["kind"] == kind), key=lambda p: p["size"])]
 
 
-def facts(res: dict, rows: list[dict] | None = None, gpus=("A100", "H100")) -> dict:
-    """The plain numbers the predictions need, from ``lab02.run_roofline`` and ``lab02.threads_sweep``."""
-    from course.labs.lab02 import predict_on_gpu
+def facts(res: dict, rows: list[dict] | None = None, gpu_predictions: dict | None = None) -> dict:
+    """The plain numbers the predictions need, from ``lab02.run_roofline``, ``lab02.threads_sweep`` and
+    ``{gpu: lab02.predict_on_gpu(res, gpu)}`` (labs import no other lab: the notebook passes them in)."""
     key, m = res["flops_key"], res["machine"]
     out = {"key": key, "gflops": m[key] / 1e9, "gb_s": m["bandwidth"] / 1e9,
            "ridge": roofline.ridge_point(m, key), "decode": _kind_rows(res, "decode"),
@@ -53,8 +53,7 @@ def facts(res: dict, rows: list[dict] | None = None, gpus=("A100", "H100")) -> d
                        for r in sorted(rows or [], key=lambda r: r["threads"])], "gpus": {}}
     decode_sizes = [d["size"] for d in out["decode"]]
     batch = GPU_BATCH if GPU_BATCH in decode_sizes else max(decode_sizes, default=None)
-    for g in gpus:
-        pred = predict_on_gpu(res, g)
+    for g, pred in (gpu_predictions or {}).items():
         d = next((q for q in pred if q["kind"] == "decode" and q["size"] == batch), None)
         out["gpus"][g] = {"max_ms": max(q["predicted_ms"] for q in pred),
                           "batch": batch, "bound": d["bound"] if d else None}

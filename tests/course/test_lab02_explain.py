@@ -109,7 +109,8 @@ def test_facts_from_a_result_and_threads_rows():
                       point("decode", 1, 0.5, 1.8, 2.5, "memory")]}
     rows = [{"threads": 2, "flops_fp32": 1.6e11, "bandwidth": 4e10},
             {"threads": 1, "flops_fp32": 8e10, "bandwidth": 3e10}]
-    f = ex.facts(res, rows, gpus=("H100",))
+    from course.labs import lab02
+    f = ex.facts(res, rows, {"H100": lab02.predict_on_gpu(res, "H100")})
     assert f["ridge"] == pytest.approx(4.0) and [p["size"] for p in f["decode"]] == [1, 4]
     assert [r["threads"] for r in f["threads"]] == [1, 2]
     assert f["gpus"]["H100"]["batch"] == 4 and f["gpus"]["H100"]["bound"] == "memory"

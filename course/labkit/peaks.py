@@ -1,7 +1,8 @@
-"""Lab 2's FLOP/s peak: the largest of the matrix products timed, the engine's own Linear kernel on this model's
-layer shapes included, so that no engine step beats its roof by using a faster kernel than the one timed
-(review of 2026-12-07, chapter 2, defect 1: a plain fp32 ``a @ b`` was slower than the engine's oneDNN
-pre-packed Linear layers on an AMD EPYC, and the lab's prefill steps ran above their "roof")::
+"""A model's FLOP/s roof on this machine (chapter 2's lab and lesson): the largest of the matrix products timed,
+the engine's own Linear kernel on this model's layer shapes included, so that no engine step beats its roof by
+using a faster kernel than the one timed (review of 2026-12-07, chapter 2, defect 1: a plain fp32 ``a @ b`` was
+slower than the engine's oneDNN pre-packed Linear layers on an AMD EPYC, and lab 2's prefill steps ran above
+their "roof")::
 
     m = model_peaks("default")          # machine_peaks + the engine's kernel on the model's layer shapes
     print(peak_text(m))                 # what the peak is and how it was measured (one Japanese line)
