@@ -1,0 +1,173 @@
+"""Chapter 3's readings and lab tasks (course/labs/lab03_explain.py): each prediction follows the measured
+numbers (a planted contradicting number turns its verdict), and every verdict saved in lesson 3 and lab 3
+agrees with the numbers printed next to it."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from course.labkit.predictions import HELD, MISSED
+from course.labs import lab03_explain as ex
+
+ROOT = Path(__file__).resolve().parents[2]
+LESSON, LAB = "lessons/03_transformer_kv_cache.ipynb", "labs/03_kv_cache_lab.ipynb"
+
+
+def test_line_fit_and_growth():
+    fit = ex.line_fit([1, 2, 3, 4], [7.0, 9.0, 11.0, 13.0])
+    assert fit["fixed"] == pytest.approx(5.0) and fit["slope"] == pytest.approx(2.0) and fit["r2"] == pytest.approx(1)
+    # a few slow first steps do not make a flat line "grow": quarters' medians
+    assert ex.growth([8.0] + [5.0, 5.1] * 7 + [5.0]) == pytest.approx(0.0, abs=1e-9)
+
+
+def fake_run(positions, cached, no_cache, cached_s=0.8, no_cache_s=4.0, equal=True, p=64, n=None):
+    n = n or len(positions) + 1
+    return {"positions": positions, "cached_ms": cached, "no_cache_ms": no_cache, "cached_total_s": cached_s,
+            "no_cache_total_s": no_cache_s, "tokens_equal": equal, "kv_bytes": [15360 * x for x in positions],
+            "tokens_processed": {"cached": p + n - 1, "no_cache": n * p + n * (n - 1) // 2}}
+
+
+POS = list(range(65, 224))
+GOOD = fake_run(POS, [5.3] * len(POS), [6.6 + 0.13 * x for x in POS])
+
+
+def test_step_readings_follow_the_numbers():
+    assert [p.held for p in ex.steps_predictions(ex.steps_numbers(GOOD))] == [True] * 4
+    text = ex.steps_reading(GOOD)
+    assert "6.60 ms ＋ 0.1300 ms × 位置" in text and "R² = 1.000" in text
+    # planted: the no-cache line is a proportion (no fixed time): the affine reading fails
+    proportional = fake_run(POS, [5.3] * len(POS), [0.16 * x for x in POS])
+    assert ex.steps_predictions(ex.steps_numbers(proportional))[0].held is False
+    # planted: the cached line climbs as fast as the uncached one
+    climbing = fake_run(POS, [0.13 * x for x in POS], [6.6 + 0.13 * x for x in POS])
+    assert ex.steps_predictions(ex.steps_numbers(climbing))[1].held is False
+    # planted: time ratio as large as the work ratio; tokens differ
+    n = ex.steps_numbers(fake_run(POS, [5.3] * len(POS), [6.6 + 0.13 * x for x in POS], 0.04, 4.0, equal=False))
+    assert [p.held for p in ex.steps_predictions(n)][2:] == [False, False]
+    assert "考えられる理由" in ex.steps_predictions(n)[3].verdict()
+
+
+def test_rounding_verdict():
+    assert ex.rounding_prediction(2.6e-6, 0.057).held
+    assert not ex.rounding_prediction(2.6e-6, 1e-4).held        # planted: a near tie
+
+
+def totals(outs, cached, nocache, p=64):
+    return {n: {"cached_total_s": c, "no_cache_total_s": u,
+                "tokens_processed": {"no_cache": n * p + n * (n - 1) // 2}} for n, c, u in zip(outs, cached, nocache)}
+
+
+def test_task1_verdicts_follow_the_numbers():
+    rows = ex.task1_numbers(totals((80, 160, 320), (0.45, 0.87, 1.75), (1.6, 4.1, 11.4)))
+    assert [p.held for p in ex.task1_predictions(rows)] == [True, True, True]
+    flat = ex.task1_numbers(totals((80, 160, 320), (0.45, 0.60, 0.80), (1.6, 4.1, 11.4)))
+    assert ex.task1_predictions(flat)[0].held is False                       # cached does not double
+    slow = ex.task1_numbers(totals((80, 160, 320), (0.45, 0.87, 1.75), (1.6, 3.3, 6.7)))
+    assert ex.task1_predictions(slow)[1].held is False                       # no cache only doubles
+    steep = ex.task1_numbers(totals((80, 160, 320), (0.45, 0.87, 1.75), (1.6, 6.0, 30.0)))
+    assert ex.task1_predictions(steep)[2].held is False                      # faster than the work itself
+
+
+def prompts(ps, cached, first):
+    return {p: {"cached_ms": [c] * 5, "no_cache_ms": [f] + [f + 1] * 4} for p, c, f in zip(ps, cached, first)}
+
+
+def test_task2_verdicts_follow_the_numbers():
+    good = ex.task2_numbers(prompts((32, 128, 448), (5.3, 5.5, 6.4), (10.9, 23.1, 65.0)))
+    assert [p.held for p in ex.task2_predictions(good)] == [True, True]
+    grows = ex.task2_numbers(prompts((32, 128, 448), (5.3, 6.5, 9.0), (10.9, 23.1, 65.0)))
+    assert ex.task2_predictions(grows)[0].held is False
+    same = ex.task2_numbers(prompts((32, 128, 448), (5.3, 5.5, 6.4), (10.9, 12.0, 14.0)))
+    assert ex.task2_predictions(same)[1].held is False
+
+
+def test_task3_verdicts_follow_the_numbers():
+    res = {**GOOD, "kv_shape": {"layers": 6, "kv_heads": 5, "head_dim": 64, "bytes": 4}, "pool_bytes": 256 * 2**20}
+    assert [p.held for p in ex.task3_predictions(res)] == [True, True]
+    planted = {**res, "kv_bytes": [2 * 15360 * x for x in POS], "pool_bytes": 4 * 2**20}
+    assert [p.held for p in ex.task3_predictions(planted)] == [False, False]
+
+
+def test_task4_verdicts_follow_the_numbers():
+    good = {"default": {"cached_ms": 5.3, "ratio": 4.0}, "synthetic:llama-125m": {"cached_ms": 20.0, "ratio": 12.0}}
+    assert [p.held for p in ex.task4_predictions(good)] == [True, True]
+    planted = {"default": {"cached_ms": 5.3, "ratio": 4.0}, "synthetic:llama-125m": {"cached_ms": 4.0, "ratio": 3.0}}
+    assert [p.held for p in ex.task4_predictions(planted)] == [False, False]
+
+
+# ---------------------------------------------------------------- the saved notebooks
+def saved(rel: str, marker: str) -> list[str]:
+    """The stream lines of the code cell whose source holds ``marker``."""
+    nb = json.loads((ROOT / rel).read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and marker in "".join(c["source"]))
+    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    return text.splitlines()
+
+
+def verdict_lines(lines):
+    return [x for x in lines if x.startswith((HELD, MISSED))]
+
+
+def agree(lines, predictions):
+    assert len(lines) == len(predictions), lines
+    for line, p in zip(lines, predictions):
+        assert line.startswith(HELD if p.held else MISSED), (line, p)
+        assert p.text in line
+
+
+F = r"([-+]?[\d.]+)"
+
+
+def steps_from(lines):
+    v = verdict_lines(lines)
+    a, b, r2, x0, share = map(float, re.search(rf"a = {F} ms、b = {F} ms/位置、R² = {F}、位置 (\d+) の時間のうち a の割合 {F}%",
+                                               v[0]).groups())
+    gc, gn = map(float, re.search(rf"伸び あり {F} ms、なし {F} ms", v[1]).groups())
+    tr, wr = map(float, re.search(rf"時間の比 {F} 倍、位置の数の比 {F} 倍", v[2]).groups())
+    n = {"fixed_ms": a, "per_position_ms": b, "r2": r2, "first_position": int(x0), "fixed_share": share / 100,
+         "growth_cached_ms": gc, "growth_no_cache_ms": gn,
+         "time_ratio": tr, "work_ratio": wr, "tokens_equal": "（測定：一致）" in v[3]}
+    return v, ex.steps_predictions(n)
+
+
+@pytest.mark.parametrize("rel, marker", [(LESSON, "steps_predictions"), (LAB, "steps_predictions")])
+def test_saved_step_verdicts_agree_with_the_saved_numbers(rel, marker):
+    agree(*steps_from(saved(rel, marker)))
+
+
+def test_lesson_saved_rounding_verdict_agrees():
+    v = verdict_lines(saved(LESSON, "rounding_prediction"))
+    diff, gap = map(float, re.search(r"差の最大 ([\d.e+-]+)、1位と2位の差の最小 ([\d.e+-]+)", v[0]).groups())
+    agree(v, [ex.rounding_prediction(diff, gap)])
+
+
+def test_lab_saved_task_verdicts_agree_with_the_saved_numbers():
+    lines = saved(LAB, "task1_predictions")
+    rows = [{"output_len": int(n), "cached_s": float(c), "no_cache_s": float(u), "positions": int(p.replace(",", ""))}
+            for n, c, u, p in re.findall(r"出力\s+(\d+): 合計 あり ([\d.]+) s、なし ([\d.]+) s、なしが計算した位置 ([\d,]+)",
+                                         "\n".join(lines))]
+    assert len(rows) == 3, lines
+    agree(verdict_lines(lines), ex.task1_predictions(rows))
+
+    lines = saved(LAB, "task2_predictions")
+    rows = [{"prompt_len": int(p), "cached_ms": float(c), "no_cache_first_ms": float(f)}
+            for p, c, f in re.findall(r"プロンプト\s+(\d+): キャッシュありの1ステップ（中央値）([\d.]+) ms、"
+                                      r"なしの最初の1ステップ ([\d.]+) ms",
+                                      "\n".join(lines))]
+    assert len(rows) == 3, lines
+    agree(verdict_lines(lines), ex.task2_predictions(rows))
+
+    v = verdict_lines(saved(LAB, "task3_predictions"))
+    slope, formula = (int(x.replace(",", "")) for x in re.search(r"傾き ([\d,]+) B、式 .* = ([\d,]+) B", v[0]).groups())
+    pool, used = map(float, re.search(r"プール ([\d.]+) MiB、使っている量 ([\d.]+) MiB", v[1]).groups())
+    assert v[0].startswith(HELD if slope == formula else MISSED) and v[1].startswith(HELD if pool >= 10 * used else MISSED)
+
+    lines = saved(LAB, "task4_predictions")
+    nums = {m: {"cached_ms": float(c), "ratio": float(r)}
+            for m, c, r in re.findall(r"^(\S+): キャッシュありの1ステップ（中央値）([\d.]+) ms、"
+                                      r"合計時間の比（なし ÷ あり）([\d.]+) 倍", "\n".join(lines), re.M)}
+    assert set(nums) == {"default", "synthetic:llama-125m"}, lines
+    agree(verdict_lines(lines), ex.task4_predictions(nums))
