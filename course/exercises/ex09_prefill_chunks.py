@@ -8,6 +8,8 @@ the chunks the engine really makes, which fill the room from the front and leave
 """
 from __future__ import annotations
 
+import numbers
+
 from course.exercises.checks import TIMEOUT_S, case, failed_call, run
 from course.exercises.kit import Case, Grader
 
@@ -57,6 +59,11 @@ def engine_chunks(prompt_len: int, decode_batch: int, token_budget: int) -> tupl
     return chunks, worst
 
 
+def _positive_int(c) -> bool:
+    """A positive integer: Python's int or numpy's (numbers.Integral), not a bool."""
+    return isinstance(c, numbers.Integral) and not isinstance(c, bool) and c > 0
+
+
 def check(fn, ctx=None) -> list:
     ctx = ctx if isinstance(ctx, dict) else {}
     limit = float(ctx.get("timeout_s", TIMEOUT_S))      # seconds each call of the learner's function may take
@@ -69,7 +76,8 @@ def check(fn, ctx=None) -> list:
         if not ok:
             out.append(failed_call("計画を作る", inp, str(want), msg))
             continue
-        ints = isinstance(got, list) and all(isinstance(c, int) and c > 0 for c in got)
+        ints = isinstance(got, (list, tuple)) and all(_positive_int(c) for c in got)
+        got = [int(c) for c in got] if ints else got         # numpy integers and a tuple are a plan too
         # any plan with the fewest steps that fits passes here; the engine case below asks for its order
         valid = ints and sum(got) == L and max(got) <= b - d and len(got) == len(want)
         if ints and got == want:
@@ -100,6 +108,7 @@ def check(fn, ctx=None) -> list:
         return out
     L, d, b = ENGINE_CASE
     ok, plan, msg = run(fn, L, d, b)
+    plan = [int(c) for c in plan] if ok and isinstance(plan, (list, tuple)) and all(map(_positive_int, plan)) else plan
     eok, res, emsg = run(engine_chunks, L, d, b, timeout_s=120.0)
     if ok and eok:
         chunks, worst = res

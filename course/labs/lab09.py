@@ -24,6 +24,7 @@ same tokens (in bfloat16, different chunkings round differently and a random mod
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -155,7 +156,20 @@ def _measure(run: dict, stream: list[dict]) -> dict:
             "kv_bytes_long": _mean_of(kv, late, True), "kv_bytes_short": _mean_of(kv, late, False),
             "kv_ms_long": _mean_of(kv_s, late, True), "kv_ms_short": _mean_of(kv_s, late, False),
             "long_first_token_s": [m.first_token_time - t0 for m in longs if m.first_token_time is not None],
+            **_handoff(longs),
             "mean_decoding": statistics.fmean(sum(a < t <= b for a, b in spans) for t in ends) if ends else float("nan")}
+
+
+def _handoff(longs: list) -> dict:
+    """Disaggregation only: a long prompt's TTFT split (means, ms) into arrival -> prefill done (the prefill process),
+    the copy out + pipe (kv_transfer_s) and the rest (waiting in the decode side's inbox, inject_kv_blocks, admit)."""
+    ms = [m for m in longs if getattr(m, "prefill_done_time", None) is not None]
+    if not ms:
+        return {}
+    pre = [(m.prefill_done_time - m.arrival_time) * 1e3 for m in ms]
+    kv = [m.kv_transfer_s * 1e3 for m in ms]
+    return {"prefill_ms_long": statistics.fmean(pre), "admit_ms_long": statistics.fmean(
+        m.ttft * 1e3 - a - b for m, a, b in zip(ms, pre, kv))}
 
 
 def _mean_of(values: list, late: list[bool], want: bool) -> float:
@@ -224,8 +238,10 @@ def readout_html(res: dict) -> str:
             "出力 tok/s", "tok/s/user", "KV 転送 [KB/件]（長い ／ 短い）")
     same = "同じトークン列: " + ("はい（全構成で一致）" if res["same_tokens"] else "いいえ")
     n = min(r.get("itl_count", 0) for r in res["setups"].values())
-    note = (f"ITL の標本は構成ごとに {n} 個以上です。止められたステップでは Decode 中の全員が同じ長い間隔を受け取るので、"
-            "そうした間隔が標本の 1% を超えると、p99 も止められた間隔の値になります。KV 転送は、長いプロンプトと短いプロンプトの"
+    need = n - math.floor(0.99 * (n - 1)) if n else 0
+    note = (f"ITL の標本は構成ごとに {n} 個以上です。止められたステップでは Decode 中の全員が同じ長い間隔を受け取ります。"
+            f"p99 は小さい順に 0.99 × (標本の数 − 1) 番目の値（間は直線で補間）なので、{n} 個なら上から {need} 個以上が"
+            "止められた間隔のとき、p99 もその値になります。KV 転送は、長いプロンプトと短いプロンプトの"
             "1件あたりを分けて示します。"
             f" スレッド: 1エンジンは {res['threads']} スレッド × 1 プロセス、Disaggregation は Prefill のプロセス 1 スレッド"
             f"＋ Decode のプロセス {res['threads']} スレッドで、CPU を多く使えます。")

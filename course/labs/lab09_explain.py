@@ -7,15 +7,17 @@ and the lab's tasks' predictions decided by the runs (``course.labkit.prediction
     print(kv_reading(res))           # KV per long and per short prompt, against blocks x 16 x bytes per token
     print(pareto_reading(res))       # the setups no other setup dominates (course/TERMS.md)
     print(verdicts(task1_predictions(res_128, res_448)))       # 課題1: a longer prompt
-    print(verdicts(task2_predictions(res, res_125m)))          # 課題2: llama-125m's shape
+    print(verdicts(task2_predictions(res, res_125m)))          # 課題2: llama-125m's shape, the same stream
     print(verdicts(task3_predictions(res, res_poisson)))       # 課題3: Poisson arrivals
 
 Pure functions of result dicts (no engine here, no import of lab09): the tests plant contradicting numbers and
 re-derive the verdicts saved in the lab from the numbers saved next to them.
 
 Why p99 equals the max (or does not): a stalled step gives every decoding request the same long gap, so the share
-of stalled gaps is (stalled steps x decoding requests) / all gaps. Above 1 %, p99 is one of them; below, p99
-misses the tail and only the max shows it. A rate effect, not a small-sample one.
+of stalled gaps is (stalled steps x decoding requests) / all gaps. p99 interpolates at rank 0.99 (n - 1), so it is
+one of them when at least n - floor(0.99 (n - 1)) gaps are long (``p99_needs``: about 1 % + 1/n); with fewer,
+p99 lies between a normal and a long gap and only the max shows the stall. Gaps above the threshold beyond what the
+stream's prefill steps can stall (``stall_bound``) are named as noise.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import math
 from course.labkit.predictions import Prediction
 from minimal_engine.engine.metrics import percentile
 
-STALL_FACTOR = 2.0          # a gap longer than this x the setup's median ITL: a step shared with a prefill
+STALL_FACTOR = 2.0          # a gap longer than this x the setup's median ITL: "long" (mostly a step shared with a prefill)
 BLOCK = 16                  # the engine's block size (tokens): the KV moves in whole blocks
 BUSY = "ほかのプログラムが CPU を使っていると ITL の裾が揺れます。負荷の警告を確かめ、ほかのカーネルを止めて測り直してください"
 
@@ -44,17 +46,63 @@ def stall_share(r: dict) -> tuple[int, int]:
     return sum(x > STALL_FACTOR * r["median_itl_ms"] for x in g), len(g)
 
 
+def p99_needs(n: int) -> int:
+    """How many of the top gaps p99 reads (linear interpolation at rank 0.99 (n - 1), numpy's default): p99 is one of
+    the long gaps (or between two of them) when at least n - floor(0.99 (n - 1)) gaps are long, a share of about
+    1 % + 1/n: the share decides, and near the border the number of samples too."""
+    return n - math.floor(0.99 * (n - 1)) if n else 0
+
+
+def stall_bound(res: dict, r: dict) -> int | None:
+    """The most gaps that can share a step with a long prompt's prefill at budget r: num_long prompts x their prefill
+    steps (ceil(prompt_len / (budget - num_decodes))) x the decoding short requests. None when the run lacks them."""
+    if "num_long" not in res or "num_decodes" not in res:
+        return None
+    steps = math.ceil(res["prompt_len"] / max(1, r["budget"] - res["num_decodes"]))
+    return res["num_long"] * steps * res["num_decodes"]
+
+
 def stall_reading(res: dict) -> str:
     r = singles(res)[-1]
     k, n = stall_share(r)
+    need = p99_needs(n)
     share = k / n if n else float("nan")
-    head = (f"予算 {r['budget']}: ITL の標本 {n} 個のうち {k} 個（{share:.1%}）が、中央値 {r['median_itl_ms']:.1f} ms の"
-            f" {STALL_FACTOR:g} 倍を超える間隔（長いプロンプトの Prefill と同じステップ）です。")
-    if share > 0.01:
-        return head + (f"1% を超えるので、p99（{r['p99_itl_ms']:.1f} ms）も止められた間隔のどれかになり、"
-                       f"最大値（{r['max_itl_ms']:.1f} ms）と同じ裾にあります。")
-    return head + (f"1% 以下なので、p99（{r['p99_itl_ms']:.1f} ms）は裾を見逃し、止められた間隔は最大値"
-                   f"（{r['max_itl_ms']:.1f} ms）にだけ出ます。")
+    out = (f"予算 {r['budget']}: ITL の標本 {n} 個のうち {k} 個（{share:.1%}）が、中央値 {r['median_itl_ms']:.1f} ms の"
+           f" {STALL_FACTOR:g} 倍を超える長い間隔です。")
+    bound = stall_bound(res, r)
+    if bound is not None:
+        out += f"長いプロンプトの Prefill と同じステップに入れる間隔は、この流れでは多くて {bound} 個です"
+        out += (f"。それを超える {k - bound} 個は Prefill と関係のない揺れ（ほかのプログラムの負荷など）です。" if k > bound
+                else "。")
+    out += (f"\np99 は標本を小さい順に並べた 0.99 × ({n} − 1) 番目の値（間は直線で補間）なので、上から {need} 個以上が"
+            "長い間隔なら、p99 もそのどれかの値になります。")
+    if k >= need and k:
+        return out + (f"この実行では {k} 個 ≥ {need} 個なので、p99（{r['p99_itl_ms']:.1f} ms）も長い間隔の値で、"
+                      f"最大値（{r['max_itl_ms']:.1f} ms）と同じ裾にあります。")
+    if k:
+        return out + (f"この実行では {k} 個 < {need} 個なので、p99（{r['p99_itl_ms']:.1f} ms）は長い間隔と普通の間隔のあいだを"
+                      f"補間した値で、止められた長さは最大値（{r['max_itl_ms']:.1f} ms）にだけ出ます。")
+    return out + (f"この実行では長い間隔がないので、p99（{r['p99_itl_ms']:.1f} ms）も最大値（{r['max_itl_ms']:.1f} ms）も"
+                  "普通の間隔です。")
+
+
+def handoff_reading(hi: dict, d: dict) -> str:
+    """Where Disaggregation's extra TTFT went, measured: the prefill process (arrival -> first token sampled), the copy
+    out + pipe (kv_transfer_s), and the rest until the decode side admitted it; the largest part is named."""
+    if "prefill_ms_long" not in d:
+        return f"\n  受け渡しの代償: KV の取り出しと転送が長いプロンプト1件あたり平均 {d['kv_ms_long']:.1f} ms。"
+    pre, kv, adm = d["prefill_ms_long"], d["kv_ms_long"], d["admit_ms_long"]
+    parts = {"Prefill": pre - hi["long_ttft_ms"], "転送": kv, "受け入れ": adm}
+    why = {"Prefill": ("Prefill のプロセスそのものが1エンジンより遅いことです（Prefill のプロセスは 1 スレッドで、"
+                       "Decode のプロセスと同じコアとメモリ帯域を分け合います）"),
+           "転送": "KV をプールから取り出してパイプで運ぶ時間です（CPU がバイト列をコピーします）",
+           "受け入れ": ("届いた KV が、Decode 側の次のステップの前に受け入れられ、プールに書き込まれるまでの待ちです"
+                    "（Decode の1ステップが長いほど伸びます）")}
+    top = max(parts, key=parts.get)
+    return (f"\n  内訳（長いプロンプト1件あたりの平均、測定）: 到着から Prefill 完了まで {pre:.0f} ms"
+            f"（予算 {hi['budget']} の1エンジンの TTFT は {hi['long_ttft_ms']:.0f} ms）、KV の取り出しと転送 {kv:.1f} ms、"
+            f"受け取ってから Decode 側が受け入れるまで {adm:.1f} ms。"
+            f"\n  1エンジンより長くなった分のうち最も大きいのは、{why[top]}")
 
 
 def budget_reading(res: dict) -> str:
@@ -67,8 +115,7 @@ def budget_reading(res: dict) -> str:
         out += (f"\nDisaggregation: ITL の p99 {d['p99_itl_ms']:.1f} ms、長いプロンプトの TTFT {d['long_ttft_ms']:.0f} ms"
                 f"（予算 {hi['budget']} の1エンジンより {abs(diff):.0f} ms {'長い' if diff > 0 else '短い'}）")
         if diff > 0:
-            out += (f"\n  受け渡しの代償: KV の取り出しと転送が長いプロンプト1件あたり平均 {d['kv_ms_long']:.1f} ms。"
-                    "残りは、Decode 側が次のステップで受け入れるまでの待ちと、2つのプロセスがコアを分け合う分と考えられます")
+            out += handoff_reading(hi, d)
     return out
 
 
@@ -152,9 +199,15 @@ def budget_ratio(res: dict) -> float:
 
 
 def task2_predictions(base: dict, big: dict) -> list[Prediction]:
-    """課題2: ``big`` (a larger model's shape) against ``base`` (the default model's run)."""
+    """課題2: ``big`` (a larger model's shape) against ``base`` (the default model's run). When anything but the model
+    differs (prompt length, decodes, output length, long prompts), the names say so: the ratios then mix the two."""
     sb, sg, bb, bg = spike_ratio(base), spike_ratio(big), budget_ratio(base), budget_ratio(big)
-    names = f"{big['model']}（プロンプト長 {big['prompt_len']}）と既定モデル（プロンプト長 {base['prompt_len']}）"
+    keys = ("prompt_len", "num_decodes", "output_len", "num_long")
+    other = [k for k in keys if k in base and k in big and base[k] != big[k]]
+    names = f"{big['model']} と既定モデル（同じ流れ: プロンプト長 {base['prompt_len']}）"
+    if other:
+        names = (f"{big['model']}（プロンプト長 {big['prompt_len']}）と既定モデル（プロンプト長 {base['prompt_len']}）"
+                 f"（モデルのほかに {'・'.join(other)} も違うので、モデルだけの差ではありません）")
     return [
         Prediction(f"{names}: 予算が最大の構成の「最大の ITL ÷ ITL の中央値」（Prefill と同居したステップが Decode だけの"
                    "ステップの何倍か）が、大きなモデルの形で大きい", sg > sb,
@@ -189,5 +242,6 @@ def task3_predictions(base: dict, poisson: dict) -> list[Prediction]:
 
 
 __all__ = ["budget_prediction", "budget_ratio", "budget_reading", "dominated", "kv_reading", "pareto_reading",
-           "singles", "spike_ratio", "spread", "stall_reading", "stall_share", "task1_predictions", "task2_predictions",
+           "handoff_reading", "p99_needs", "singles", "spike_ratio", "spread", "stall_bound", "stall_reading",
+           "stall_share", "task1_predictions", "task2_predictions",
            "task3_predictions"]

@@ -102,3 +102,14 @@ def test_looping_solution_is_reported_as_a_timeout():
 def _grader_module():
     import importlib
     return importlib.import_module("course.exercises.ex09_prefill_chunks")
+
+
+def test_numpy_integers_and_a_tuple_are_a_plan():
+    """The blind reading (ch09 #9): a correct plan of np.int64 values, or a tuple, passes; a bool or a float does not."""
+    import numpy as np
+    sol = _solution()
+    for wrap in (lambda p: [np.int64(c) for c in p], tuple):
+        cases = _grader().check(lambda L, d, b, w=wrap: w(sol(L, d, b)), CTX)
+        assert cases and all(c.passed for c in cases), [c.message for c in cases if not c.passed]
+    floats = _grader().check(lambda L, d, b: [float(c) for c in sol(L, d, b)], CTX)
+    assert not all(c.passed for c in floats)
