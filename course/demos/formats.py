@@ -10,9 +10,11 @@ Plain functions used by lesson 6, lab 6 and the quiz (tests/course/test_lab06.py
     rounding_table(w)          # every format on one matrix: relative error, bits per weight (scales included)
 
 Formats and their scales (what `fake_quantize` emulates, along the last dimension K, the inputs of a row):
-  * "int8_tensor" / "int8_channel": INT8, one float32 scale for the matrix / one scale per output row, as
-            quantization.py and gpt-fast: rounded with the float32 scale, stored (and dequantized) with it in BF16.
-  * "fp8_e4m3_tensor": FP8 e4m3, one float scale for the whole matrix (amax / 448); torch's float8 cast rounds.
+  * "int8_tensor": INT8, one float32 scale for the whole matrix (amax / 127), kept and applied in float32.
+  * "int8_channel": INT8, one scale per output row, as quantization.py and gpt-fast: rounded with the float32
+            scale, stored (and dequantized) with it in BF16.
+  * "fp8_e4m3_tensor": FP8 e4m3, one float32 scale for the whole matrix (amax / 448); torch's float8 cast rounds.
+  The bits per weight count every scale the same way: a float32 scale for the whole tensor adds 32 / numel.
   * "int4_channel" / "int4_g32": INT4 in [-8, 7], one scale per output row / per group of 32 values (amax / 7),
             the scale in bf16 (gpt-fast's int4 uses groups of 32 with a scale and a zero point: asymmetric).
   * "mxfp4": OCP Microscaling MXFP4: E2M1 values, one E8M0 scale (a power of two) per block of 32;
@@ -105,7 +107,7 @@ def fake_quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, float]:
         return (w / s).round().clamp(-127, 127) * s.to(torch.bfloat16).float(), 8 + 16 / k
     if fmt == "fp8_e4m3_tensor":
         s = w.abs().max().clamp_min(1e-12) / 448
-        return (w / s).to(torch.float8_e4m3fn).float() * s, 8.0
+        return (w / s).to(torch.float8_e4m3fn).float() * s, 8 + 32 / w.numel()   # one float32 scale, as int8_tensor
     if fmt in ("int4_g32", "int4_channel"):
         g = 32 if fmt == "int4_g32" else k
         b = _blocks(w, g)

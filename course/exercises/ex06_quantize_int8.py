@@ -72,6 +72,14 @@ def _engine_run(quantizer):
     return out
 
 
+def _kind(res) -> str:
+    """What came back, in a few words (a list or a tensor shown by type and size, not by its values)."""
+    if isinstance(res, (list, tuple, dict)):
+        return f"{type(res).__name__}（{len(res)} 要素）"
+    shape = getattr(res, "shape", None)
+    return f"{type(res).__name__} {list(shape)}" if shape is not None else type(res).__name__
+
+
 def check(fn, ctx=None) -> list:
     out, all_ok = [], True
     for name, w in _matrices():
@@ -83,7 +91,7 @@ def check(fn, ctx=None) -> list:
         why = _judge(w, res)
         all_ok &= not why
         got = (f"q {getattr(res[0], 'dtype', type(res[0]).__name__)} {list(getattr(res[0], 'shape', []))}, "
-               f"scale {list(getattr(res[1], 'shape', []))}") if isinstance(res, tuple) and len(res) == 2 else repr(res)[:80]
+               f"scale {list(getattr(res[1], 'shape', []))}") if isinstance(res, tuple) and len(res) == 2 else _kind(res)
         out.append(case(name, f"w {list(w.shape)}", f"q int8 {list(w.shape)}, scale [{w.shape[0]}]、誤差 ≤ scale/2",
                         got, not why, why))
     if not all_ok or (isinstance(ctx, dict) and ctx.get("engine") is False):

@@ -74,7 +74,8 @@ UNITS: dict[str, Unit] = {
     **_units("演算強度", [("FLOP/B", 1, "FLOP/バイト", ("flops/b", "flop/byte", "flops/byte", "flop/バイト"))]),
     **_units("演算量", [("FLOPs", 1, "", ("flop",)), ("MFLOPs", 1e6, "", ("mflop",)),
                       ("GFLOPs", 1e9, "", ("gflop",)), ("TFLOPs", 1e12, "", ("tflop",))]),
-    **_units("倍率", [("倍", 1, "", ("x", "×", "times"))]),
+    # A ratio below 1 is often written as a percentage: "51%" answers a 倍 question as 0.51.
+    **_units("倍率", [("倍", 1, "", ("x", "×", "times")), ("%", 0.01, "パーセント", ("percent",))]),
     **_units("ステップ数", [("ステップ", 1, "", ("step", "steps", "回"))]),
 }
 

@@ -47,6 +47,12 @@ def test_block_scales_of_mxfp4_and_nvfp4():
     assert formats.relative_error(w, int8) < 0.01 < formats.relative_error(w, nv) < 0.2
 
 
+def test_a_tensor_wide_scale_costs_the_same_bits_in_int8_and_fp8():
+    w = torch.randn(64, 32)
+    bits = {f: formats.fake_quantize(w, f)[1] for f in ("int8_tensor", "fp8_e4m3_tensor")}
+    assert bits["int8_tensor"] == bits["fp8_e4m3_tensor"] == 8 + 32 / w.numel()
+
+
 def test_rounding_table_on_a_real_weight_is_ordered_by_bits():
     w = formats.default_weight()
     assert w.shape == (320, 864)

@@ -34,6 +34,17 @@ def test_task1_verdicts_follow_the_numbers():
     # planted: the largest batch still far below 1
     missed = ex.task1_predictions({**good, 32: run(0.79, 0.85)})[1]
     assert not missed.held and missed.verdict().startswith(MISSED) and "0.85" in missed.verdict()
+    # batch 2 is shown but not judged: one extra row moves the ratio by less than the noise
+    assert ex.task1_predictions({**good, 2: run(0.78, 0.70)})[0].held
+    # planted: batch 8 above batch 1's median, but by less than the noise margin
+    assert not ex.task1_predictions({**good, 8: run(0.77, 0.78 + ex.NOISE_MARGIN - 0.01)})[0].held
+    # planted: the batch-1 ratios of identical runs spread 0.59-0.96 (load); the margin widens to that spread, and
+    # the reason names the noise first
+    noisy = {2: run(0.59, 0.88), 8: run(0.96, 1.17), 32: run(0.95, 1.09)}
+    assert ex.task1_margin(ex.task1_rows(noisy)) == pytest.approx(0.37)
+    p = ex.task1_predictions(noisy)[0]
+    assert not p.held and "0.59〜0.96" in p.verdict() and p.otherwise.startswith("まず負荷の揺れ")
+    assert ex.task1_predictions({2: run(0.94, 0.88), 8: run(0.96, 1.17), 32: run(0.95, 1.09)})[0].held
     # a CPU without the int8 kernel: every batch dequantizes
     assert "int8pack" not in ex.task1_table({2: run(1.3, 1.4, "int8 weights: dequantize+matmul (CPU DEFAULT)")})
 
@@ -42,6 +53,8 @@ def test_lesson_batch_and_kernel_verdicts_follow_the_numbers():
     res = {"batch": 32, "ratios": {"tpot_b1": 0.75, "tpot_bB": 1.18}}
     assert ex.batch_predictions(res)[0].held
     assert not ex.batch_predictions({**res, "ratios": {"tpot_b1": 0.75, "tpot_bB": 0.80}})[0].held
+    # planted: above batch 1's ratio and above NEAR_ONE, but within the noise margin
+    assert not ex.batch_predictions({**res, "ratios": {"tpot_b1": 0.92, "tpot_bB": 0.95}})[0].held
     # the lesson's saved 1728 x 320 column: int8pack 16.68 -> 2096.79 us, BF16 56.98 -> 548.76 us, 1 -> 256 rows
     rows = [{"rows": 1, "int8pack_us": 16.68, "bf16_us": 56.98}, {"rows": 256, "int8pack_us": 2096.79, "bf16_us": 548.76}]
     p = ex.kernel_predictions(rows, shape="1728 × 320: ")[0]
@@ -105,6 +118,9 @@ def test_quality_verdicts_follow_the_numbers():
     assert "bfloat16 + KV fp8（+0.0010 nats/文字" in text and "98.0%（bfloat16 + weights int8）〜99.2%（float32）" in text
     assert not ex.quality_predictions(qrows({"float32": 0.0001, "bfloat16 + KV fp8": 0.02}))[0].held
     assert not ex.quality_predictions(qrows({"float32": 0.0}, f32_top1=1.0))[1].held
+    # a difference that rounds to zero prints as ±0.0000, never -0.0000
+    tiny = ex.quality_predictions(qrows({"float32": -0.00001, "bfloat16 + KV int8": 0.0002}))[0].verdict()
+    assert "float32 ±0.0000" in tiny and "-0.0000" not in tiny and "+0.0002" in tiny
 
 
 def test_the_emulated_int8_format_is_the_engines_int8_linear():
@@ -174,7 +190,7 @@ def test_lab6_saved_task3_verdicts_agree_with_the_saved_table():
     agree(verdict_lines(lines), ex.outlier_predictions(rows))
 
 
-DIFF = re.compile(r"(bfloat16 \+ [\w ]+?|float32) ([+-][\d.]+)")
+DIFF = re.compile(r"(bfloat16 \+ [\w ]+?|float32) ([+\-±][\d.]+)")
 TOP1 = re.compile(r"float32 の top-1 一致率 ([\d.]+)%")
 
 
@@ -182,7 +198,7 @@ TOP1 = re.compile(r"float32 の top-1 一致率 ([\d.]+)%")
 def test_saved_quality_verdicts_agree_with_their_numbers(rel):
     saved = verdict_lines(saved_lines(rel, "quality_predictions"))
     assert len(saved) == 2, saved
-    diffs = {s: float(d) for s, d in DIFF.findall(saved[0].split("測定：")[1])}
+    diffs = {s: float(d.replace("±", "")) for s, d in DIFF.findall(saved[0].split("測定：")[1])}
     assert "float32" in diffs and len(diffs) == 4, saved[0]
     rows = qrows(diffs, f32_top1=float(TOP1.search(saved[1]).group(1)) / 100)
     agree(saved, ex.quality_predictions(rows))

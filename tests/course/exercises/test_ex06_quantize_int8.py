@@ -75,3 +75,13 @@ def test_a_bfloat16_scale_is_refused_with_the_dtype_as_the_reason():
     failed = [c for c in _grader().check(_bf16_scale, CTX) if not c.passed]
     assert failed and all("float32 で返してください" in c.message for c in failed), [c.message for c in failed]
     assert not any("各行の絶対値の最大 ÷ 127" in c.message for c in failed)
+
+
+def _as_list(w):
+    scale = (w.abs().amax(1) / 127).clamp_min(1e-12)
+    return [torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale]
+
+
+def test_a_list_return_is_shown_by_type_and_length_not_by_its_values():
+    failed = [c for c in _grader().check(_as_list, CTX) if not c.passed]
+    assert failed and all(c.got == "list（2 要素）" for c in failed), [c.got for c in failed]
