@@ -84,8 +84,8 @@ def check(fn, ctx=None) -> list:
                        "min(1, p(x)/q(x)) です。一様乱数 u を引き、u < p(x)/q(x) なら受理します"
                        "（p >= q のときだけ受理したり、確率 p(x) で受理したりしていませんか）。")
         else:
-            message = ("受理率は合っていますが、出力の分布が p と違います。棄却したときは p ではなく、"
-                       "max(0, p − q) を正規化した残差の分布から引き直してください。")
+            message = ("受理率は合っていますが、出力の分布が p と違います。棄却したときに引き直す分布が"
+                       "違います。max(0, p − q) を正規化した残差の分布から引き直してください。")
         out.append(case(name, inp, f"頻度 ≈ {[round(v, 3) for v in p.tolist()]}、受理率 ≈ {want_acc:.3f}",
                         f"頻度 {[round(v, 3) for v in freq.tolist()]}、受理率 {acc:.3f}", dist_ok and acc_ok, message))
     if ctx.get("engine") is False or not all(c.passed for c in out):
@@ -95,11 +95,11 @@ def check(fn, ctx=None) -> list:
         out.append(failed_call("エンジンの投機的デコード", "LLM(speculative_config=draft_model, k=4)", "最後まで生成", msg))
         return out
     (acc_e, n_e), (acc_l, n_l) = res["engine"], res["learner"]
-    # a smoke test: only the token count is checked (the acceptance share is shown, not compared:
-    # few draws)
-    out.append(case("エンジンで最後まで生成できるか（ドラフトモデル、k=4、温度 1。受理の割合は比べません）",
-                    "2 プロンプト × 24 トークン", f"{n_e} トークン（エンジンの規則での提案の採用率 {acc_e:.2f}）",
-                    f"{n_l} トークン（あなたの規則での提案の採用率 {acc_l:.2f}）",
+    # a smoke test: only the token count is checked. The acceptance shares are not shown: over so few
+    # draws they differ by chance (the distribution checks above are the statistical test)
+    del acc_e, acc_l
+    out.append(case("エンジンで最後まで生成できるか（ドラフトモデル、k=4、温度 1）",
+                    "2 プロンプト × 24 トークン", f"{n_e} トークン", f"{n_l} トークン",
                     n_l == n_e, "エンジンがあなたの規則で最後まで生成できませんでした。"))
     return out
 

@@ -1,5 +1,6 @@
-"""Lab 8's readings: the two acceptance figures, the draft's repetition loop, and why the
-speedup falls with concurrency on this CPU (a prediction decided by the run)::
+"""Lab 8's readings: the two acceptance figures, the draft's repetition loop (and its period
+against k), diminishing returns in k, and why the speedup falls with concurrency on this CPU
+(predictions decided by the run)::
 
     alpha_from_length(3.94, 4)                  # Leviathan's alpha for a measured mean length
     print(acceptance_reading(res))              # 提案の採用率 and 受理率 alpha, with definitions
@@ -55,24 +56,56 @@ def loop_share(rows: list[dict], n: int = 4) -> dict:
             flags.append(_repeat(out, n))
     start = flags.index(True) if True in flags else len(out)
     accepted, in_loop, before, pos = 0, 0, [0, 0], 0       # before: [accepted, proposed]
+    loop_steps = loop_full = 0
     for r in rows:
         if r["drafts"] and pos + len(r["tokens"]) <= start:
             before[0] += r["accepted"]
             before[1] += len(r["drafts"])
+        elif r["drafts"] and pos >= start:
+            loop_steps += 1
+            loop_full += r["accepted"] == len(r["drafts"])
         accepted += r["accepted"]
         in_loop += sum(flags[pos:pos + r["accepted"]])
         pos += len(r["tokens"])
     return {"n": n, "accepted": accepted, "in_loop": in_loop, "before_accepted": before[0],
-            "before_proposed": before[1], "output": "".join(out)}
+            "before_proposed": before[1], "loop_steps": loop_steps, "loop_full": loop_full,
+            "output": "".join(out)}
 
 
-def loop_reading(rows: list[dict], n: int = 4) -> str:
+def loop_period(tokens: list, min_turns: int = 3, slack: float = 0.2) -> int | None:
+    """The smallest period p such that the output's last ``min_turns`` x p tokens repeat with period p,
+    up to ``slack`` of the comparisons (a loop like 涯を、自分の生 / 涯に、自分の生 has period 5 with one
+    token alternating); None if the tail does not loop."""
+    for p in range(1, len(tokens) // min_turns + 1):
+        tail = tokens[-min_turns * p:]
+        misses = sum(tail[i] != tail[i + p] for i in range(len(tail) - p))
+        if misses <= int(slack * (len(tail) - p)):
+            return p
+    return None
+
+
+def loop_reading(rows: list[dict], n: int = 4, k: int | None = None) -> str:
     s = loop_share(rows, n)
     b = s["before_accepted"] / s["before_proposed"] if s["before_proposed"] else float("nan")
-    return (f"受理された下書き {s['accepted']} 個のうち {s['in_loop']} 個は、出力にすでにあった "
+    text = (f"受理された下書き {s['accepted']} 個のうち {s['in_loop']} 個は、出力にすでにあった "
             f"{n} トークンの並びを繰り返す所でした。繰り返しが始まる前の提案の採用率は "
             f"{s['before_accepted']} ÷ {s['before_proposed']} = {b:.2f} です。\n"
             f"出力の末尾: {s['output'][-40:]}")
+    period = loop_period([t for r in rows for t in r["tokens"]])
+    if period is None or k is None:
+        return text
+    text += (f"\n出力の末尾は約 {period} トークンの周期で繰り返しています。繰り返しの中の下書きのある"
+             f"ステップ {s['loop_steps']} 回のうち {s['loop_full']} 回で、k = {k} 個全部が受理されました。")
+    if (k + 1) % period == 0:
+        return text + (f"k + 1 = {k + 1} が周期の倍数なので、どのステップも周期の同じ位置から始まります。"
+                       "そこから k 個の下書きがすべて当たれば、毎回全部受理が続きます。この k の受理率 α は"
+                       "周期と k の重なり方で決まる値で、ドラフトモデルの実力ではありません"
+                       "（別の k では、同じ出力でも α が変わります）。")
+    if k >= period:
+        return text + (f"k = {k} は周期より長いので、下書きの列はほとんどのステップで、ドラフトが外す位置を"
+                       "またぎます。その先の下書きは受理されず、forward のコストだけが増えます。")
+    return text + (f"k + 1 = {k + 1} は周期の倍数ではないので、ステップの始まりは周期の中でずれていき、"
+                   "ドラフトが外す位置がときどき下書きの中に入ります。")
 
 
 def formula_prediction(pairs: list[tuple[float, float]], tol: float = 0.05) -> Prediction:
@@ -114,7 +147,9 @@ def step_fit(rows: list[dict]) -> dict:
 
 def concurrency_predictions(rows: list[dict], k: int) -> list[Prediction]:
     """Rows: concurrency, base_tok_s (no speculation) and ngram_speedup. The CPU mechanism: a fixed
-    time per step, which both batching and speculation amortise, plus real per-token compute."""
+    time per step (the weight pass, memory-bound, plus Python and the other per-step work: see
+    weight_pass_prediction), which both batching and speculation amortise, plus a per-token time.
+    The fit alone cannot tell the weight pass from Python: both look like fixed time."""
     f = step_fit(rows)
     a, b = f["fixed_ms"], f["per_token_ms"]
     share1 = a / (a + b * rows[0]["concurrency"]) if a + b else float("nan")
@@ -136,7 +171,40 @@ def concurrency_predictions(rows: list[dict], k: int) -> list[Prediction]:
     ]
 
 
+def k_gain_prediction(speedups: dict[int, float]) -> Prediction:
+    """speedups: k -> measured speedup (n-gram, repetitive text, batch 1), at least three k. Diminishing
+    returns: the gain per added draft shrinks as k grows (each added draft is accepted with probability
+    alpha^i, while the verify step grows by one token)."""
+    ks = sorted(speedups)
+    gains = [(speedups[b] - speedups[a]) / (b - a) for a, b in zip(ks, ks[1:])]
+    text = "、".join(f"k {a} → {b}: {g:+.3f}" for a, b, g in zip(ks, ks[1:], gains))
+    return Prediction("速度比の、k を 1 増やすあたりの伸びは、k が大きいほど小さくなる（伸びが逓減する）",
+                      len(gains) >= 2 and all(g2 < g1 for g1, g2 in zip(gains, gains[1:])),
+                      "速度比 " + "、".join(f"k={k} {speedups[k]:.2f}" for k in ks) + f"。k 1 あたりの伸び {text}",
+                      "速度比は負荷でばらつきます。負荷の警告を確かめ、繰り返しを増やしてください。"
+                      "受理率 α が 1 に近いと、伸びはなかなか小さくなりません")
+
+
+def weight_pass_prediction(linear_ms: dict[int, float], step_ms: float) -> Prediction:
+    """linear_ms: batch -> time of one pass through every Linear layer (lab08_linears.linear_pass_ms);
+    step_ms: the engine's no-speculation step at the smallest batch. The weight pass is memory-bound
+    (4 rows cost less than twice 1 row: the extra rows hide behind reading the weights) and a large part
+    (a quarter or more) of the step: part of the fixed time is reading the weights, not only Python."""
+    b0, b1 = sorted(linear_ms)[0], sorted(linear_ms)[1]
+    t0, t1 = linear_ms[b0], linear_ms[b1]
+    share = t0 / step_ms if step_ms else float("nan")
+    return Prediction(f"Linear 層だけの時間は、{b0} 行 → {b1} 行で 2 倍未満しか増えず（重みを読む時間に"
+                      f"行の演算が隠れる）、バッチ {b0} の1ステップの 1/4 以上を占める",
+                      t1 < 2 * t0 and share >= 0.25,
+                      "Linear 層だけ " + "、".join(f"{b} 行 {t:.2f} ms" for b, t in sorted(linear_ms.items()))
+                      + f"。1ステップ {step_ms:.2f} ms のうち {share:.0%}、残り {step_ms - t0:.2f} ms は"
+                      "アテンション・Python の処理・サンプリングなど",
+                      "行を増やすと時間もほぼ比例して増えるなら、この CPU では行列積が演算で決まっています"
+                      "（重みがキャッシュに収まる、または演算の遅い CPU）。割合が小さいなら、固定の時間の"
+                      "大部分は Python の処理です。負荷の警告も確かめてください")
+
+
 __all__ = ["acceptance_reading", "alpha_from_length", "break_even_prediction",
-           "concurrency_predictions",
+           "concurrency_predictions", "k_gain_prediction", "loop_period", "weight_pass_prediction",
            "formula_prediction", "loop_reading",
            "loop_share", "step_fit"]

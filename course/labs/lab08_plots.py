@@ -1,5 +1,5 @@
 """Lab 8's figure: output tok/s per method, and the acceptance rate and mean accepted length of each proposer
-(``plot_run(res)`` for a ``lab08.run_spec_lab`` result), and the Japanese labels of its methods and texts."""
+(``plot_run(res)`` for a ``lab08.run_spec_lab`` result; the orange bar is alpha, never accepted / proposed), and the Japanese labels of its methods and texts."""
 from __future__ import annotations
 
 METHODS = {"none": "投機なし", "ngram": "n-gram（プロンプト参照）", "draft_model": "ドラフトモデル（蒸留）",
@@ -9,12 +9,18 @@ TEXTS = {"repetitive": "繰り返しの多い文章", "ordinary": "ふつうの�
 COLORS = {"none": "tab:gray", "ngram": "tab:green", "draft_model": "tab:blue", "draft_model_lm": "tab:purple"}
 
 
+def _wrap(label: str) -> str:
+    """A method's label with its parenthesised part on a second line (the tick labels do not overlap)."""
+    return label.replace("（", "\n（", 1)
+
+
 def plot_run(res: dict):
-    """Left: output tok/s per method. Right: acceptance rate and mean accepted length."""
+    """Left: output tok/s per method. Right: Leviathan's alpha (solved from the mean accepted length,
+    not accepted / proposed) and the mean accepted length."""
     from course.labkit.charts import figure
     fig, (a1, a2) = figure(10, 3.6, 1, 2)
     ms = list(res["methods"])
-    a1.bar([METHODS[m] for m in ms], [res["methods"][m]["tok_s"] for m in ms], color=[COLORS[m] for m in ms])
+    a1.bar([_wrap(METHODS[m]) for m in ms], [res["methods"][m]["tok_s"] for m in ms], color=[COLORS[m] for m in ms])
     a1.set_ylabel("出力 tok/s")
     a1.grid(alpha=0.3, axis="y")
     spec = [m for m in ms if m != "none"]
@@ -22,9 +28,9 @@ def plot_run(res: dict):
         x = range(len(spec))
         a2.bar([i - 0.2 for i in x], [res["methods"][m]["mean_accepted_length"] for m in spec], 0.4,
                color=[COLORS[m] for m in spec], label="平均受理長 [トークン/ステップ]")
-        a2.bar([i + 0.2 for i in x], [res["methods"][m]["acceptance_rate"] for m in spec], 0.4, color="tab:orange",
-               label="受理率 α")
-        a2.set_xticks(list(x), [METHODS[m] for m in spec])
+        a2.bar([i + 0.2 for i in x], [res["methods"][m]["alpha"] for m in spec], 0.4, color="tab:orange",
+               label="受理率 α（平均受理長から解いた値）")
+        a2.set_xticks(list(x), [_wrap(METHODS[m]) for m in spec])
         a2.axhline(res["k"] + 1, color="k", linestyle="--", linewidth=1, label=f"上限 k+1 = {res['k'] + 1}")
         a2.legend(fontsize=7)
         a2.grid(alpha=0.3, axis="y")

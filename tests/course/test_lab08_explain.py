@@ -84,7 +84,7 @@ def test_lab8_saved_verdicts_agree_with_its_saved_numbers():
     text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
                    if o.get("output_type") == "stream")
     saved = [line for line in text.splitlines() if line.startswith((HELD, MISSED))]
-    assert len(saved) == 2, text
+    assert len(saved) == 3, text                # the fit, the speedup, the weight pass
     steps = [(int(c), float(t)) for c, t in STEPS.findall(saved[0].split("。固定")[0])]
     first, last = map(float, SPEED.search(saved[1]).groups())
     speed = [first] + [first] * (len(steps) - 2) + [last]
@@ -92,6 +92,68 @@ def test_lab8_saved_verdicts_agree_with_its_saved_numbers():
             for (c, t), s in zip(steps, speed)]
     for line, p in zip(saved, ex.concurrency_predictions(rows, k=4)):
         assert line.startswith(HELD if p.held else MISSED), (line, p)
+    linear = {int(b): float(t) for b, t in LINEAR.findall(saved[2])}
+    step = float(re.search(r"1ステップ ([\d.]+) ms のうち", saved[2]).group(1))
+    p = ex.weight_pass_prediction(linear, step)
+    assert saved[2].startswith(HELD if p.held else MISSED), saved[2]
+
+
+LINEAR = re.compile(r"(\d+) 行 ([\d.]+) ms")
+
+
+def test_weight_pass_verdict_follows_the_numbers():
+    # the blind reading's numbers (engine CpuLinear, 1 thread): 2.60 / 2.62 / 3.51 ms, step 5.67 ms
+    good = ex.weight_pass_prediction({1: 2.60, 4: 2.62, 8: 3.51}, 5.67)
+    assert good.held and "1 行 2.60 ms" in good.verdict() and "46%" in good.verdict()
+    # planted: the rows are not hidden (4 rows cost 4x one row): compute-bound matmuls
+    assert not ex.weight_pass_prediction({1: 1.0, 4: 4.0, 8: 8.0}, 5.67).held
+    # planted: the weight pass is a small part of the step (the fixed time is mostly Python)
+    assert not ex.weight_pass_prediction({1: 0.5, 4: 0.52, 8: 0.6}, 5.67).held
+
+
+def test_k_gain_verdict_follows_the_numbers():
+    assert ex.k_gain_prediction({2: 2.48, 4: 3.56, 8: 4.05}).held       # the saved sweep
+    assert not ex.k_gain_prediction({2: 2.0, 4: 2.2, 8: 3.5}).held       # planted: the gain grows
+    assert not ex.k_gain_prediction({2: 2.0, 4: 2.5}).held               # two k: nothing to judge
+
+
+def test_loop_period_and_its_reading_against_k():
+    loop = ["涯", "を", "、", "自分", "の生", "涯", "に", "、", "自分", "の生"] * 3
+    assert ex.loop_period(loop) == 5                       # one token alternates: still period 5
+    assert ex.loop_period(list("abcdefghij")) is None
+    rows = [_row([], 0, ["x"])] + [_row(loop[i:i + 4], 4, loop[i:i + 5]) for i in range(0, 30, 5)]
+    assert "周期の倍数なので" in ex.loop_reading(rows, k=4)
+    assert "周期の倍数ではない" in ex.loop_reading(rows, k=2)
+    assert "周期より長い" in ex.loop_reading(rows, k=8)
+    assert "周期" not in ex.loop_reading(rows)             # no k: no claim about it
+
+
+KGAIN = re.compile(r"k=(\d+) ([\d.]+)")
+
+
+def test_lab8_saved_k_gain_verdict_agrees_with_its_saved_numbers():
+    nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code"
+                and "k_gain_prediction" in "".join(c["source"]))
+    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
+                   if o.get("output_type") == "stream")
+    line = next(x for x in text.splitlines() if x.startswith((HELD, MISSED)))
+    speedups = {int(k): float(v) for k, v in KGAIN.findall(line.split("測定：")[1])}
+    assert len(speedups) == 3, line
+    assert line.startswith(HELD if ex.k_gain_prediction(speedups).held else MISSED), line
+
+
+def test_the_figure_plots_alpha_not_the_share():
+    from course.labs.lab08_plots import plot_run
+    res = {"k": 4, "text": "repetitive", "prompt_len": 64, "output_len": 64, "concurrency": 1, "methods": {
+        "none": {"tok_s": 100.0},
+        "ngram": {"tok_s": 300.0, "mean_accepted_length": 4.5, "acceptance_rate": 0.875, "alpha": 0.947}}}
+    fig = plot_run(res)
+    right = fig.axes[1]
+    heights = [round(b.get_height(), 3) for b in right.patches]
+    assert 0.947 in heights and 0.875 not in heights
+    assert all("受理率 α" not in t.get_text() or "解いた" in t.get_text()
+               for t in right.get_legend().get_texts())
 
 
 def test_formula_verdict_follows_the_numbers():
