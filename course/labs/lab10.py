@@ -271,13 +271,14 @@ def plot_run(res: dict):
     return fig
 
 
-def plot_frontiers(res: dict | None, dc: dict, title: str = "tok/s/GPU と tok/s/user（両対数）", ax=None):
-    """Datacenter curves (予測) and, if given, this machine (実測 and 予測, the machine counted as one "GPU")."""
+def plot_frontiers(res: dict | None, dc: dict, title: str = "tok/s/GPU と tok/s/user（両対数）", ax=None, grey=()):
+    """Datacenter curves (予測) and, if given, this machine (実測 and 予測, the machine counted as one "GPU").
+    Curves named in ``grey`` (made by a fitted constant's form, not by hardware) are drawn grey and dotted."""
     from course.labkit.charts import figure
     fig, ax = figure(8, 5) if ax is None else (ax.figure, ax)
     for label, rows in dc.items():
-        ax.plot([r["interactivity"] for r in rows], [r["output_tok_s_per_gpu"] for r in rows], "o-", markersize=3,
-                label=f"{label}（予測）")
+        ax.plot([r["interactivity"] for r in rows], [r["output_tok_s_per_gpu"] for r in rows], ":" if label in grey
+                else "o-", color="0.6" if label in grey else None, markersize=3, label=f"{label}（予測）")
     if res is not None:
         t = res["table"]
         ax.plot([1000 / r["tpot_ms"] for r in t], [r["tok_s"] for r in t], "k*-", markersize=9, label="このマシン（実測）")

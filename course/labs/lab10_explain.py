@@ -7,6 +7,8 @@
     serving_overhead_lines(curves)   # ... which part of that curve a constant decides
     ttft_overhead_share(res)    # how much of the predicted batch-1 TTFT the fitted overheads make
     right_end_overhead(res)     # the batch-1 fixed time: layers x (layer + seq x 1), and seq's share
+    tpot_slope_split(res)       # the TPOT growth, smallest to largest concurrency: roofline vs seq_overhead_us
+    slope_verdict(split)        # which of the two made most of it, and why (a plain function of the numbers)
     extrapolation(res)          # refit without the largest concurrency and predict it (外挿)
 
 A sentence that quotes a measured figure is printed by the notebook's cell, so re-executing the
@@ -31,12 +33,13 @@ def constants_rows(res: dict) -> list[dict]:
     key = "flops_fp32" if res.get("dtype", "fp32") == "fp32" else "flops_bf16"
     return [
         {"定数": "演算性能", "値": f"{s[key] / 1e9:.0f} GFLOP/s（{key[6:]}）", "決め方": "測定",
-         "意味": "第2章の方法で測った行列積の速さ。Prefill（TTFT）の計算時間の分母です"},
+         "意味": "第2章の方法で測った行列積の速さ。Prefill（TTFT）と、演算で決まる Decode の計算時間の分母です"},
         {"定数": "帯域", "値": f"{pk['bandwidth'] / 1e9:.1f} GB/s", "決め方": "測定",
          "意味": "重みと KV を読む速さ。ルーフラインの Decode の時間の分母です"},
         {"定数": "compute_eff", "値": f"{s['compute_eff']:.2f}", "決め方": "当てはめ（TTFT）",
-         "意味": "エンジンの Prefill の行列積が、測った演算性能の何倍の速さで動いたか。1 を超えるのは、"
-                 "エンジンの行列の形とカーネルが測定の行列積より速いときです。TTFT を主に決めます"},
+         "意味": "エンジンの行列積（Prefill も Decode も）が、測った演算性能の何倍の速さで動いたか。1 を超えるのは、"
+                 "エンジンの行列の形とカーネルが測定の行列積より速いときです。TTFT で当てはめますが、Decode が"
+                 "演算で決まる大きな同時リクエスト数では TPOT の伸びも決めます"},
         {"定数": "layer_overhead_us", "値": f"{s['layer_overhead_us']:.0f} µs",
          "決め方": "当てはめ（TPOT）",
          "意味": "ルーフラインで説明できない、1ステップに層ごとにかかる時間（Python の処理、"
@@ -45,7 +48,7 @@ def constants_rows(res: dict) -> list[dict]:
                  "（同時 1 でも seq_overhead_us の1リクエスト分が加わります）"},
         {"定数": "seq_overhead_us", "値": f"{s['seq_overhead_us']:.1f} µs", "決め方": "当てはめ（TPOT）",
          "意味": "1ステップに層ごと・リクエストごとにかかる時間（リクエストを1つずつ扱う処理）。同時リクエスト数"
-                 "とともに TPOT が伸びる傾き、つまり曲線が左へ倒れる速さを決めます"},
+                 "とともに TPOT が伸びる傾きの一部です（残りはルーフラインの項。内訳は [TPOT の伸びの内訳] の行）"},
         {"定数": "memory_eff", "値": f"{s['memory_eff']:.2f}", "決め方": "設定",
          "意味": "測った帯域をそのまま使う（1.00）"},
         {"定数": "request_overhead_ms", "値": f"{s['request_overhead_ms']:.0f} ms", "決め方": "設定",
@@ -164,6 +167,59 @@ def right_end_overhead(res: dict) -> dict:
             "seq_share": seq_ms / total if total else 0.0, "line": line}
 
 
+def tpot_slope_split(res: dict) -> dict:
+    """The predicted TPOT growth from the run's smallest to its largest concurrency, split into the roofline
+    term (the simulator with both per-step overheads at 0) and the rest (seq_overhead_us x layers x dC),
+    with the measured growth and the concurrency from which decode is compute-bound: 2 FLOP per parameter
+    and request against the parameter's bytes, above the ridge GFLOP/s x compute_eff / (GB/s x memory_eff)."""
+    s, dtype = res["spec"], res.get("dtype", "fp32")
+    a, b = min(res["concurrencies"]), max(res["concurrencies"])
+    kw = dict(weight_dtype=dtype, kv_dtype=dtype, input_len=res["prompt_len"], output_len=res["output_len"])
+    bare = {**s, "layer_overhead_us": 0.0, "seq_overhead_us": 0.0}
+
+    def tpot(spec: dict, c: int) -> float:
+        return simulate_batch(DEFAULT_MODEL_DIR, spec, concurrency=c, **kw)["tpot_ms"]
+
+    roof, pred = tpot(bare, b) - tpot(bare, a), tpot(s, b) - tpot(s, a)
+    meas = {t["concurrency"]: t["tpot_ms"] for t in res["table"]}
+    flops = s["flops_fp32" if dtype == "fp32" else "flops_bf16"]
+    ridge = flops * s["compute_eff"] / (s["bandwidth"] * s["memory_eff"])       # FLOP per byte
+    per_request = 2 / (4 if dtype == "fp32" else 2)                            # decode FLOP/B per request
+    return {"from": a, "to": b, "pred_ms": pred, "measured_ms": meas[b] - meas[a], "roof_ms": roof,
+            "seq_ms": pred - roof, "gflops": flops / 1e9, "compute_eff": s["compute_eff"],
+            "gbs": s["bandwidth"] * s["memory_eff"] / 1e9, "ridge": ridge, "per_request": per_request,
+            "c_compute": ridge / per_request, "dtype": dtype}
+
+
+def slope_lines(sp: dict) -> list[str]:
+    """The split as printed lines, then the verdict (``slope_verdict``)."""
+    tot = sp["pred_ms"] or 1.0
+    return [f"[TPOT の伸びの内訳] 同時 {sp['from']} → {sp['to']} で TPOT の予測は {sp['pred_ms']:+.1f} ms"
+            f"（実測 {sp['measured_ms']:+.1f} ms）。うちルーフラインの項 {sp['roof_ms']:+.1f} ms（{sp['roof_ms'] / tot:.0%}）、"
+            f"seq_overhead_us の項 {sp['seq_ms']:+.1f} ms（{sp['seq_ms'] / tot:.0%}）",
+            f"[Decode が演算で決まる境目] 演算性能 {sp['gflops']:.0f} GFLOP/s × compute_eff {sp['compute_eff']:.2f}"
+            f" ÷ 帯域 {sp['gbs']:.1f} GB/s = {sp['ridge']:.1f} FLOP/B。{sp['dtype']} の Decode は1リクエストあたり"
+            f" {sp['per_request']:.1f} FLOP/B なので、同時 約 {sp['c_compute']:.1f} から上は演算で決まります",
+            slope_verdict(sp)]
+
+
+def slope_verdict(sp: dict) -> str:
+    """Which term made most of the predicted TPOT growth, with the mechanism that can do it on a CPU."""
+    head = f"[傾きを決めたもの] 同時 {sp['from']} → {sp['to']} の TPOT の伸びの大きい方は、"
+    if sp["roof_ms"] >= sp["seq_ms"] and sp["c_compute"] >= sp["to"]:
+        return (head + "ルーフラインの項でした。調べた範囲では Decode は帯域で決まるので、伸びたのは重みではなく、"
+                "同時リクエスト数に比例して増える KV を読む時間です。")
+    if sp["roof_ms"] >= sp["seq_ms"]:
+        return (head + "ルーフラインの項でした。このマシンでは、演算性能と帯域の比が小さいので、まとめる数が増えると "
+                "Decode が重みを読む時間ではなく行列積の計算で決まります。その先では1ステップの計算が同時リクエスト数に"
+                "比例して伸び、傾きは測った GFLOP/s と compute_eff（TTFT で当てはめた値）で決まります。"
+                "GPU では演算性能と帯域の比がずっと大きいので、この境目ははるかに大きな同時リクエスト数にあります。")
+    where = ("調べた範囲では Decode はほぼ帯域で決まり、重みを1回読む時間はまとめる数によらないので"
+             if sp["c_compute"] >= sp["to"] else "Decode が演算で決まる範囲もありますが、その伸びより")
+    return (head + f"seq_overhead_us の項でした。{where}、リクエストごとに層ごとにかかる処理（Python で1リクエストずつ"
+            "扱う分など）の積み重ねが伸びの大部分です。")
+
+
 def extrapolation(res: dict) -> dict | None:
     """Refit the run's constants on its smallest and second-largest concurrency and predict the largest:
     a point outside the fitted range (外挿). The default fit's held-out points lie between its two fitted
@@ -200,4 +256,4 @@ def extrapolation_lines(res: dict, ext: dict | None) -> list[str]:
 
 __all__ = ["constants_rows", "cost_line", "default_model_on_gpu", "extrapolation", "extrapolation_lines",
            "prediction_lines", "right_end_overhead", "serving_constant_lines", "serving_overhead_lines",
-           "ttft_overhead_share"]
+           "slope_lines", "slope_verdict", "tpot_slope_split", "ttft_overhead_share"]

@@ -125,3 +125,47 @@ def test_extrapolation_refits_without_the_largest_concurrency_and_predicts_it():
     assert "外挿" in lines[0] and "より大きいです" in lines[1] and "キャッシュ" in lines[1]
     assert ex.extrapolation({**run, "concurrencies": [1, 2]}) is None
 
+
+
+def _split(roof, seq, c_compute, a=1, b=16):
+    return {"from": a, "to": b, "pred_ms": roof + seq, "measured_ms": roof + seq, "roof_ms": roof,
+            "seq_ms": seq, "gflops": 34.0, "compute_eff": 0.6, "gbs": 10.1, "ridge": 2.0,
+            "per_request": 0.5, "c_compute": c_compute, "dtype": "fp32"}
+
+
+def test_slope_verdict_follows_planted_numbers():
+    roof = ex.slope_verdict(_split(12.2, 10.5, 4.0))             # the blind reader's split of the run
+    assert "ルーフラインの項でした" in roof and "compute_eff" in roof and "演算で決まります" not in roof
+    seq = ex.slope_verdict(_split(2.0, 10.5, 4.0))               # planted: seq_overhead_us dominates
+    assert "seq_overhead_us の項でした" in seq and "演算で決まる範囲もありますが" in seq
+    assert "ほぼ帯域で決まり" in ex.slope_verdict(_split(2.0, 10.5, 40.0))
+    kv = ex.slope_verdict(_split(12.0, 10.5, 40.0))              # roofline grew without compute: KV reads
+    assert "KV を読む時間" in kv
+
+
+def test_tpot_slope_split_adds_up_and_follows_the_overheads(res):
+    sp = ex.tpot_slope_split(res)
+    layers = ex.get_sim_model(ex.DEFAULT_MODEL_DIR).shape.layers
+    assert sp["roof_ms"] + sp["seq_ms"] == pytest.approx(sp["pred_ms"])
+    assert sp["seq_ms"] == pytest.approx(layers * 20.0 * (8 - 1) / 1e3, rel=1e-6)
+    assert sp["measured_ms"] == pytest.approx(2.0) and sp["ridge"] == pytest.approx(100e9 * 1.4 / 25e9)
+    res["spec"] = {**res["spec"], "seq_overhead_us": 0.0}       # no per-request time: the roofline is all
+    sp0 = ex.tpot_slope_split(res)
+    assert sp0["seq_ms"] == pytest.approx(0, abs=1e-9) and "ルーフラインの項でした" in ex.slope_lines(sp0)[-1]
+
+
+def test_saved_slope_verdict_follows_the_saved_numbers():
+    """The verdict printed in the saved lab is the one slope_verdict gives for the numbers printed above it."""
+    import json
+    import re
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parents[2] / "labs/10_pareto_tco_lab.ipynb").read_text("utf-8"))
+    text = "".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
+                   for o in c.get("outputs", []))
+    m = re.search(r"\[TPOT の伸びの内訳\] 同時 (\d+) → (\d+) .*?ルーフラインの項 ([+-][\d.]+) ms.*?"
+                  r"seq_overhead_us の項 ([+-][\d.]+) ms", text)
+    c = re.search(r"同時 約 ([\d.]+) から上は演算で決まります", text)
+    verdict = re.search(r"\[傾きを決めたもの\][^\n]*", text)
+    assert m and c and verdict, "the lab's saved outputs lack the TPOT slope split"
+    sp = _split(float(m[3]), float(m[4]), float(c[1]), int(m[1]), int(m[2]))
+    assert ex.slope_verdict(sp) == verdict[0]
