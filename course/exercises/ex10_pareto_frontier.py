@@ -40,6 +40,13 @@ def _indices(got):
     return [int(i) for i in got]
 
 
+def _other_container(got) -> bool:
+    """A numpy array, a set or an iterator (a generator): the indices may be right, the container is not."""
+    import collections.abc
+    return (type(got).__name__ == "ndarray" or isinstance(got, (set, frozenset))
+            or isinstance(got, collections.abc.Iterator))
+
+
 def _cases():
     rng = random.Random(10)
     hand = [("点が1つ", [(1.0, 1.0)]), ("点がない", []),
@@ -69,6 +76,9 @@ def check(fn, ctx=None) -> list:
         good = isinstance(got, list) and idx == want
         if good:
             message = ""
+        elif _other_container(got):
+            message = ("番号は list で返してください（numpy の配列なら `.tolist()`、set なら `sorted(...)`、"
+                       "ジェネレーターなら `list(...)` で list にできます）。")
         elif idx is None:
             message = "点そのものではなく、点の番号（int）のリストを返してください（numpy の整数でもかまいません）。"
         elif not isinstance(got, list):

@@ -77,3 +77,13 @@ def test_the_lessons_frontier_function_passes_the_grader():
 
     cases = _grader().check(follows_the_lesson, CTX)
     assert cases and all(c.passed for c in cases), [c for c in cases if not c.passed]
+
+
+@pytest.mark.parametrize("wrap", [lambda idx: __import__("numpy").array(idx, dtype=int), set,
+                                  lambda idx: (i for i in idx)], ids=["ndarray", "set", "generator"])
+def test_right_indices_in_another_container_are_told_to_use_a_list(wrap):
+    """Right indices in a numpy array, a set or a generator: the message names the container, not 'points'."""
+    sol = _solution()
+    cases = _grader().check(lambda pts: wrap(sol(pts)), CTX)
+    failed = [c for c in cases if not c.passed]
+    assert failed and all("list で返してください" in c.message and "点そのもの" not in c.message for c in failed)
