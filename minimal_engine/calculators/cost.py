@@ -98,12 +98,13 @@ def inferencex_economics(gpu: str | GpuCost, total_tok_s_per_gpu: float, tier: s
                          input_len: float | None = None, output_len: float | None = None) -> dict:
     """$/M tokens and J/token for one TOTAL (input + output) throughput on one GPU, as InferenceX computes them.
 
-    Reproduces the published MI355X row: 157.12 total tok/s/gpu with the
-    hyperscaler-owned price ($1.48/GPU-hr) and 2.65 kW gives $2.62/M total
-    tokens and 16.9 J/total token. (The neocloud price, $1.90, would give $3.36.)
+    Example, InferenceX row 86 (MI355X, DeepSeek-R1 FP4, 1k/1k; traced in
+    docs/published_points.md §F1): 518.82 total tok/s/gpu with the
+    hyperscaler-owned price ($1.48/GPU-hr) and 2.65 kW gives $0.79/M total
+    tokens and 5.1 J/total token. (The neocloud price, $1.90, would give $1.02.)
     With ``input_len`` and ``output_len`` it also returns the output-only
     equivalents (``output_tok_s_per_gpu``, ``usd_per_m_output_tokens``,
-    ``j_per_output_token``): at 8k/1k, 9x the total-token figures.
+    ``j_per_output_token``): at 1k/1k, 2x the total-token figures; at 8k/1k, 9x.
     """
     cost = get_gpu_cost(gpu)
     price = gpu_hour_price(cost, tier)
