@@ -9,9 +9,10 @@ Plain functions (no model, no timing), so the lesson, the lab and the tests shar
 
 * ``contiguous``: as servers before paging did, each admitted request reserves one contiguous range of
   ``prompt_len + max_tokens`` slots (the most it may ever need; ``reserve="max_model_len"`` reserves
-  ``max_model_len``) in one address space, first fit. Reserved-but-unwritten slots are internal
-  fragmentation; free slots that the next request cannot use because no single gap is large enough are
-  external fragmentation.
+  ``max_model_len``) in one address space, first fit. Reserved slots split in two, as Kwon et al.
+  (SOSP 2023, Fig. 2) do: ``future`` ("reserved": the request will still write them) and ``internal``
+  (internal fragmentation: never written before the request ends). Free slots that the next request
+  cannot use because no single gap is large enough are external fragmentation.
 * ``paged``: as the engine's ``BlockManager``: fixed blocks of ``block_size`` slots, taken one at a time as
   the sequence grows; only the last block of each sequence has empty slots. When no block is free, the
   newest running request is preempted (its blocks freed; it is recomputed later), as the engine's scheduler.
@@ -81,7 +82,7 @@ def simulate(requests: list[dict], pool_tokens: int, policy: str = "paged", bloc
     running: list[dict] = []
     allocs: list[tuple[int, int, int]] = []           # contiguous: (start, size, owner)
     free_blocks = pool_tokens // block_size
-    trace = {k: [] for k in ("used", "reserved", "internal", "external", "running", "waiting")}
+    trace = {k: [] for k in ("used", "reserved", "future", "internal", "external", "running", "waiting")}
     finished, preemptions, step, admitted_at = 0, 0, 0, {}
 
     def need(r):
@@ -140,7 +141,11 @@ def simulate(requests: list[dict], pool_tokens: int, policy: str = "paged", bloc
         used = sum(r["prompt_len"] + r["done"] for r in running)
         reserved = (sum(r["blocks"] for r in running) * block_size if policy == "paged"
                     else sum(a[1] for a in allocs))
-        for k, v in (("used", used), ("reserved", reserved), ("internal", reserved - used), ("external", external),
+        # reserved slots this request will still write (its remaining output, up to what it holds)
+        future = sum(min(r["blocks"] * block_size, r["prompt_len"] + r["output_len"]) - r["prompt_len"] - r["done"]
+                     if policy == "paged" else r["output_len"] - r["done"] for r in running)
+        for k, v in (("used", used), ("reserved", reserved), ("future", future),
+                     ("internal", reserved - used - future), ("external", external),
                      ("running", len(running)), ("waiting", len(queue))):
             trace[k].append(v)
         step += 1
@@ -148,6 +153,7 @@ def simulate(requests: list[dict], pool_tokens: int, policy: str = "paged", bloc
     summary = {"policy": policy, "steps": step, "finished": finished, "preemptions": preemptions,
                "mean_running": sum(trace["running"]) / n, "peak_running": max(trace["running"], default=0),
                "mean_used_share": sum(trace["used"]) / (n * pool_tokens),
+               "mean_future_share": sum(trace["future"]) / (n * pool_tokens),
                "mean_internal_share": sum(trace["internal"]) / (n * pool_tokens),
                "mean_external_share": sum(trace["external"]) / (n * pool_tokens),
                "mean_wait_steps": sum(admitted_at.values()) / max(len(admitted_at), 1)
@@ -174,17 +180,20 @@ LABELS = {"contiguous_max_model_len": "連続確保（max_model_len）", "contig
 
 
 def plot_compare(results: dict):
-    """Memory over time for each policy: KV actually written, internal and external fragmentation."""
+    """Memory over time for each policy: KV written, reserved slots written later, internal (never written)
+    and external fragmentation."""
     from course.labkit.charts import figure
     fig, axes = figure(11, 3.6, 1, len(results), sharey=True)
     for ax, (name, res) in zip(axes, results.items()):
         t, pool = res["trace"], res["pool_tokens"]
         x = range(len(t["used"]))
         used = [v / pool * 100 for v in t["used"]]
+        future = [v / pool * 100 for v in t["future"]]
         internal = [v / pool * 100 for v in t["internal"]]
         external = [v / pool * 100 for v in t["external"]]
-        ax.stackplot(x, used, internal, external, colors=["tab:blue", "tab:orange", "tab:red"],
-                     labels=["書き込まれた KV", "内部断片化（確保済みで空き）", "外部断片化（空きだが使えない）"])
+        ax.stackplot(x, used, future, internal, external, colors=["tab:blue", "#9ecae1", "tab:orange", "tab:red"],
+                     labels=["書き込まれた KV", "予約（これから書かれる）", "内部断片化（最後まで書かれない）",
+                             "外部断片化（空きだが使えない）"])
         s = res["summary"]
         ax.set_title(f"{LABELS.get(name, name)}\n平均 {s['mean_running']:.1f} 件同時・{s['steps']:,} ステップ", fontsize=9)
         ax.set_xlabel("ステップ")

@@ -206,13 +206,14 @@ def capacity_rows(models, gpus, context_lens, dtype="bf16", kv_dtype="bf16", gpu
                 users = calc.max_concurrent_users(m, ctx, mem, kv_dtype, w) if w < mem else 0
                 rows.append({"model": m, "gpu": g, "gpu_count": gpu_count, "context_len": ctx,
                              "kv_bytes_per_token": calc.kv_bytes_per_token(m, kv_dtype), "weight_gb": w / 1e9,
-                             "memory_gb": mem / 1e9, "users": users})
+                             "memory_gb": mem / 1e9, "users": users, "weights_fit": w < mem})
     return rows
 
 
 def capacity_html(rows: list[dict]) -> str:
     body = [(r["model"], f"{r['gpu']} × {r['gpu_count']}", f"{r['context_len']:,}", f"{r['kv_bytes_per_token']:,}",
-             f"{r['weight_gb']:.0f}", f"{r['memory_gb']:.0f}", f"{r['users']:,}" if r["users"] else "入らない")
+             f"{r['weight_gb']:.0f}", f"{r['memory_gb']:.0f}",
+             f"{r['users']:,}" if r["users"] else ("1件も入らない" if r.get("weights_fit", True) else "重みが入らない"))
             for r in rows]
     return table_html(body, ("モデル", "GPU", "文脈長", "KV [B/トークン]", "重み [GB]", "メモリ [GB]", "同時に入るリクエスト数"),
                       right={2, 3, 4, 5, 6})

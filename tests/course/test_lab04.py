@@ -85,7 +85,39 @@ def test_capacity_rows_use_the_calculators():
     rows = lab04.capacity_rows(["Llama 3.1 8B", "Llama 3.3 70B"], ["H100"], [32_768])
     assert rows[0]["users"] == calc.max_concurrent_users("Llama 3.1 8B", 32_768, calc.gpu_memory_bytes("H100"), "bf16",
                                                           calc.weight_bytes("Llama 3.1 8B")) == 14
-    assert rows[1]["users"] == 0 and "入らない" in lab04.capacity_html(rows)
+    assert rows[1]["users"] == 0 and "重みが入らない" in lab04.capacity_html(rows)
+    # the weights fit on a B200, but one 131k request's KV does not: a different "nothing fits"
+    b200 = lab04.capacity_rows(["Llama 3.3 70B"], ["B200"], [131_072])
+    assert b200[0]["users"] == 0 and b200[0]["weights_fit"]
+    assert "1件も入らない" in lab04.capacity_html(b200) and "重みが入らない" not in lab04.capacity_html(b200)
+
+
+def test_reserved_slots_split_into_written_later_and_never_written():
+    """Kwon et al. (SOSP 2023, Fig. 2): 'reserved' (written later) apart from internal fragmentation."""
+    one = [{"index": 0, "prompt_len": 100, "output_len": 50, "max_tokens": 256, "arrival_step": 0}]
+    t = kv_sim.simulate(one, 4096, "contiguous", reserve="max_model_len")["trace"]
+    assert t["used"][0] == 101 and t["future"][0] == 49                      # step 0 wrote the first token
+    assert t["internal"][0] == 4096 - 150                                    # never written: beyond the output
+    t = kv_sim.simulate(one, 4096, "contiguous", reserve="max_tokens")["trace"]
+    assert t["internal"][0] == 256 - 50
+    sim = kv_sim.compare(kv_sim.request_stream(120, seed=0), pool_tokens=32_768, block_size=16)
+    for v in sim.values():
+        tr = v["trace"]
+        assert all(u + f + i == r for u, f, i, r in zip(tr["used"], tr["future"], tr["internal"], tr["reserved"]))
+        assert min(tr["future"]) >= 0 and min(tr["internal"]) >= 0
+    paged = sim["paged"]["trace"]          # paging: only a finishing request's last-block remainder is never written
+    assert all(i <= 15 * r for i, r in zip(paged["internal"], paged["running"]))
+
+
+def test_pool_picture_keeps_the_final_step_blocks():
+    """A request that finishes in a step has freed its blocks before the snapshot; last_blocks keeps them."""
+    system = list(range(100, 108))
+    reqs = [{"prompt": system + [200, 300, 400], "max_tokens": 3, "at_step": 0}]
+    snaps = block_pool.pool_steps(reqs, block_size=4, num_blocks=8)
+    end = next(s for s in snaps if s["finished"])
+    held = {b for s in snaps for b, h in enumerate(s["holders"]) if h}
+    assert end["last_blocks"][0][:3] == [0, 1, 2] and len(end["last_blocks"][0]) == 4   # 11 + 2 tokens: 4 blocks
+    assert set(end["last_blocks"][0]) - held                          # the 4th block never shows as held
 
 
 def test_panel_runs_and_adds_history_row():
