@@ -64,6 +64,17 @@ def _plan(value):
     return pairs if all(isinstance(n, int) for _, n in pairs) else None
 
 
+def _why(value) -> str:
+    """What is wrong with a value that is not a plan: the count's type, or the shape."""
+    try:
+        counts = [n for _, n in value]
+    except (TypeError, ValueError):
+        return "(request_id, トークン数) の組のリストを返してください。"
+    bad = next((n for n in counts if not isinstance(n, int)), None)
+    return (f"トークン数は Python の int で返してください（{type(bad).__name__} が入っていました。"
+            "numpy の整数なら int(...) で変換します）。")
+
+
 RULES = {1: "規則1：running を先に、順に min(残り, 残りの予算)", 2: "規則2：waiting を到着順に、予算と空き枠の限り",
          3: "規則3：予算が 0 になったら止める"}
 
@@ -120,7 +131,7 @@ def random_steps(fn, rng: random.Random, limit: float, n: int = 200) -> tuple[bo
             return False, msg, 0
         plan, want = _plan(got), reference(running, waiting, budget, max_seqs)
         if plan is None:
-            return False, "(request_id, トークン数) の組のリストを返してください。", 0
+            return False, _why(got), 0
         if plan != want:
             why, rule = _differs(plan, want, running, waiting, budget, max_seqs)
             return False, (f"running={running}, waiting={waiting}, token_budget={budget}, max_num_seqs={max_seqs}："
@@ -148,7 +159,7 @@ def simulate(fn, rng: random.Random, limit: float) -> tuple[bool, str, int]:
             plan = _plan(got)
             want = reference(r_in, w_in, budget, max_seqs)
             if plan is None:
-                return False, "(request_id, トークン数) の組のリストを返してください。", steps
+                return False, _why(got), steps
             if plan != want:
                 why, _ = _differs(plan, want, r_in, w_in, budget, max_seqs)
                 return False, (f"ステップ {steps}（実行中 {r_in}、待ち {w_in}、予算 {budget}、max_num_seqs {max_seqs}）："
@@ -218,7 +229,7 @@ def check(fn, ctx=None) -> list:
             out.append(failed_call(name, inp, str(want), msg))
             continue
         plan = _plan(got)
-        why, rule = ("(request_id, トークン数) の組のリストを返してください。", 0) if plan is None else \
+        why, rule = (_why(got), 0) if plan is None else \
             _differs(plan, want, running, waiting, budget, max_seqs) if plan != want else ("", 0)
         c = case(name, inp, str(want), repr(got)[:100], plan == want, f"{why} {note}")
         c.hint = GRADER.hints[rule - 1] if rule and not c.passed else ""

@@ -96,3 +96,14 @@ def test_engine_timing_is_fair_and_the_report_survives_a_broken_progress_file(tm
     engine = next(c for c in r.cases if "エンジン" in c.name)
     assert calls == [3] and "中央値 10（9〜11）" in engine.got and "中央値 20（19〜21）" in engine.expected
     assert r.passed and "進み具合を保存できませんでした" in r.summary
+
+
+def test_numpy_counts_are_named_as_the_type_to_fix():
+    """Blind reading ch05 #10: a plan with numpy integers says that the count must be a Python int."""
+    import numpy as np
+
+    def numpy_counts(running, waiting, budget, max_num_seqs):
+        return [(rid, np.int64(n)) for rid, n in solution()(running, waiting, budget, max_num_seqs)]
+    r = grade("05_schedule_step", numpy_counts, record=False, engine=False)
+    assert not r.passed
+    assert all("Python の int" in c.message and "int64" in c.message for c in r.cases if not c.passed), str(r)
