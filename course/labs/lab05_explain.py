@@ -66,8 +66,11 @@ def run_rows(res: dict) -> dict:
 def _gap_sentence(r: dict) -> str:
     head = (f"連続 ÷ 静的の出力 tok/s {r['ratio']:.2f} 倍（{_range_words(r['apart'])}）。静的バッチの Decode の空き枠は"
             f" {100 * r['idle_share']:.0f} % なので、空いた枠がそのまま時間の損なら {r['bound']:.2f} 倍まで開きます。")
-    if r["apart"] is False or r["ratio"] <= 1:
+    if r["apart"] is False or (r["ratio"] <= 1 and not r["apart"]):
         return head + "この実行では、方式の差が計測のばらつきより大きいとは言えません（繰り返しを増やして測り直す）。"
+    if r["ratio"] <= 1:
+        return head + ("静的のほうが速く、幅も重なりません。方式の差とは逆向きなので、計測の途中で負荷が変わったか、"
+                       "Prefill が実行時間の多くを占めています（負荷の警告を確かめ、繰り返しや出力長を増やして測り直す）。")
     if r["ratio"] >= r["bound"]:
         return head + "測定が上限以上なのは計測のばらつきです（負荷の警告を確かめ、繰り返しを増やす）。"
     return head + ("測定がそれより小さいのは、両方の方式に同じだけある Prefill とステップごとの固定の処理が差を薄めることと、"
@@ -79,7 +82,7 @@ def _hf_sentence(r: dict) -> str:
     who = "エンジンの静的バッチングのほうが速い" if q > 1 else "transformers のほうが速い"
     if r["hf_apart"] is False:
         who += "（ただし繰り返しの幅が重なる）"
-    why = ("小さいバッチでは、ステップごとのスケジューラーとブロック表の処理の分だけエンジンが不利で"
+    why = ("エンジンはステップごとのスケジューラーとブロック表の処理の分だけ不利になりやすく（件数が少ないほど目立つ）"
            if q <= 1 else "`generate` は終わった行も組の最長の出力まで計算し続け、その分が不利で")
     return (f"静的（エンジン）÷ transformers の出力 tok/s {q:.2f} 倍：同時リクエスト数 {r['concurrency']} のこの実行では"
             f"{who}です。{why}、どちらが勝つかはマシンとバッチの大きさで変わる実装の差です。方式のコストは連続 ÷ 静的で読みます。")

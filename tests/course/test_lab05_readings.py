@@ -32,6 +32,9 @@ def test_run_reading_follows_the_numbers_in_either_direction():
     assert "繰り返しの幅が重なる" in overlap and "大きいとは言えません" in overlap
     engine_wins = run_reading(_run(hf=(80, 79, 81)))
     assert "エンジンの静的バッチングのほうが速い" in engine_wins and "終わった行" in engine_wins
+    static_wins = run_reading(_run(cont=(90, 89, 91)))
+    assert "静的のほうが速く、幅も重なりません" in static_wins
+    assert "ブロック表" in run_reading(_run(c=8))                      # transformers faster at any batch size
     over = run_reading(_run(cont=(200, 198, 202)))
     assert "上限以上" in over
 
