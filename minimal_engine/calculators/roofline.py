@@ -103,10 +103,12 @@ def decode_step_bytes(model: str | ModelShape, batch: int = 1, context: int = 0,
 
 
 def decode_step_flops(model: str | ModelShape, batch: int = 1, context: int = 0) -> float:
-    """FLOPs of one decode step: per request 2 x active params plus attention over ``context`` tokens
-    (``flops.attention_flops_per_token``: 4 x layers x heads x head_dim x context)."""
+    """FLOPs of one decode step: per request 2 x the active params it multiplies (less an untied input
+    embedding table, a lookup: ``ModelShape.embedding_params``, as ``flops.matmul_params``) plus attention
+    over ``context`` tokens (``flops.attention_flops_per_token``: 4 x layers x heads x head_dim x context)."""
     s = get_model_shape(model)
-    return batch * (2 * active_params(s) + attention_flops_per_token(s.layers, s.heads, s.head_dim, context))
+    weights = active_params(s) - s.embedding_params
+    return batch * (2 * weights + attention_flops_per_token(s.layers, s.heads, s.head_dim, context))
 
 
 def tpot_ms_from_bytes(nbytes: float, bandwidth_bytes_s: float) -> float:
