@@ -16,8 +16,9 @@ that dequantizes the whole weight to BF16 every step before a matmul (an engine 
 on a GPU does not pay that). Every run of 課題1 re-measures batch 1, so the spread of those batch-1 ratios is
 the noise the verdict allows for (task1_margin); the batch-1 ratio itself is diluted by the time outside the
 linear layers, the same in both settings, so it is not the single-kernel ratio. BF16 takes ATen's
-matrix-vector kernel for one row and oneDNN's pre-packed matmul for more. 課題3 scores the rows without the outlier against the original weight: the relative
-error of the whole matrix would divide by a norm the outlier itself inflates.
+matrix-vector kernel for one row and oneDNN's pre-packed matmul for more. 課題3 scores the rows without the
+outlier against the original weight: the relative error of the whole matrix would divide by a norm the outlier
+itself inflates.
 """
 from __future__ import annotations
 
@@ -76,6 +77,16 @@ def task1_margin(rows: list[dict]) -> float:
     return max(NOISE_MARGIN, hi - lo)
 
 
+def batch1_note(first: dict, runs: dict[int, dict]) -> str:
+    """One line setting the lab's first run (its batch-1 ratio) beside the batch-1 ratios of 課題1's runs: the
+    same configuration measured again, so a gap between them is noise, not a mechanism."""
+    med, lo, hi = batch1_spread(task1_rows(runs))
+    x = first["ratios"]["tpot_b1"]
+    where = "の範囲の中" if lo <= x <= hi else "の範囲の外（同じ設定でも、測るときの負荷でこれだけ変わります）"
+    return (f"同じバッチ 1 の設定を測り直した比: 最初の実行 {x:.2f}、課題1の {len(runs)} 回 {lo:.2f}〜{hi:.2f}"
+            f"（中央値 {med:.2f}）。最初の実行は課題1{where}")
+
+
 def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
     """Judged only for batches >= JUDGED_MIN_BATCH: at batch 2 one extra row, diluted by the time outside the
     linear layers, moves the ratio by less than the noise. Batch B's ratio is compared with the median of all
@@ -91,7 +102,7 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
                    "揺れの幅を超えて大きい（INT8 の得が減るか損になる）",
                    bool(judged) and all(r["bB"] > med + margin for r in judged),
                    f"バッチ 1 の比 {lo:.2f}〜{hi:.2f}（中央値 {med:.2f}、揺れの幅 {margin:.2f}）、{pairs}",
-                   f"まず負荷の揺れ：同じ設定のバッチ 1 の比が実行ごとに {lo:.2f}〜{hi:.2f} と揺れています。負荷の警告を"
+                   f"まず負荷の揺れです。同じ設定のバッチ 1 の比が、実行ごとに {lo:.2f}〜{hi:.2f} と揺れています。負荷の警告を"
                    "確かめ、ほかのプログラムを止め、repeats を増やして測り直します。揺れが小さいのに外れたときは、上の"
                    "カーネルの表で int8pack と BF16 の列が行数とともにどう伸びるかを比べてから仕組みを考えます"
                    "（int8pack の列が行数とともに伸びていなければ、この CPU の `_weight_int8pack_mm` は行をまとめても速い）"),
@@ -133,8 +144,9 @@ def kernel_predictions(rows: list[dict], shape: str = "") -> list[Prediction]:
                        "BF16 の伸びはそれより小さい",
                        e8 >= 0.7 and eb < e8,
                        f"int8pack {t8:.1f} 倍、BF16 {tb:.1f} 倍（行数は {r:.0f} 倍。指数 {e8:.2f}、{eb:.2f}）",
-                       "この CPU の `_weight_int8pack_mm` は行をまとめて計算できている。エンジンの "
-                       "INT8PACK_MAX_ROWS（16 行）の切り替えは、このマシンには合わないかもしれない")]
+                       "まず負荷の揺れです。1 行の時間が負荷で長く出ると、伸びは小さく見えます（負荷の警告を確かめ、"
+                       "測り直す）。測り直しても同じなら、この CPU の `_weight_int8pack_mm` は行をまとめて計算できていて、"
+                       "エンジンの INT8PACK_MAX_ROWS（16 行）の切り替えは、このマシンには合わないかもしれない")]
 
 
 # ---------------------------------------------------------------- 課題2: KV formats and users
@@ -241,7 +253,7 @@ def quality_predictions(rows: list[dict], tol: float = QUALITY_TOLERANCE) -> lis
 
 
 __all__ = ["CONTAINED", "JUDGED_MIN_BATCH", "KV_TOLERANCE", "NEAR_ONE", "NOISE_MARGIN", "OUTLIER_FORMATS",
-           "QUALITY_TOLERANCE", "TASK1_BATCHES", "TASK2_TOKENS", "batch1_spread", "batch_predictions", "growth",
-           "kernel_predictions", "outlier_predictions", "outlier_rows", "outlier_table", "quality_predictions",
-           "quality_reading", "task1_margin", "task1_predictions", "task1_rows", "task1_table", "task2_predictions",
-           "task2_table"]
+           "QUALITY_TOLERANCE", "TASK1_BATCHES", "TASK2_TOKENS", "batch1_note", "batch1_spread", "batch_predictions",
+           "growth", "kernel_predictions", "outlier_predictions", "outlier_rows", "outlier_table",
+           "quality_predictions", "quality_reading", "task1_margin", "task1_predictions", "task1_rows", "task1_table",
+           "task2_predictions", "task2_table"]

@@ -45,6 +45,10 @@ def test_task1_verdicts_follow_the_numbers():
     p = ex.task1_predictions(noisy)[0]
     assert not p.held and "0.59〜0.96" in p.verdict() and p.otherwise.startswith("まず負荷の揺れ")
     assert ex.task1_predictions({2: run(0.94, 0.88), 8: run(0.96, 1.17), 32: run(0.95, 1.09)})[0].held
+    # the lab's first run beside task 1's batch-1 ratios: inside or outside their range
+    assert "範囲の中" in ex.batch1_note(run(0.78, 1.0), good)
+    far = ex.batch1_note(run(1.97, 1.3), good)
+    assert "1.97" in far and "0.77〜0.79" in far and "範囲の外" in far
     # a CPU without the int8 kernel: every batch dequantizes
     assert "int8pack" not in ex.task1_table({2: run(1.3, 1.4, "int8 weights: dequantize+matmul (CPU DEFAULT)")})
 
