@@ -11,6 +11,7 @@ the learner's bound shown next to each measured step.
 from __future__ import annotations
 
 import math
+import numbers
 
 from course.exercises.kit import Case, Grader, call, failed_call_case
 from minimal_engine.calculators import roofline
@@ -42,18 +43,22 @@ def _case(fn, name, args, timeout_s) -> Case:
     if not r.ok:
         return failed_call_case(name, inp, f"{exp:.6g} 秒", r)
     got = r.value
-    try:
-        ok = math.isclose(float(got), exp, rel_tol=1e-9)
-    except (TypeError, ValueError):
-        return Case(name, inp, f"{exp:.6g} 秒", repr(got), False, "戻り値は秒を表す float にしてください")
+    if isinstance(got, bool) or not isinstance(got, numbers.Real):
+        return Case(name, inp, f"{exp:.6g} 秒", repr(got), False,
+                    f"戻り値は秒を表す float にしてください（{type(got).__name__} が返りました）")
+    ok = math.isclose(float(got), exp, rel_tol=1e-9)
     if ok:
         return Case(name, inp, f"{exp:.6g} 秒", f"{float(got):.6g} 秒", True, "OK")
     exp_text, got_text = _seconds(exp, float(got)), _seconds(float(got), exp)
     mem, comp = (w + kv) / bw, f / peak
-    if math.isclose(float(got), mem + comp, rel_tol=1e-9):
+    if math.isclose(float(got), 1000 * exp, rel_tol=1e-9):
+        msg = "ミリ秒で返しています（1000 倍）。秒で返してください"
+    elif math.isclose(float(got), mem + comp, rel_tol=1e-9):
         msg = "2つの時間を足しています。下限は大きいほう（max）です：演算とメモリの読み出しは重なって進みます"
     elif math.isclose(float(got), min(mem, comp), rel_tol=1e-9):
-        msg = "小さいほうを返しています。遅いほう（max）が下限を決めます"
+        side = "メモリ側（(weight_bytes + kv_bytes) ÷ bandwidth）" if mem < comp else "演算側（flops ÷ peak_flops）"
+        msg = (f"返した値は{side}の時間だけで、この入力ではそれが小さいほうです。片方だけを返したか、min を"
+               "とったかです。下限は2つの時間の大きいほう（max）です")
     elif math.isclose(float(got), max(comp, w / bw), rel_tol=1e-9):
         msg = "KV キャッシュの読み出し（kv_bytes）を忘れています。バイト数は重み＋KV です"
     elif math.isclose(float(got), max(comp, (w + kv) * bw), rel_tol=1e-6):
@@ -113,8 +118,9 @@ def _measured_case(fn, row: dict, timeout_s: float) -> Case:
     if case.passed:
         bound = reference(*row["args"])
         case.got += f"（計測 {row['measured_s'] * 1000:.2f} ms、下限の {row['measured_s'] / bound:.1f} 倍）"
-        case.message = ("OK。計測したステップは下限より長く、差は小さな演算や Python の処理など、ルーフラインに入って"
-                        "いない固定の時間です" if row["measured_s"] >= bound else
+        case.message = ("OK。計測したステップは下限より長く、差は主に、小さな演算や Python の処理など、ルーフラインに"
+                        "入っていない固定の時間と、小さな演算をはさみながら読むので重みを読む速さが測った帯域より"
+                        "落ちる分です" if row["measured_s"] >= bound else
                         "OK。計測したステップが下限より短くなりました。測ったピークか帯域が、このマシンの本当の上限"
                         "ではありません。考えられるのは、重みの一部が CPU のキャッシュに収まって測った帯域より速く"
                         "読めたこと、ピークを測った瞬間だけマシンが混んでいたことです")

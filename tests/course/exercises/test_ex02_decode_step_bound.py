@@ -79,3 +79,22 @@ def test_a_near_miss_shows_the_digits_that_differ():
     r = grade("02_decode_step_bound", adds, record=False)
     case = next(c for c in r.cases if c.name == "手計算：演算律速の側")
     assert not case.passed and case.expected != case.got and case.got.startswith("1.000002"), str(case)
+
+
+def returns_ms(w, kv, f, peak, bw):
+    return 1000 * max((w + kv) / bw, f / peak)
+
+
+def returns_str(w, kv, f, peak, bw):
+    return str(max((w + kv) / bw, f / peak))
+
+
+@pytest.mark.parametrize("fn, promised", [(memory_only, "メモリ側（(weight_bytes + kv_bytes) ÷ bandwidth）の時間だけ"),
+                                          (returns_ms, "ミリ秒"), (returns_str, "str が返りました")])
+def test_blind_reading_ch02_grader_diagnoses(fn, promised):
+    """Blind reading 2026-12-07b ch02 #8, #9: a memory-only function is not told it took a min; a str or a
+    millisecond return fails with its own message."""
+    r = grade("02_decode_step_bound", fn, record=False)
+    assert not r.passed
+    msgs = [c.message for c in r.cases if not c.passed]
+    assert msgs and any(promised in m for m in msgs), str(r)
