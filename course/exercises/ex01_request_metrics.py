@@ -46,6 +46,16 @@ def _rounded(a, b) -> bool:
         return False
 
 
+def _milliseconds(a, b) -> bool:
+    """Whether ``a`` is ``b`` in milliseconds (every value 1000 times the one in seconds)."""
+    if isinstance(b, list):
+        return isinstance(a, (list, tuple)) and len(a) == len(b) and all(_milliseconds(x, y) for x, y in zip(a, b))
+    try:
+        return b is not None and b != 0 and math.isclose(float(a), 1000 * b, rel_tol=1e-6)
+    except (TypeError, ValueError):
+        return False
+
+
 def _itl_msg(got, exp: list) -> str:
     if not isinstance(got, (list, tuple)) or len(got) != len(exp):
         return "itl が違います（連続する2トークンの間隔の list で、長さは n − 1 です）"
@@ -81,7 +91,9 @@ def _case(fn, name: str, arrival: float, times: list[float], timeout_s: float, e
                      "tpot が違います（2トークン目から最後までの平均で、(E2EL − TTFT) ÷ (n − 1) です）"),
             "itl": _itl_msg(got["itl"], exp["itl"]),
             "e2el": "e2el が違います（到着から最後のトークンまでです）"}
-    if all(_rounded(got[k], exp[k]) for k in wrong):
+    if all(_milliseconds(got[k], exp[k]) for k in wrong):
+        msgs = {k: f"{k} がミリ秒になっています（1000 倍の値です。秒で返してください）" for k in KEYS}
+    elif all(_rounded(got[k], exp[k]) for k in wrong):
         msgs = {k: f"{k} の値が丸められています（秒のまま、丸めずに返してください）" for k in KEYS}
     return Case(name, inp, _fmt(exp), _fmt(got), False, " / ".join(msgs[k] for k in wrong))
 

@@ -50,7 +50,7 @@ def sweep_label(rows: list[dict]) -> str:
 
 
 def plot_sweeps(curves: list[list[dict]], labels: list[str] | None = None,
-                title: str = "同時リクエスト数を増やすと: tok/s（出力）は増え、1人あたりは減る"):
+                title: str = "同時リクエスト数のスイープ: 出力 tok/s と tok/s/user"):
     """Several sweeps on one chart (throughput vs interactivity), one colour each; error bars = min-max."""
     import matplotlib
     fig, ax = figure(7.5, 4.8)

@@ -58,14 +58,42 @@ def test_reading_counts_steps_without_them_for_a_server():
 
 
 def test_predictions_turn_with_a_planted_number():
-    assert [p.held for p in ex.sweep_predictions(ROWS)] == [True, True, True]
+    assert [p.held for p in ex.sweep_predictions(ROWS)] == [True, True, True, True]
     slow = ROWS[:-1] + [row(16, 229.5, 6.9 * 9, 828.5)]        # TPOT grows 9x for 16x requests
     assert ex.sweep_predictions(slow)[0].held is False
+    zigzag = ROWS[:2] + [row(4, 57.6, 5.9, 460.6)] + ROWS[3:]  # TPOT 7.0 -> 5.9 ms: falls by more than 10%
+    assert [p.held for p in ex.sweep_predictions(zigzag)] == [True, False, True, True]
+    assert "7.0 → 5.9 → 8.7" in ex.sweep_predictions(zigzag)[1].verdict()
+    wobble = ROWS[:2] + [row(4, 57.6, 6.5, 460.6)] + ROWS[3:]  # 7.0 -> 6.5 ms: within the 10% noise
+    assert ex.sweep_predictions(wobble)[1].held is True
     flat = ROWS[:-1] + [row(16, 30.0, 12.5, 828.5)]            # TTFT barely grows
-    assert ex.sweep_predictions(flat)[1].held is False
+    assert ex.sweep_predictions(flat)[2].held is False
     straight = [row(2 ** i, 10 * 2 ** i, 7, 100 * 2 ** i) for i in range(5)]  # tok/s doubles: no plateau
-    assert ex.sweep_predictions(straight)[2].held is False
-    assert "1,024 トークン" in ex.sweep_predictions(ROWS, prompt_len=64)[1].verdict()
+    assert ex.sweep_predictions(straight)[3].held is False
+    assert "1,024 トークン" in ex.sweep_predictions(ROWS, prompt_len=64)[2].verdict()
+
+
+def test_late_long_tpot_bound_follows_the_stall_and_the_output_length():
+    together = {"tpot_ms": 22.1, "max_itl_ms": 38.7, "concurrency": 4, "output_len": 32}
+    late = {"tpot_ms": 48.4, "max_itl_ms": 383.9}
+    p = ex.late_long_predictions(together, late)[2]          # bound 22.1 x 5/4 + 361.8 / 31 = 39.3 ms
+    assert p.held is False and "見込む上限 39.3 ms" in p.verdict() and "÷ 31" in p.verdict()
+    # the same TPOT under a stall of 1 s: the bound is 22.1 x 5/4 + 977.9 / 31 = 59.2 ms
+    assert ex.late_long_predictions(together, {"tpot_ms": 48.4, "max_itl_ms": 1000.0})[2].held is True
+    # a longer output dilutes the stall: 383.9 ms over 127 gaps allows only 30.5 ms
+    longer = {**together, "output_len": 128}
+    assert ex.late_long_predictions(longer, {"tpot_ms": 31.0, "max_itl_ms": 383.9})[2].held is False
+    assert ex.late_long_predictions(longer, {"tpot_ms": 30.0, "max_itl_ms": 383.9})[2].held is True
+
+
+def test_decode_split_reading_names_the_larger_part():
+    # 41 MB at 20 GB/s is 2.05 ms (printed 2.1): 42% of a 4.9 ms TPOT, the rest is the larger part
+    text = ex.decode_split_reading(4.9, 41e6, 20e9)
+    assert "読むだけなら 2.1 ms" in text and "42%" in text and "58%" in text and "半分以上が重みを読む時間以外" in text
+    # the same bytes against a 3.0 ms TPOT: reading is 68%, the larger part
+    text = ex.decode_split_reading(3.0, 41e6, 20e9)
+    assert "68%" in text and "重みを読む時間が Decode の1ステップの半分以上" in text
+    assert "100%" in ex.decode_split_reading(1.0, 41e6, 20e9)  # a read time above TPOT is capped at all of it
 
 
 def timeline(gaps_per_request):

@@ -40,7 +40,14 @@ def itl_backwards(a, t):               # the right length, the gaps with the wro
             "itl": [x - y for x, y in zip(t, t[1:])], "e2el": t[-1] - a}
 
 
-@pytest.mark.parametrize("fn, promised", [(tpot_over_all_tokens, "tpot が違います"),
+def in_milliseconds(a, t):             # right, but every value in ms
+    ms = [1000 * x for x in t]
+    return {"ttft": ms[0] - 1000 * a, "tpot": (ms[-1] - ms[0]) / (len(t) - 1) if len(t) > 1 else None,
+            "itl": [y - x for x, y in zip(ms, ms[1:])], "e2el": ms[-1] - 1000 * a}
+
+
+@pytest.mark.parametrize("fn, promised", [(in_milliseconds, "ミリ秒になっています"),
+                                          (tpot_over_all_tokens, "tpot が違います"),
                                           (ttft_from_zero, "ttft が違います"),
                                           (single_token_zero, "1トークンだけのときは None"),
                                           (itl_rounded, "itl の値が丸められています"),
