@@ -75,6 +75,8 @@ def _why(value) -> str:
             "numpy の整数なら int(...) で変換します）。")
 
 
+FORMAT = -1                    # simulate's "rule" for a value that is not a list of (id, int) pairs
+FORMAT_HINT = "戻り値は [(request_id, トークン数), ...] のリストで、トークン数は Python の int です。"
 RULES = {1: "規則1：running を先に、順に min(残り, 残りの予算)", 2: "規則2：waiting を到着順に、予算と空き枠の限り",
          3: "規則3：予算が 0 になったら止める"}
 
@@ -131,7 +133,7 @@ def random_steps(fn, rng: random.Random, limit: float, n: int = 200) -> tuple[bo
             return False, msg, 0
         plan, want = _plan(got), reference(running, waiting, budget, max_seqs)
         if plan is None:
-            return False, _why(got), 0
+            return False, _why(got), FORMAT
         if plan != want:
             why, rule = _differs(plan, want, running, waiting, budget, max_seqs)
             return False, (f"running={running}, waiting={waiting}, token_budget={budget}, max_num_seqs={max_seqs}："
@@ -140,7 +142,8 @@ def random_steps(fn, rng: random.Random, limit: float, n: int = 200) -> tuple[bo
 
 
 def simulate(fn, rng: random.Random, limit: float) -> tuple[bool, str, int]:
-    """Random queues stepped to the end with fn's plans: (ok, message, steps)."""
+    """Random queues stepped to the end with fn's plans: (ok, message, rule broken: 1-3, FORMAT for a value that
+    is not a plan, 0 when no rule is named), so the hint names the rule the plan broke (blind reading ch05 #12)."""
     for trial in range(12):
         budget, max_seqs = rng.choice([4, 8, 16, 32]), rng.choice([1, 2, 3, 4, 8])
         pending = [(f"r{trial}_{i}", rng.randint(1, 40), rng.randint(1, 6)) for i in range(rng.randint(1, 10))]
@@ -150,20 +153,20 @@ def simulate(fn, rng: random.Random, limit: float) -> tuple[bool, str, int]:
         while running or waiting:
             steps += 1
             if steps > 2000:
-                return False, "2,000 ステップたっても終わらないリクエストがあります（飢餓）。", steps
+                return False, "2,000 ステップたっても終わらないリクエストがあります（飢餓）。", 0
             r_in = [(rid, left) for rid, left, _ in running]
             w_in = [(rid, left) for rid, left, _ in waiting]
             ok, got, msg = run(fn, list(r_in), list(w_in), budget, max_seqs, timeout_s=limit)
             if not ok:
-                return False, msg, steps
+                return False, msg, 0
             plan = _plan(got)
             want = reference(r_in, w_in, budget, max_seqs)
             if plan is None:
-                return False, _why(got), steps
+                return False, _why(got), FORMAT
             if plan != want:
-                why, _ = _differs(plan, want, r_in, w_in, budget, max_seqs)
+                why, rule = _differs(plan, want, r_in, w_in, budget, max_seqs)
                 return False, (f"ステップ {steps}（実行中 {r_in}、待ち {w_in}、予算 {budget}、max_num_seqs {max_seqs}）："
-                               f"{why} 期待 {want}、あなたの計画 {plan}"), steps
+                               f"{why} 期待 {want}、あなたの計画 {plan}"), rule
             given = dict(plan)
             for item in waiting[:]:
                 if item[0] in given:
@@ -177,7 +180,7 @@ def simulate(fn, rng: random.Random, limit: float) -> tuple[bool, str, int]:
                     item[1] = 1
                     if item[2] == 0:
                         running.remove(item)
-    return True, "", steps
+    return True, "", 0
 
 
 ENGINE_PROMPTS = ["吾輩は猫である。名前はまだ無い。", "どこで生れたかとんと見当がつかぬ。", "何でも薄暗いじめじめした所で",
@@ -232,7 +235,7 @@ def check(fn, ctx=None) -> list:
         why, rule = (_why(got), 0) if plan is None else \
             _differs(plan, want, running, waiting, budget, max_seqs) if plan != want else ("", 0)
         c = case(name, inp, str(want), repr(got)[:100], plan == want, f"{why} {note}")
-        c.hint = GRADER.hints[rule - 1] if rule and not c.passed else ""
+        c.hint = "" if c.passed else FORMAT_HINT if plan is None else GRADER.hints[rule - 1] if rule else ""
         out.append(c)
     for name, inp, expected, step in (
             ("ランダムな1ステップ（200 通り）", "実行中 0〜5 件（Prefill 途中を含む）、予算 1〜12", "毎回、規則どおりの計画",
@@ -244,8 +247,8 @@ def check(fn, ctx=None) -> list:
             continue
         ok, msg, n = step()
         c = case(name, inp, expected, "規則どおりでした" if ok else "規則と違う計画がありました", ok, msg)
-        if not ok and n and name.startswith("ランダムな1"):             # random_steps gives the rule broken
-            c.hint = GRADER.hints[n - 1]
+        if not ok and n:                        # both give the rule broken (FORMAT: not a plan at all)
+            c.hint = FORMAT_HINT if n == FORMAT else GRADER.hints[n - 1]
         out.append(c)
     if ctx.get("engine") is False or not all(c.passed for c in out):
         return out

@@ -107,3 +107,15 @@ def test_numpy_counts_are_named_as_the_type_to_fix():
     r = grade("05_schedule_step", numpy_counts, record=False, engine=False)
     assert not r.passed
     assert all("Python の int" in c.message and "int64" in c.message for c in r.cases if not c.passed), str(r)
+    from course.exercises.ex05_schedule_step import FORMAT_HINT
+    assert all(c.hint == FORMAT_HINT for c in r.cases if not c.passed), str(r)        # not a rule's hint
+
+
+def test_the_simulated_queue_hint_names_the_rule_the_plan_broke(monkeypatch):
+    """Blind reading ch05 #12: the simulated-queue case's hint follows the rule broken, not the attempt number."""
+    import course.exercises as exercises
+    from course.exercises.ex05_schedule_step import GRADER
+    monkeypatch.setattr(exercises, "attempts", lambda _id: 4)           # the 5th attempt: rule 3's hint by number
+    r = grade("05_schedule_step", decode_only_one_token, record=False, engine=False)
+    sim = next(c for c in r.cases if c.name.startswith("ランダムな待ち行列"))
+    assert not sim.passed and sim.hint == GRADER.hints[0], str(r)
