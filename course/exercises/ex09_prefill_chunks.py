@@ -87,6 +87,8 @@ def check(fn, ctx=None) -> list:
                        f"予算いっぱいに詰め、端数を最後に置きます: {want if len(want) <= 12 else want[:6]}）")
         elif not ints:
             message = "正の整数（各ステップのチャンクのトークン数）のリストを返してください。"
+            if not isinstance(got, (list, tuple)):
+                message += f"返り値の型は {type(got).__name__} でした（numpy の配列なら `.tolist()` でリストにできます）。"
         elif sum(got) != L:
             message = f"チャンクの合計 {sum(got)} がプロンプトの長さ {L} と違います（最後の端数を忘れていませんか）。"
         elif max(got) > b - d:

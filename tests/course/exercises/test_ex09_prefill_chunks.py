@@ -113,3 +113,12 @@ def test_numpy_integers_and_a_tuple_are_a_plan():
         assert cases and all(c.passed for c in cases), [c.message for c in cases if not c.passed]
     floats = _grader().check(lambda L, d, b: [float(c) for c in sol(L, d, b)], CTX)
     assert not all(c.passed for c in floats)
+
+
+def test_a_numpy_array_is_told_its_type_and_tolist():
+    """The blind reading (2026-12-07b ch09 #10): an np.ndarray plan fails with its type named and .tolist() hinted."""
+    import numpy as np
+    sol = _solution()
+    cases = _grader().check(lambda L, d, b: np.array(sol(L, d, b)), CTX)
+    bad = [c.message for c in cases if not c.passed]
+    assert bad and all("ndarray" in m and ".tolist()" in m for m in bad), bad
