@@ -11,10 +11,12 @@ the peaks at each thread count, the GPU predictions), and every prediction is a 
 a test can rebuild the facts from a saved notebook's printed lines and re-derive its saved verdicts.
 
 The predictions (課題1-5 of the lab):
-  1. Decode points move right with the batch; batch 1 sits under the bandwidth roof; the step time
-     does not fall as the batch grows.
+  1. Decode points move right with the batch; batch 1 sits under the bandwidth roof; the largest batch's
+     step takes longer than batch 1's (a pairwise dip between neighbouring batches is only reported: on a
+     busy machine one interrupted point makes it, so it is not the verdict).
   2. The N = 512 prefill point (or the longest measured) lies right of this machine's ridge point.
-  3. Batch-1 decode takes well over its prediction (fixed per-step time); the longest prefill is
+  3. Batch-1 decode takes clearly longer than its prediction (fixed per-step time and slower weight reads
+     between small operators; a ratio within NEAR of the threshold is printed as within noise); the longest prefill is
      closer to its prediction; no point beats its prediction (the roof is an upper bound: a point
      above it means the measured peak or bandwidth is not the machine's true one).
   4. GFLOP/s grows nearly in proportion to the threads; GB/s grows less (the ridge moves right).
@@ -29,9 +31,12 @@ from course.labkit.predictions import Prediction
 from minimal_engine.bench import roofline
 
 FLOOR = 0.95            # measured / predicted below this: the point beats its roof (5 % for timer noise)
-FIXED_TIME = 1.5        # batch-1 decode: measured / predicted above this ("数倍" of the lesson)
+FIXED_TIME = 1.2        # batch-1 decode: measured / predicted above this. On a quiet 2-core host the default
+                        # model's batch-1 step is 2.4-2.5 ms against a ~1.4-1.6 ms prediction (benchmarks/README.md,
+                        # 2026-12-05; blind reading 2026-12-07b ch02 #3), a ratio of about 1.5-1.8
+NEAR = 0.1              # a ratio within this share of FIXED_TIME is printed as "within noise" (the verdict may flip)
 SCALING = 0.7           # GFLOP/s must grow by at least this share of the thread ratio
-NOT_SLOWER = 0.9        # a larger batch may not take less than this share of the previous step time
+NOT_SLOWER = 0.9        # a pairwise dip below this share of the previous batch's time is reported, not judged
 PREFILL_TASK = 512      # 課題2 looks at this prefill, or the longest one measured
 GPU_BATCH = 32          # 課題5 looks at this decode batch, or the largest one measured
 
@@ -100,13 +105,22 @@ def task1_predictions(f: dict) -> list[Prediction]:
                    "実測/予測が 1 より小さいなら、測った帯域がこのマシンの本当の帯域より低いか、小さなモデルの重み"
                    "の一部が CPU のキャッシュに収まって速く読めています。リッジポイントが演算強度より小さいなら、"
                    "このマシンの演算性能が帯域に比べてとても低い（スレッド数を確かめてください）"),
-        Prediction("バッチを増やしてもステップの時間は短くならない（前のバッチより 1 割以上短い点がない）",
-                   not slower, "実測 " + " → ".join(f"{p['measured_ms']:.2f}" for p in d) + " ms",
-                   "短くなったバッチ: " + "、".join(f"{a['size']}→{b['size']}" for a, b in slower) + "。"
-                   "計測の途中でほかのプログラムが CPU を使うと、その点だけ遅くなります。繰り返しを増やして測り直し、"
-                   "同じバッチが毎回遅いか確かめてください。毎回遅いなら、そのバッチだけエンジンの中で別の処理の道"
-                   "（Attention のまとめ方や、行列積のライブラリが行の数ごとに選ぶ実装）を通っている可能性があります"),
+        Prediction(f"いちばん大きいバッチ（{d[-1]['size']}）のステップは、バッチ {one['size']} より長い",
+                   len(d) < 2 or d[-1]["measured_ms"] > one["measured_ms"],
+                   "実測 " + " → ".join(f"{p['measured_ms']:.2f}" for p in d) + " ms"
+                   + ("（参考：隣のバッチより 1 割以上短い点 " + "、".join(f"{a['size']}→{b['size']}" for a, b in slower)
+                      + "。1点だけの揺れは、計測の途中でほかのプログラムが CPU を使ったときにも出ます）" if slower else ""),
+                   "重みと KV のバイト数も FLOPs もバッチとともに増えるのに、大きなバッチが速く終わりました。"
+                   "計測の途中でほかのプログラムが CPU を使うと、その点（ここではバッチ 1）だけ遅くなります。"
+                   "繰り返しを増やして測り直し、毎回そうなるか確かめてください"),
     ]
+
+
+def _near(x: float, threshold: float) -> str:
+    """A note when ``x`` lies within ``NEAR`` of ``threshold``: the verdict is within noise and may flip."""
+    if abs(x / threshold - 1) <= NEAR:
+        return f"。しきい値 {threshold} にとても近く、ノイズの範囲です（測り直すと判定が変わることがあります）"
+    return ""
 
 
 def _prefill_point(f: dict) -> dict | None:
@@ -134,9 +148,9 @@ def task3_predictions(f: dict) -> list[Prediction]:
     low = min(pts, key=lambda x: x[1]["ratio"])
     return [
         Prediction(f"Decode バッチ {one['size']} の実測は予測の {FIXED_TIME} 倍を超える（固定の時間が目立つ）",
-                   one["ratio"] > FIXED_TIME, f"実測/予測 {one['ratio']:.2f}",
+                   one["ratio"] > FIXED_TIME, f"実測/予測 {one['ratio']:.2f}" + _near(one["ratio"], FIXED_TIME),
                    "このマシンでは1ステップの固定の時間（Python と小さな演算）が、重みを読む時間に比べて短い。"
-                   "CPU が速いか、帯域が低いマシンです。モデルを大きな形に変えると差はさらに小さくなります"),
+                   "CPU のコアが速いか、帯域が低いマシンです。モデルを大きな形に変えると差はさらに小さくなります"),
         Prediction(f"最長の Prefill（{long_['size']} トークン）の実測/予測は、Decode バッチ {one['size']} より 1 に近い",
                    abs(math.log(long_["ratio"])) < abs(math.log(one["ratio"])),
                    f"Prefill {long_['size']} トークン {long_['ratio']:.2f}、Decode バッチ {one['size']} {one['ratio']:.2f}",

@@ -55,7 +55,7 @@ def plot_roofline(res: dict, gpu: str | None = None):
         pred = predict_on_gpu(res, gpu)
         for p in pred:
             p["attainable"] = roofline.attainable_flops(p["intensity"], gm, "flops_bf16")
-        _points(ax, pred, "attainable", False, f"{gpu} 予測 ")
+        _points(ax, pred, "attainable", False, f"{gpu} 予測・BF16 ")
         ax.set_title(f"ルーフライン: このマシン（リッジ {ridge:.1f} FLOP/B）と {gpu}（予測、リッジ {g_ridge:.0f} FLOP/B）",
                      fontsize=10)
     else:
