@@ -10,7 +10,7 @@ The same prompts go through three engines of the default model, one after anothe
 ``repeats`` times (alternating; figures are medians):
 
 * ``none``: no speculation (the baseline);
-* ``ngram``: ``speculative_config={"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 3}``;
+* ``ngram``: ``{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 3, "prompt_lookup_min": 1}``;
 * ``draft_model``: the shipped draft model (``minimal_engine/draft_model``, distilled from the default model) proposes
   k tokens;
 * ``draft_model_lm`` (only when asked for in ``methods``): the earlier draft (``minimal_engine/draft_model_lm``,
@@ -71,7 +71,8 @@ def spec_config(method: str, k: int) -> dict | None:
     if method == "none":
         return None
     if method == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 3}
+        # min given explicitly: max alone would mean min = max (3-grams only), as in vLLM
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
     if method == "draft_model_lm":
         return {"method": "draft_model", "num_speculative_tokens": k, "model": str(DRAFT_LM)}
     return {"method": "draft_model", "num_speculative_tokens": k}

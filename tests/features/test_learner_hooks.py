@@ -107,7 +107,8 @@ def sampler_returning(fix):
 ])
 def test_rejection_sampler_answers_are_checked(llama_dir, fix, said):
     llm = LLM(llama_dir, device="cpu", dtype="float32", rejection_sampler=sampler_returning(fix),
-              speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+              speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                                  "prompt_lookup_max": 3, "prompt_lookup_min": 1})
     out = llm.generate(PROMPT, SamplingParams(temperature=1.0, seed=3, max_tokens=12))[0]
     assert out.finish_reason == "error", out
     assert "the rejection_sampler hook 'bad_sampler' must return" in out.error and said in out.error
@@ -124,7 +125,8 @@ def test_per_token_rule_answers_are_checked(llama_dir, answer, said):
     def rule(p, q, draft, generator):
         return answer(p, draft)
     llm = LLM(llama_dir, device="cpu", dtype="float32", rejection_sampler=per_token_rule(rule),
-              speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+              speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                                  "prompt_lookup_max": 3, "prompt_lookup_min": 1})
     out = llm.generate(PROMPT, SamplingParams(temperature=1.0, seed=3, max_tokens=12))[0]
     assert out.finish_reason == "error" and "the per_token_rule hook 'rule'" in out.error, out
     assert said in out.error
@@ -134,7 +136,8 @@ def test_a_numpy_bool_and_integer_are_fine(llama_dir):
     def rule(p, q, draft, generator):
         return np.bool_(True), np.int64(draft)
     llm = LLM(llama_dir, device="cpu", dtype="float32", rejection_sampler=per_token_rule(rule),
-              speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+              speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                                  "prompt_lookup_max": 3, "prompt_lookup_min": 1})
     out = llm.generate(PROMPT, SamplingParams(temperature=1.0, seed=3, max_tokens=8))[0]
     assert out.finish_reason in ("length", "stop") and out.error is None
 

@@ -22,8 +22,10 @@ def reference():
     return [o.token_ids for o in llm.generate(PROMPTS, GREEDY, use_tqdm=False)]
 
 
-@pytest.mark.parametrize("spec", [{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3},
-                                  {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 2},
+@pytest.mark.parametrize("spec", [{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3,
+                                   "prompt_lookup_min": 1},
+                                  {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 2,
+                                   "prompt_lookup_min": 1},
                                   {"method": "draft_model", "num_speculative_tokens": 4}])
 def test_greedy_tokens_identical_on_the_default_model(reference, spec):
     llm = LLM(device="cpu", max_num_seqs=8, speculative_config=spec)
@@ -93,7 +95,8 @@ def test_rejected_slots_are_released_and_preemption_keeps_tokens():
     prompts = PROMPTS * 2
     sp = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
     ref = LLM(**kw).generate(prompts, sp, use_tqdm=False)
-    llm = LLM(**kw, speculative_config={"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 2})
+    llm = LLM(**kw, speculative_config={"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 2,
+                                        "prompt_lookup_min": 1})
     engine, bm = llm.engine, llm.engine.block_manager
     ids = [engine.add_request(p, sp) for p in prompts]
     done = {}
@@ -177,6 +180,18 @@ def test_shipped_draft_model_matches_the_default_tokenizer():
                                                              "tokenizer.json").read_bytes()
     assert (DRAFT_MODEL / "model.safetensors").stat().st_size < 16 << 20
     assert (DRAFT_MODEL / "README.md").is_file()
+
+
+@pytest.mark.parametrize("given, window", [({}, (5, 5)), ({"prompt_lookup_max": 3}, (3, 3)),
+                                           ({"prompt_lookup_min": 2}, (2, 2)),
+                                           ({"prompt_lookup_min": 1, "prompt_lookup_max": 3}, (1, 3))])
+def test_ngram_window_defaults_follow_vllm(given, window):
+    """vLLM's SpeculativeConfig (vllm/config/speculative.py, ngram branch): neither given -> 5 and 5, only one given ->
+    the other equals it. So {"prompt_lookup_max": 3} means 3-grams only, not a 3 -> 1 fallback."""
+    llm = LLM(device="cpu", num_kv_blocks=8,
+              speculative_config={"method": "ngram", "num_speculative_tokens": 2, **given})
+    sp = llm.engine.speculator
+    assert (sp.n_min, sp.n_max) == window
 
 
 @pytest.mark.parametrize("spec, message", [

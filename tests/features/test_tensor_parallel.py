@@ -220,7 +220,8 @@ def test_speculative_decoding_under_tp_keeps_greedy_tokens():
     params = SamplingParams(temperature=0, max_tokens=24)
     expected = tokens(LLM(dtype="float32"), prompts, params)
     two = LLM(dtype="float32", tensor_parallel_size=2,
-              speculative_config={"method": "ngram", "num_speculative_tokens": 4})
+              speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3,
+                                  "prompt_lookup_min": 1})
     try:
         assert tokens(two, prompts, params) == expected
         assert two.engine.speculator.stats()["accepted"] > 0

@@ -11,7 +11,7 @@ from minimal_engine import LLM
 from minimal_engine.serve.app import ServerThread, build_app
 from tests.conftest import wait_idle
 
-SPEC = {"method": "ngram", "num_speculative_tokens": 4}
+SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 REPEAT = "吾輩は猫である。名前はまだ無い。吾輩は猫である。名前はまだ無い。吾輩は猫である。"
 
 

@@ -1,7 +1,8 @@
 """Speculative decoding (chapter 8): a cheap proposer guesses k tokens, the target model checks them all in ONE
 forward pass, and every guess it agrees with is a token gained without a step of its own.
 
-    LLM(speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3})
+    LLM(speculative_config={"method": "ngram", "num_speculative_tokens": 4,
+                            "prompt_lookup_max": 3, "prompt_lookup_min": 1})   # 3-grams, falling back to 1-grams
     LLM(speculative_config={"method": "draft_model", "num_speculative_tokens": 4})   # the shipped draft model
 
 LLM builds a SpecDecoder and gives it to LLMEngine (`speculator=`), which gives it to its
@@ -41,6 +42,16 @@ KEYS = {"ngram": {"method", "num_speculative_tokens", "prompt_lookup_max", "prom
         "draft_model": {"method", "num_speculative_tokens", "model"}}
 
 
+def ngram_window(n_min, n_max) -> tuple:
+    """(prompt_lookup_min, prompt_lookup_max) as vLLM fills them in: neither given -> 5 and 5; only one given -> the
+    other equals it (so {"prompt_lookup_max": 3} looks up 3-grams only; pass "prompt_lookup_min": 1 for the 3 -> 1
+    fallback). Source: vLLM vllm/config/speculative.py, SpeculativeConfig.__post_init__, the ngram branch
+    (github.com/vllm-project/vllm, commit f19b16d95e4395790661f4835e4436bc3dd5d9c7; read 2026-12-07)."""
+    if n_min is None and n_max is None:
+        return 5, 5
+    return (n_max if n_min is None else n_min), (n_min if n_max is None else n_max)
+
+
 class SpecDecoder:
     """The engine's speculative decoding: built by LLM from speculative_config; holds the proposer and totals."""
 
@@ -61,7 +72,7 @@ class SpecDecoder:
             raise ValueError(f"speculative_config: num_speculative_tokens must be an integer in "
                              f"[1, {MAX_SPECULATIVE_TOKENS}], got {k!r}")
         self.method, self.k = method, k
-        self.n_max, self.n_min = spec.get("prompt_lookup_max", 3), spec.get("prompt_lookup_min", 1)
+        self.n_min, self.n_max = ngram_window(spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max"))
         for name, n, hi in (("prompt_lookup_max", self.n_max, 64), ("prompt_lookup_min", self.n_min, self.n_max)):
             if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= hi:
                 raise ValueError(f"speculative_config: {name} must be an integer in [1, {hi}], got {n!r}")
