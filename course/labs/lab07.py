@@ -12,9 +12,11 @@ Measured part: the course's default model in float32 with ``tensor_parallel_size
 processes that talk through gloo, minimal_engine/features/tensor_parallel/model.py). For each, the median over ``repeats`` of
 a prefill step of ``prompt_len`` tokens (one request) and of a decode step of ``batch_size`` requests, and for
 TP the part of each step spent in communication (all-reduce waits plus sending the step to the workers).
-Threads are made equal in total: TP=N gives each of its N processes max(1, threads // N) torch threads (the
-engine's rule), and TP=1 is measured with N x that many, so both use the same number of cores (with threads=1,
-TP=2 runs 1 thread x 2 processes and TP=1 runs 2 threads). ``res["threads_per_config"]`` records them.
+Threads: TP=N gives each of its N processes max(1, threads // N) torch threads (the engine's rule), and TP=1
+is measured with N x that many, capped at the usable cores (more threads than cores only measures OpenMP
+oversubscription); TP=1 is also timed with one rank's threads (``tp1_own``), and the first prediction
+compares TP=N with the faster TP=1. The load check counts every thread the run uses (N x per rank).
+``res["threads_per_config"]`` records them.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import time
 import torch
 
 from course.labkit.history import to_csv
-from course.labkit.load import check_load
+from course.labkit.load import check_load, usable_cpus
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import apply_thread_policy, cached_llm, check_device, check_int, clear_llm_cache, is_quick
@@ -120,11 +122,12 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
     n = check_int(d["tp"] if tp is None else tp, "tp", "TP の大きさ（並列度）", *TP_RANGE)
     device, repeats = check_device(device), check_repeats(default_repeats() if repeats is None else repeats)
     threads = apply_thread_policy(threads)
-    load = check_load(threads) if load_check else None
+    load = check_load(n * max(1, threads // n)) if load_check else None   # every thread of the run (engine's rule)
     tp_model = _engine(n, device, threads).model        # features/tensor_parallel/model.py
     per_rank = tp_model.per_rank             # torch threads of each rank: max(1, threads // n)
-    tp1_threads = n * per_rank               # TP=1 gets the same total, so neither side has more cores
+    tp1_threads = max(per_rank, min(n * per_rank, usable_cpus()))   # same total, never more than the cores
     samples = {k: [] for k in (1, n)}
+    own = []                                 # TP=1 decode with one rank's threads
     for rep in range(repeats):               # TP=1, TP=N, TP=1, ...: both meet the same load
         for k in samples:
             llm = _engine(k, device, threads)
@@ -132,6 +135,9 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
             try:
                 pre = prefill_step(llm, p, seed=rep)
                 dec = decode_step_time(llm, b, p, num_steps=num_steps, seed=rep)
+                if k == 1:
+                    torch.set_num_threads(per_rank)
+                    own.append(decode_step_time(llm, b, p, num_steps=num_steps, seed=rep)["median_step_ms"])
             finally:
                 torch.set_num_threads(threads)
             samples[k].append((pre["ms"], pre["comm_ms"], dec["median_step_ms"], dec.get("comm_ms", 0.0)))
@@ -147,6 +153,7 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
                    "decode_ms_min": min(r[2] for r in rows), "decode_ms_max": max(r[2] for r in rows)}
     res = {"prompt_len": p, "batch_size": b, "tp": n, "device": device, "repeats": repeats, "threads": threads,
            "threads_per_config": {1: (tp1_threads, 1), n: (per_rank, n)},   # (torch threads per process, processes)
+           "tp1_own_decode_ms": statistics.median(own), "load_warned": bool(load and load["warning"]),
            "runs": runs, "load": load, "same_tokens": tokens[1] == tokens[n],
            "decode_speedup": runs[1]["decode_ms"] / runs[n]["decode_ms"],
            "prefill_speedup": runs[1]["prefill_ms"] / runs[n]["prefill_ms"],
@@ -217,7 +224,8 @@ def threads_ja(res: dict) -> str:
     """「TP=1 は 2 スレッド、TP=2 は 1 スレッド × 2 プロセス（合計が同じ）」."""
     parts = [f"TP={k} は {t} スレッド" + (f" × {p} プロセス" if p > 1 else "")
              for k, (t, p) in res["threads_per_config"].items()]
-    return "、".join(parts) + "（合計のスレッド数は同じ）"
+    same = len({t * p for t, p in res["threads_per_config"].values()}) == 1
+    return "、".join(parts) + ("（合計のスレッド数は同じ）" if same else "（TP=1 はコア数まで）")
 
 
 def readout_html(res: dict) -> str:
@@ -229,10 +237,11 @@ def readout_html(res: dict) -> str:
     head = (f"構成", f"Prefill {res['prompt_len']} トークン [ms]", "うち通信", f"Decode（バッチ {res['batch_size']}）[ms]",
             "うち通信")
     note = (f"<div>{threads_ja(res)}。TP={n} / TP=1 の速さ: Prefill {res['prefill_speedup']:.2f} 倍、Decode {res['decode_speedup']:.2f} 倍"
-            f"（1 より小さければ遅くなっています）。TP={n} の通信以外の時間 ÷ TP=1 の1ステップ: Prefill "
-            f"{res['prefill_compute_ratio']:.2f}、Decode {res['decode_compute_ratio']:.2f}（合計のスレッド数をそろえているので、"
-            f"仕事が均等に分かれれば 1 に近くなります。ランク 0 は多めのヘッドと複製した lm_head を少ないスレッドで"
-            f"計算するので、行列積の分だけから見込む比は Prefill {res['prefill_expected_ratio']:.2f}、"
+            f"（1 より小さければ遅くなっています。TP=1 を {res['threads_per_config'][res['tp']][0]} スレッドで測ると Decode "
+            f"{res['tp1_own_decode_ms']:.1f} ms）。TP={n} の通信以外の時間 ÷ TP=1 の1ステップ: Prefill "
+            f"{res['prefill_compute_ratio']:.2f}、Decode {res['decode_compute_ratio']:.2f}（合計のスレッド数がそろっていれば、"
+            f"仕事が均等に分かれると 1 に近くなります。ランク 0 は多めのヘッドと複製した lm_head を少ないスレッドで"
+            f"計算するので、行列積の量だけから見込んだ比は Prefill {res['prefill_expected_ratio']:.2f}、"
             f"Decode {res['decode_expected_ratio']:.2f}。これを超えた分は、コアの取り合いなど）。"
             f"貪欲トークンの一致: {'○' if res['same_tokens'] else '×'}。"
             f" 1ステップの all-reduce: {res['allreduces_per_step']} 回、Decode {res['decode_allreduce_bytes']:,} B、"
@@ -279,7 +288,7 @@ def plot_run(res: dict):
         total = [r[f"{kind}_ms"] for r in res["runs"].values()]
         a.bar(labels, [t - c for t, c in zip(total, comm)], color="tab:blue", label="計算など")
         a.bar(labels, comm, bottom=[t - c for t, c in zip(total, comm)], color="tab:orange",
-              label="all-reduce の待ち（相手のプロセスを待つ時間を含む）")
+              label="通信（all-reduce の待ち＋ワーカーへの入力の送信）")
         a.set_ylabel("1ステップの時間 [ms]")
         a.set_ylim(0, max(total) * 1.2)
         a.set_title(title, fontsize=10)

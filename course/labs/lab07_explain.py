@@ -19,6 +19,10 @@ lm_head, with 1/N of TP=1's threads; ``lab07.rank0_share`` gives the ratio this 
 perfectly scaling threads (about 1.3 for decode on the default model). A measured ratio above that
 is time rank 0 loses to the other processes while computing (N processes and gloo's threads share
 few cores) and cold caches; below 1 means TP=1's threads did not scale (small matrices) or load.
+
+Load: when the load check fired, or TP=1 with its threads was more than 10% slower than TP=1 with one
+rank's threads (OpenMP threads waiting for a descheduled one), the timing verdicts print 「判定できない
+（負荷）」 instead of naming a mechanism (``undecidable``). The GPU contrast is in ``lab07_gpu``.
 """
 from __future__ import annotations
 
@@ -28,6 +32,16 @@ import re
 
 from course.labkit.predictions import Prediction
 
+UNDECIDED = "判定できない（負荷）"
+SLOW_TP1 = 1.10        # TP=1 with its threads this much slower than with one rank's: its threads collapsed
+
+
+class Undecided(Prediction):
+    """A prediction the run cannot decide because the machine was busy (``undecidable``)."""
+
+    def verdict(self) -> str:
+        return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{self.otherwise}"
+
 BUSY = "ほかのプログラムが CPU を使っている（負荷の警告を確かめ、繰り返しを増やして測り直す）"
 
 
@@ -35,7 +49,9 @@ def facts(res: dict) -> dict:
     """The numbers the lab's predictions are decided on."""
     n, calls = res["tp"], res["allreduces_per_step"]
     one, many = res["runs"][1], res["runs"][n]
-    return {"tp": n, "tp1_decode_ms": one["decode_ms"], "tpn_decode_ms": many["decode_ms"],
+    own = res.get("tp1_own_decode_ms", one["decode_ms"])
+    return {"tp": n, "tp1_decode_ms": one["decode_ms"], "tp1_own_decode_ms": own,
+            "load_warned": bool(res.get("load_warned", False)), "tpn_decode_ms": many["decode_ms"],
             "decode_comm_share": many["decode_comm_share"],
             "prefill_comm_share": many["prefill_comm_share"],
             "decode_call_ms": many["decode_comm_ms"] / calls,
@@ -59,29 +75,49 @@ def parse_facts_line(line: str) -> dict:
     return out
 
 
+def undecidable(f: dict) -> str:
+    """Why this run's timings cannot decide a mechanism ('' when they can): the load check fired, or
+    TP=1 with all its threads was slower than with one rank's threads (its threads waited on each other)."""
+    why = []
+    if f.get("load_warned"):
+        why.append("計測の直前に負荷の警告が出ました")
+    if f["tp1_decode_ms"] > SLOW_TP1 * f["tp1_own_decode_ms"]:
+        why.append(f"TP=1 が自分の 1 ランク分のスレッドのとき（{f['tp1_own_decode_ms']:.1f} ms）より遅くなりました"
+                   f"（{f['tp1_decode_ms']:.1f} ms。スレッドがコアを待っている）")
+    return "、".join(why)
+
+
+def _decide(f: dict, p: Prediction) -> Prediction:
+    why = undecidable(f)
+    if not why:
+        return p
+    return Undecided(p.text, False, p.measured, f"{why}。ほかのプログラムを止めて測り直してください")
+
+
 def tp_predictions(f: dict) -> list[Prediction]:
-    """The lab's predictions (「予想を確かめる」 and 課題1), decided by ``facts(res)``."""
+    """The lab's predictions (「予想を確かめる」 and 課題1), decided by ``facts(res)``; the timing ones
+    read 「判定できない（負荷）」 on a busy run (``undecidable``)."""
     n = f["tp"]
+    best = min(f["tp1_decode_ms"], f["tp1_own_decode_ms"])
     calls = (f"1回あたり Decode {1000 * f['decode_call_ms']:.0f} µs、"
              f"Prefill {1000 * f['prefill_call_ms']:.0f} µs、バイト数の比 {f['bytes_ratio']:.0f} 倍")
     return [
-        Prediction(f"このマシンでは、バッチ 1 の Decode は TP={n} のほうが TP=1 より遅い",
-                   f["tpn_decode_ms"] > f["tp1_decode_ms"],
-                   f"TP=1 {f['tp1_decode_ms']:.1f} ms、TP={n} {f['tpn_decode_ms']:.1f} ms",
-                   "TP=1 は1つのプロセスで多くのスレッドを使うので、ほかのプログラムがコアを"
-                   "使っていると大きく遅れます（負荷の警告を確かめて測り直す）。空いているコアが"
-                   "多いマシンでは、TP=N の各プロセスも待たされにくくなります"),
-        Prediction("Decode のほうが Prefill より、1ステップに占める通信の割合が大きい",
+        _decide(f, Prediction(f"このマシンでは、バッチ 1 の Decode は TP={n} のほうが TP=1（速いほうのスレッド数）より遅い",
+                   f["tpn_decode_ms"] > best,
+                   f"TP=1 {f['tp1_decode_ms']:.1f} ms（1 ランク分のスレッドでは {f['tp1_own_decode_ms']:.1f} ms）、"
+                   f"TP={n} {f['tpn_decode_ms']:.1f} ms",
+                   "空いているコアが多いマシンでは、TP=N の各プロセスが待たされにくく、重みの読み出しも"
+                   "分かれるので速くなることがあります")),
+        _decide(f, Prediction("Decode のほうが Prefill より、1ステップに占める通信の割合が大きい",
                    f["decode_comm_share"] > f["prefill_comm_share"],
                    f"Decode {100 * f['decode_comm_share']:.0f}%、"
                    f"Prefill {100 * f['prefill_comm_share']:.0f}%",
                    "プロンプトが短いと Prefill の計算も小さくなります。プロンプト長を 256 以上に"
-                   "してください。" + BUSY),
-        Prediction("1回の all-reduce の時間は、運ぶバイト数の比の半分も増えない（バイト数ではなく1回ごとの"
-                   "固定の時間で決まる）",
+                   "してください。" + BUSY)),
+        _decide(f, Prediction("1回の all-reduce の時間は、運ぶバイト数の比の半分も増えない",
                    f["prefill_call_ms"] < f["decode_call_ms"] * f["bytes_ratio"] / 2, calls,
                    "プロンプトが長く、プロセスがすぐ動ける（空いたコアがある）と、バイト数の分の"
-                   "時間が見えてきます"),
+                   "時間が見えてきます")),
         Prediction(f"TP={n} の貪欲トークンは TP=1 と同じ（float32）", f["same_tokens"],
                    "一致" if f["same_tokens"] else "不一致",
                    "float32 以外の dtype か、エンジンの TP に問題があります。"
@@ -98,7 +134,7 @@ def ratio_reading(res: dict) -> str:
     lines = [
         f"TP={n} の通信以外の時間 ÷ TP=1 の1ステップ: Prefill {res['prefill_compute_ratio']:.2f}、"
         f"Decode {res['decode_compute_ratio']:.2f}。",
-        f"行列積の分だけから見込む比: Prefill {res['prefill_expected_ratio']:.2f}、"
+        f"行列積の量だけから見込んだ比: Prefill {res['prefill_expected_ratio']:.2f}、"
         f"Decode {res['decode_expected_ratio']:.2f}。ランク 0 は {r0['num_heads']} ヘッドのうち "
         f"{r0['heads']} つ、中間次元の約 1/{n}、各ランクに複製した lm_head（1トークンの行列積の重みの "
         f"{100 * res['lm_head_share']:.0f}%）を持ち、サンプリングもランク 0 だけがします。Decode では TP=1 の "
@@ -107,6 +143,10 @@ def ratio_reading(res: dict) -> str:
         "TP=1 もランク 0 も1回ずつ払うので、比を 1 に近づけます。相手のランクを待つ時間は通信に入り、"
         "すでに引いてあります。",
     ]
+    why = undecidable(facts(res))
+    if why:
+        lines.append(f"- {UNDECIDED}：{why}。この実行の比からは原因を判定できません（ほかのプログラムを止めて測り直してください）。")
+        return "\n".join(lines)
     for kind in ("Prefill", "Decode"):
         m, e = res[f"{kind.lower()}_compute_ratio"], res[f"{kind.lower()}_expected_ratio"]
         if m < 1:
@@ -118,7 +158,7 @@ def ratio_reading(res: dict) -> str:
                          "lm_head）とスレッドの少なさで説明できます。")
         else:
             lines.append(f"- {kind} {m:.2f} は見込み {e:.2f} を超えています。超えた分は、計算中にほかのプロセス"
-                         f"（相手のランクと gloo のスレッド）に CPU を取られる時間と、冷えたキャッシュによる遅れです（{n} "
+                         f"（相手のランクと gloo のスレッド）に CPU を取られる時間と、キャッシュが温まっていない（コールドキャッシュ）ことによる遅れです（{n} "
                          f"プロセスが、このマシンの {os.cpu_count()} コアを取り合います）。")
     return "\n".join(lines)
 
@@ -139,6 +179,7 @@ def comm_reading(res: dict, floor: dict | None = None) -> str:
                       for b in sorted(floor))
     text += (f"\n何もしない2プロセスの all-reduce（計算なし、{floor[dec_b]['calls']} 回の中央値）: {sizes}。"
              "これが gloo の1回ごとの時間（2つのプロセスの間で CPU を受け渡す時間を含む）です。")
+    text += _growth(res, floor, dec_b, pre_b)
     wait = dec_us - fd
     if wait >= 0.5 * dec_us:
         return text + (f"\nDecode の1回 {dec_us:.0f} µs のうち、これを超える {wait:.0f} µs"
@@ -152,6 +193,26 @@ def comm_reading(res: dict, floor: dict | None = None) -> str:
                    "マシンが混んでいたかもしれません。負荷を確かめて測り直してください）。")
 
 
+def _growth(res: dict, floor: dict, dec_b: int, pre_b: int) -> str:
+    """From decode to prefill: gloo's own time per call against the byte ratio, and the rest of the call
+    (waiting for the peer rank, which computes meanwhile) against TP=N's non-communication time."""
+    if pre_b not in floor or pre_b == dec_b:
+        return ""
+    f, two = facts(res), res["runs"][res["tp"]]
+    gloo = floor[pre_b]["median_us"] / floor[dec_b]["median_us"]
+    waits = [1000 * f[f"{k}_call_ms"] - floor[b]["median_us"] for k, b in (("decode", dec_b), ("prefill", pre_b))]
+    comp = (two["prefill_ms"] - two["prefill_comm_ms"]) / (two["decode_ms"] - two["decode_comm_ms"])
+    out = (f"\nDecode から Prefill で、gloo 自体の1回の時間は {gloo:.1f} 倍（運ぶバイト数は {pre_b / dec_b:.0f} 倍）"
+           f"{'で、バイト数ほどには増えません' if gloo < pre_b / dec_b / 2 else 'で、バイト数とともに増えています'}。")
+    if min(waits) <= 0:
+        return out + "1回の残り（相手を待つ時間）は片方で見えていないので、その伸びは比べられません。"
+    w = waits[1] / waits[0]
+    near = 0.5 <= w / comp <= 2
+    return out + (f"1回の残り（相手のランクが計算を終えるのを待つ時間と入力の送信）は {w:.1f} 倍、TP={res['tp']} の"
+                  f"通信以外の時間（計算）は {comp:.1f} 倍で、" + ("待つ時間は相手の計算とほぼ一緒に伸びています。"
+                  if near else "待つ時間の伸びは計算の伸びと大きく違います（負荷の変化や、待ち以外の時間を疑ってください）。"))
+
+
 def batch_facts(history: list[dict], tp: int = 2) -> dict:
     """The numbers the batch prediction is decided on: TP=tp's decode communication share at the
     smallest and the largest batch, and the spread of the prefill share over the rows (the same
@@ -160,8 +221,13 @@ def batch_facts(history: list[dict], tp: int = 2) -> dict:
     ones = {r["batch_size"]: r for r in history if r["tp_size"] == 1}
     bs, pre = sorted(rows), [r["prefill_comm_share"] for r in rows.values()]
     first, last = rows[bs[0]]["decode_comm_share"], rows[bs[-1]]["decode_comm_share"]
+    a, z = rows[bs[0]], rows[bs[-1]]
+    comm = [r["decode_ms"] * r["decode_comm_share"] for r in (a, z)]
+    other = [r["decode_ms"] * (1 - r["decode_comm_share"]) for r in (a, z)]
     return {"tp": tp, "batch_first": float(bs[0]), "batch_last": float(bs[-1]), "share_first": first,
             "share_last": last, "drop": first - last, "noise": max(pre) - min(pre),
+            "comm_growth": comm[1] / comm[0] if comm[0] else math.nan,
+            "other_growth": other[1] / other[0] if other[0] else math.nan,
             "tp1_growth": ones[bs[-1]]["decode_ms"] / ones[bs[0]]["decode_ms"]}
 
 
@@ -178,20 +244,29 @@ def batch_reading(history: list[dict], tp: int = 2) -> str:
             f"TP=1 の Decode の1ステップ: バッチ {bs[0]} で {ones[bs[0]]['decode_ms']:.1f} ms、"
             f"バッチ {bs[-1]} で {ones[bs[-1]]['decode_ms']:.1f} ms（{b['tp1_growth']:.1f} 倍）。\n"
             f"揺れの目安（どの行も同じ Prefill の実験。その通信の割合の行ごとの幅）: "
-            f"{100 * b['noise']:.0f} ポイント{spread}。")
+            f"{100 * b['noise']:.0f} ポイント{spread}。\n"
+            f"バッチ {bs[0]} → {bs[-1]} で、TP={tp} の通信の時間は {b['comm_growth']:.2f} 倍、通信以外の時間（計算など）は "
+            f"{b['other_growth']:.2f} 倍になりました。")
+
+
+NOISE_MAX = 0.10      # a noise gauge wider than this decides nothing (a wide gauge would pass any drop)
 
 
 def batch_prediction(b: dict) -> Prediction:
-    """The lab's prediction for the batch sweep, decided by ``batch_facts``."""
-    return Prediction(
+    """The lab's prediction for the batch sweep, decided by ``batch_facts``; 「判定できない（負荷）」 when
+    the noise gauge is wider than NOISE_MAX."""
+    cls = Undecided if b["noise"] > NOISE_MAX else Prediction
+    why = (f"揺れの目安が {100 * NOISE_MAX:.0f} ポイントを超えていて、下がったかどうかを決められません。"
+           "ほかのプログラムを止め、繰り返しを増やして測り直してください") if cls is Undecided else None
+    return cls(
         f"バッチを {b['batch_first']:.0f} から {b['batch_last']:.0f} にしても、TP={b['tp']} の Decode の"
         "通信の割合は、測定の揺れを超えるほどには下がらない",
         b["drop"] <= b["noise"],
         f"通信の割合 {100 * b['share_first']:.0f}% → {100 * b['share_last']:.0f}%"
         f"（{100 * b['drop']:.0f} ポイント下がった）、揺れの目安 {100 * b['noise']:.0f} ポイント",
-        "相手のランクがすぐ動ける（空いたコアがある）マシンでは、待つ時間が計算ほどには増えず、"
-        "GPU と同じように通信の割合が下がります。揺れが小さく出た実行かもしれないので、繰り返しを"
-        "増やして測り直してください")
+        why or ("相手のランクがすぐ動ける（空いたコアがある）マシンでは、通信の時間が計算ほどには増えず、"
+                "通信の割合が下がります（上の行の2つの伸び）。揺れが小さく出た実行かもしれないので、繰り返しを"
+                "増やして測り直してください"))
 
 
 def tp_dp_reading(rows: list[dict]) -> str:
@@ -213,6 +288,6 @@ def tp_dp_reading(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["batch_facts", "batch_prediction", "batch_reading", "comm_reading", "facts", "facts_line",
-           "parse_facts_line",
+__all__ = ["UNDECIDED", "Undecided", "batch_facts", "batch_prediction", "batch_reading", "comm_reading", "facts",
+           "facts_line", "parse_facts_line", "undecidable",
            "ratio_reading", "tp_dp_reading", "tp_predictions"]

@@ -66,12 +66,16 @@ def test_panel_has_the_browser_contract(res):
     assert [r["prompt_len"] for r in app.history] == [16, 16]
 
 
-def test_tp1_and_tpn_use_the_same_total_threads(res):
+def test_tp1_gets_the_same_total_threads_but_never_more_than_the_cores(res):
+    from course.labkit.load import usable_cpus
     tp1_threads, tp1_procs = res["threads_per_config"][1]
     per_rank, procs = res["threads_per_config"][2]
     assert tp1_procs == 1 and procs == 2
-    assert tp1_threads == per_rank * procs == 2 * max(1, res["threads"] // 2)
-    assert "合計のスレッド数は同じ" in lab07.readout_html(res)
+    assert tp1_threads == max(per_rank, min(per_rank * procs, usable_cpus()))
+    assert tp1_threads <= max(per_rank, usable_cpus())
+    assert res["tp1_own_decode_ms"] > 0 and res["load_warned"] is False      # load_check=False
+    same = tp1_threads == per_rank * procs
+    assert ("合計のスレッド数は同じ" if same else "TP=1 はコア数まで") in lab07.readout_html(res)
     assert 0 < res["decode_compute_ratio"] and 0 < res["prefill_compute_ratio"]
 
 
@@ -81,7 +85,7 @@ def test_rank0_share_predicts_the_compute_ratio(res):
     per_rank, tp1 = res["threads_per_config"][2][0], res["threads_per_config"][1][0]
     assert res["decode_expected_ratio"] == pytest.approx(res["rank0"]["share"] * tp1 / per_rank)
     assert 1 < res["prefill_expected_ratio"] < res["decode_expected_ratio"]     # prefill: one row samples
-    assert "行列積の分だけから見込む比" in lab07.readout_html(res)
+    assert "行列積の量だけから見込んだ比" in lab07.readout_html(res)
 
 
 def test_bare_all_reduce_is_timed():

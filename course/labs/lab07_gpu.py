@@ -1,0 +1,33 @@
+"""Lab 7's GPU contrast (予測): the course simulator's communication share of one decode step on a GPU
+TP group, per batch, printed beside the CPU batch sweep (``labs/07_parallelism_lab.ipynb``)::
+
+    print(gpu_share_line("llama-3.3-70b", "H100", 8, gpu_comm_shares("llama-3.3-70b", "H100", 8)))
+
+While decode is memory-bound, a larger batch hardly lengthens the step (the weights are read once for
+the whole batch), and the all-reduces' count and latency stay, so the share stays about flat; it falls
+only as the batch nears the regime where compute or the KV reads dominate (hundreds of requests).
+"""
+from __future__ import annotations
+
+
+def gpu_comm_shares(model: str = "llama-3.3-70b", gpu: str = "H100", tp: int = 8, batches=(1, 16, 256),
+                    context: int = 1024) -> dict:
+    """The simulator's communication share of one decode step on a GPU TP group, per batch
+    (``sim_step.step_time_s``): t_comm / t. Flat while decode is memory-bound (the step hardly grows)."""
+    from minimal_engine.calculators.sim_step import get_hardware, get_sim_model, step_time_s
+    m, hw = get_sim_model(model), get_hardware(gpu)
+    out = {}
+    for b in batches:
+        r = step_time_s(m, hw, tp, b, context, 0, context, "bf16", "bf16")
+        out[b] = {"share": r["t_comm"] / r["t"], "step_ms": 1000 * r["t"], "bound": r["bound"]}
+    return out
+
+
+def gpu_share_line(model: str, gpu: str, tp: int, shares: dict) -> str:
+    bound = {"memory": "メモリ帯域律速", "compute": "演算律速"}
+    return (f"{model} / {gpu} / TP={tp}（予測、コンテキスト 1024、BF16）の Decode の通信の割合: " + "、".join(
+        f"バッチ {b} で {100 * v['share']:.0f}%（1ステップ {v['step_ms']:.1f} ms、{bound[v['bound']]}）"
+        for b, v in shares.items()))
+
+
+__all__ = ["gpu_comm_shares", "gpu_share_line"]
