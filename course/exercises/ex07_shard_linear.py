@@ -1,11 +1,12 @@
 """Exercise 7 (chapter 7): shard_columns, shard_rows and combine for a tensor-parallel SwiGLU MLP.
 
-The learner passes shard_columns with shard_rows= and combine= as options (or an object/dict with the three). Weights are [out, in] like nn.Linear:
+The learner passes shard_columns with shard_rows= and combine= as options (grade() takes only a function; check() also
+takes an object/dict with the three, as the tests do). Weights are [out, in] like nn.Linear:
 column split = output features (dim 0), row split = input features (dim 1); an uneven split gives the first ranks one
 more, as the engine's minimal_engine/features/tensor_parallel/sharding.split_sizes does. The grader checks each shard
 against split_sizes, then runs a sharded MLP with the learner's functions for world 1, 2, 3 (3 splits the
-intermediate size 10 unevenly) and compares it with the unsharded MLP; a rank outside [0, world) must be refused by both
-shard functions. A shard of the right shape with the wrong rows (an interleaved w[r::world]) is told that shards are contiguous.
+intermediate size 10 unevenly) and compares it with the unsharded MLP; a rank outside [0, world) (2 and -1 for world 2)
+must be refused by both shard functions. A shard of the right shape with the wrong rows (an interleaved w[r::world]) is told that shards are contiguous.
 """
 from __future__ import annotations
 
@@ -99,10 +100,12 @@ def check(fn, ctx=None) -> list:
         got_s = f"最大の差 {(y - y_full).abs().max():.2e}" if isinstance(y, torch.Tensor) and y.shape == y_full.shape \
             else f"形 {list(getattr(y, 'shape', []))}"
         out.append(case("分けた MLP = 分けない MLP", inp, f"形 {list(y_full.shape)}、差 ≤ 1e-4", got_s, h_ok and y_ok, message))
-    for kind in ("shard_columns", "shard_rows"):
-        ok, got, msg = run(fns[kind], w.clone(), 2, 2)
-        out.append(case("範囲外のランクを断る", f"{kind}(w, rank=2, world=2)", "ValueError", msg if not ok else "例外なし",
-                        not ok and "ValueError" in msg, "rank は 0〜world−1 です。範囲外なら ValueError で伝えてください。"))
+    for rank in (2, -1):                 # -1: a tensor_split(...)[rank] would return the last shard
+        for kind in ("shard_columns", "shard_rows"):
+            ok, got, msg = run(fns[kind], w.clone(), rank, 2)
+            out.append(case("範囲外のランクを断る", f"{kind}(w, rank={rank}, world=2)", "ValueError",
+                            msg if not ok else "例外なし", not ok and "ValueError" in msg,
+                            "rank は 0〜world−1 です。範囲外（負の数も）なら ValueError で伝えてください。"))
     return out
 
 

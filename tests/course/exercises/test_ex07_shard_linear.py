@@ -71,7 +71,21 @@ def test_interleaved_shards_are_told_to_be_contiguous():
 
 def test_shard_rows_without_a_range_check_fails():
     failed = [c for c in _grader().check(ROWS_UNCHECKED, CTX) if not c.passed]
-    assert [c.input for c in failed] == ["shard_rows(w, rank=2, world=2)"], failed
+    assert [c.input for c in failed] == ["shard_rows(w, rank=2, world=2)", "shard_rows(w, rank=-1, world=2)"], failed
+
+
+def test_a_negative_rank_must_be_refused_too():
+    """tensor_split(...)[rank] with only rank >= world rejected returns the last shard for rank=-1 (planted)."""
+    def split(dim):
+        def f(w, r, n):
+            if r >= n:
+                raise ValueError("rank")
+            return torch.tensor_split(w, n, dim=dim)[r]
+        return f
+    fns = {"shard_columns": split(0), "shard_rows": split(1), "combine": _combine}
+    failed = [c for c in _grader().check(fns, CTX) if not c.passed]
+    assert [c.input for c in failed] == ["shard_columns(w, rank=-1, world=2)", "shard_rows(w, rank=-1, world=2)"]
+    assert all("負の数も" in c.message for c in failed)
 
 
 def _raises(*args, **kwargs):
