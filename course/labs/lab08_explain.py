@@ -48,19 +48,22 @@ def _repeat(tokens: list, n: int) -> bool:
 
 def loop_share(rows: list[dict], n: int = 4) -> dict:
     """From ``lab08.trace_steps`` rows: how many accepted drafts complete an n-gram the output
-    already had (a repetition loop), and the acceptance in the steps that ended before the first repeat."""
+    already had (a repetition loop), and the acceptance in the steps that ended before the first repeat
+    (accepted / proposed, which depends on k, and how many of those steps kept their first draft, which does not)."""
     out, flags = [], []
     for r in rows:
         for t in r["tokens"]:
             out.append(t)
             flags.append(_repeat(out, n))
     start = flags.index(True) if True in flags else len(out)
-    accepted, in_loop, before, pos = 0, 0, [0, 0], 0       # before: [accepted, proposed]
+    accepted, in_loop, before, pos = 0, 0, [0, 0, 0, 0], 0  # before: [accepted, proposed, steps, first kept]
     loop_steps = loop_full = 0
     for r in rows:
         if r["drafts"] and pos + len(r["tokens"]) <= start:
             before[0] += r["accepted"]
             before[1] += len(r["drafts"])
+            before[2] += 1
+            before[3] += r["accepted"] >= 1
         elif r["drafts"] and pos >= start:
             loop_steps += 1
             loop_full += r["accepted"] == len(r["drafts"])
@@ -68,7 +71,7 @@ def loop_share(rows: list[dict], n: int = 4) -> dict:
         in_loop += sum(flags[pos:pos + r["accepted"]])
         pos += len(r["tokens"])
     return {"n": n, "accepted": accepted, "in_loop": in_loop, "before_accepted": before[0],
-            "before_proposed": before[1], "loop_steps": loop_steps, "loop_full": loop_full,
+            "before_proposed": before[1], "before_steps": before[2], "before_first": before[3], "loop_steps": loop_steps, "loop_full": loop_full,
             "output": "".join(out)}
 
 
@@ -87,9 +90,12 @@ def loop_period(tokens: list, min_turns: int = 3, slack: float = 0.2) -> int | N
 def loop_reading(rows: list[dict], n: int = 4, k: int | None = None) -> str:
     s = loop_share(rows, n)
     b = s["before_accepted"] / s["before_proposed"] if s["before_proposed"] else float("nan")
+    f = s["before_first"] / s["before_steps"] if s["before_steps"] else float("nan")
     text = (f"受理された下書き {s['accepted']} 個のうち {s['in_loop']} 個は、出力にすでにあった "
-            f"{n} トークンの並びを繰り返す所でした。繰り返しが始まる前の提案の採用率は "
-            f"{s['before_accepted']} ÷ {s['before_proposed']} = {b:.2f} です。\n"
+            f"{n} トークンの並びを繰り返す所でした。繰り返しが始まる前の下書きのあるステップ "
+            f"{s['before_steps']} 回のうち、1つ目の下書きが受理されたのは {s['before_first']} 回"
+            f"（{f:.2f}）です（提案の採用率は {s['before_accepted']} ÷ {s['before_proposed']} = {b:.2f} で、"
+            f"こちらは k によって変わります。ステップ数が少ないので、どちらも目安です）。\n"
             f"出力の末尾: {s['output'][-40:]}")
     period = loop_period([t for r in rows for t in r["tokens"]])
     if period is None or k is None:
@@ -171,16 +177,35 @@ def concurrency_predictions(rows: list[dict], k: int) -> list[Prediction]:
     ]
 
 
-def k_gain_prediction(speedups: dict[int, float]) -> Prediction:
+def over_length(res: dict, slack: float = 0.02) -> list[str]:
+    """Warnings for speedups above the mean accepted length. A step with drafts advances that many tokens on
+    average and a step without drafts one, and both runs share the prefill, so the speedup can exceed it only if a
+    (k+1)-token verify step is faster than a one-token decode step: on a CPU, a no-speculation run slowed by load."""
+    out = []
+    for x in res["methods"].values():
+        s, length = x.get("speedup"), x.get("mean_accepted_length")
+        if s is not None and length is not None and s > length * (1 + slack):
+            out.append(f"注意：{x['label']}（k = {res['k']}）の速度比 {s:.2f} が平均受理長 {length:.2f} を超えています。"
+                       "1ステップで進むのは平均受理長以下なので、k+1 トークンの検証が1トークンの Decode より速くない限り"
+                       "こうはなりません。投機なしの計測が負荷で遅れた可能性が高いので、この速度比は信用せず測り直してください。")
+    return out
+
+
+def k_gain_prediction(speedups: dict[int, float], lengths: dict[int, float] | None = None) -> Prediction:
     """speedups: k -> measured speedup (n-gram, repetitive text, batch 1), at least three k. Diminishing
     returns: the gain per added draft shrinks as k grows (each added draft is accepted with probability
-    alpha^i, while the verify step grows by one token)."""
+    alpha^i, while the verify step grows by one token). lengths: k -> mean accepted length; a speedup above it
+    (see over_length) is named in the measurement, since the verdict then rests on a slowed baseline."""
     ks = sorted(speedups)
     gains = [(speedups[b] - speedups[a]) / (b - a) for a, b in zip(ks, ks[1:])]
     text = "、".join(f"k {a} → {b}: {g:+.3f}" for a, b, g in zip(ks, ks[1:], gains))
+    odd = [k for k in ks if lengths and k in lengths and speedups[k] > lengths[k] * 1.02]
+    note = ("。平均受理長を超えた速度比（投機なしの計測の遅れの疑い。判定は目安）: "
+            + "、".join(f"k {k} で {speedups[k]:.2f} > {lengths[k]:.2f}" for k in odd)) if odd else ""
     return Prediction("速度比の、k を 1 増やすあたりの伸びは、k が大きいほど小さくなる（伸びが逓減する）",
                       len(gains) >= 2 and all(g2 < g1 for g1, g2 in zip(gains, gains[1:])),
-                      "速度比 " + "、".join(f"k={k} {speedups[k]:.2f}" for k in ks) + f"。k 1 あたりの伸び {text}",
+                      "速度比 " + "、".join(f"k={k} {speedups[k]:.2f}" for k in ks) + f"。k 1 あたりの伸び {text}"
+                      + note,
                       "速度比は負荷でばらつきます。負荷の警告を確かめ、繰り返しを増やしてください。"
                       "受理率 α が 1 に近いと、伸びはなかなか小さくなりません")
 

@@ -49,8 +49,14 @@ def test_loop_share_counts_accepted_drafts_inside_a_repeat():
     s = ex.loop_share(rows, n=3)
     assert s["accepted"] == 5 and s["in_loop"] == 2                       # c and d of the last step
     assert (s["before_accepted"], s["before_proposed"]) == (2, 4)
+    assert (s["before_steps"], s["before_first"]) == (2, 2)               # both steps kept their first draft
     assert s["output"] == "abcdabcda"
     assert "5 個のうち 2 個" in ex.loop_reading(rows, n=3)
+    assert "2 回のうち、1つ目の下書きが受理されたのは 2 回（1.00）" in ex.loop_reading(rows, n=3)
+    missed = [_row([], 0, ["a"]), _row(["x", "y"], 0, ["b"]), _row(["c", "z"], 1, ["c", "d"])]  # a b c d
+    m = ex.loop_share(missed, n=3)                                        # one step lost its first draft
+    assert (m["before_steps"], m["before_first"], m["before_accepted"], m["before_proposed"]) == (2, 1, 1, 4)
+
 
 
 def rows_for(step_ms, speedups):
@@ -131,6 +137,19 @@ def test_loop_period_and_its_reading_against_k():
 KGAIN = re.compile(r"k=(\d+) ([\d.]+)")
 
 
+def test_a_speedup_above_the_mean_length_is_flagged():
+    """Blind reading ch08 #9: n-gram, repetitive, k = 4 saved a speedup of 5.07 at a mean length of 4.50."""
+    res = {"k": 4, "methods": {"ngram": {"label": "n-gram", "speedup": 5.07, "mean_accepted_length": 4.50},
+                               "none": {"label": "投機なし", "speedup": 1.0, "mean_accepted_length": None}}}
+    (line,) = ex.over_length(res)
+    assert "速度比 5.07 が平均受理長 4.50 を超えて" in line
+    res["methods"]["ngram"]["speedup"] = 4.20                             # below the length: nothing to say
+    assert ex.over_length(res) == []
+    p = ex.k_gain_prediction({2: 2.66, 4: 5.07, 8: 4.58}, {2: 2.62, 4: 4.50, 8: 6.30})
+    assert "k 4 で 5.07 > 4.50" in p.measured and "k 8 で" not in p.measured and "k 2 で" not in p.measured
+    assert "超えた" not in ex.k_gain_prediction({2: 2.5, 4: 4.0, 8: 4.5}, {2: 2.62, 4: 4.50, 8: 6.30}).measured
+
+
 def test_lab8_saved_k_gain_verdict_agrees_with_its_saved_numbers():
     nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
     cell = next(c for c in nb["cells"] if c["cell_type"] == "code"
@@ -150,8 +169,9 @@ def test_the_figure_plots_alpha_not_the_share():
         "ngram": {"tok_s": 300.0, "mean_accepted_length": 4.5, "acceptance_rate": 0.875, "alpha": 0.947}}}
     fig = plot_run(res)
     right = fig.axes[1]
-    heights = [round(b.get_height(), 3) for b in right.patches]
-    assert 0.947 in heights and 0.875 not in heights
+    heights = [round(b.get_height(), 3) for ax in fig.axes[1:] for b in ax.patches]
+    assert 0.947 in heights and 0.875 not in heights and 4.5 in heights
+    assert fig.axes[2].get_ylim()[1] < 1.5 and "0〜1" in fig.axes[2].get_ylabel()   # alpha on its own 0-1 axis
     assert all("受理率 α" not in t.get_text() or "解いた" in t.get_text()
                for t in right.get_legend().get_texts())
 
