@@ -4,7 +4,8 @@ The hash of block i covers block i-1's hash and block i's tokens, so equal hashe
 Graded on behaviour, not on hash values (any hash function works): the count (full blocks only), equal
 prefixes give equal hashes, a change in an early block changes every later hash, equal blocks after different
 prefixes differ, swapped blocks and reordered tokens inside a block differ (an XOR or sum chain, or a
-sorted or summed block, makes the engine reuse the wrong K/V); then the engine's prefix cache (BlockManager(block_hashes=...)) runs on the learner's hashes
+sorted or summed block, makes the engine reuse the wrong K/V), token digits joined without a separator
+collide ([1, 23, ...] and [12, 3, ...]: a string hash must keep the token and block boundaries); then the engine's prefix cache (BlockManager(block_hashes=...)) runs on the learner's hashes
 over a set of prompts and must find exactly the cached tokens it finds with its built-in hash.
 """
 from __future__ import annotations
@@ -81,8 +82,36 @@ def check(fn, ctx: dict) -> list[Case]:
                       "違う" if inside else "同じ", inside,
                       "OK" if inside else "ブロックのトークンは順番ごとハッシュしてください（sorted や sum を"
                       "使うと、順番の違うトークン列が同じブロックになります）"))
+    cases += _ambiguous_cases(fn, t)
     cases.append(_engine_case(fn, rng, t))
     return cases
+
+
+def _ambiguous_cases(fn, t) -> list[Case]:
+    """Digits joined without a separator collide: [1, 23, ...] and [12, 3, ...] are both "123...".
+
+    The same within a block and across the boundary of two blocks ([1,2,3,4 | 56,...] and [1,2,3,45 | 6,...]).
+    An exact multiple of block_size (16 -> 4) catches a (len - 1) // B count that 18 tokens hide.
+    """
+    out = []
+    n16 = list(range(100, 116))
+    r, h16 = _get(fn, n16, 4, t)
+    ok = h16 is not None and len(h16) == 4
+    out.append(Case("割り切れる長さのブロックの数", "token_ids=（長さ 16）, block_size=4", "4 個",
+                    f"{len(h16)} 個" if h16 is not None else repr(r.value)[:60], ok,
+                    "OK" if ok else "長さ 16 なら満杯のブロックは 16 // 4 = 4 個です（(len − 1) // B は、"
+                    "エンジンの lookup が最後の 1 トークンを残すための数え方で、ハッシュの数ではありません）"))
+    why = ("トークンを区切りなしで文字列につなげていませんか。{} は同じ文字列になり、先頭の違うプロンプトが"
+           "同じ K/V を使ってしまいます。ブロックは tuple のままハッシュするか、トークンの間とブロックの境目に区切りを入れてください")
+    for name, p, q, i in [("数字をつなげると同じになるブロック", [1, 23, 4, 5], [12, 3, 4, 5], 0),
+                          ("ブロックの境目をまたいで同じ数字の列", [1, 2, 3, 4, 56, 7, 8, 9], [1, 2, 3, 45, 6, 7, 8, 9], 1)]:
+        r, hp = _get(fn, p, 4, t)
+        r2, hq = _get(fn, q, 4, t)
+        ok = hp is not None and hq is not None and len(hp) == len(hq) == i + 1 and hp[i] != hq[i]
+        out.append(Case(name, f"{p} と {q}（block_size=4）", f"{i + 1}つ目のハッシュが違う",
+                        "違う" if ok else "同じ（または数が違う）", ok,
+                        "OK" if ok else why.format(f"{p} と {q}")))
+    return out
 
 
 def _engine_case(fn, rng, t) -> Case:

@@ -63,7 +63,45 @@ def summed_block(ids, bs):
     return out
 
 
-@pytest.mark.parametrize("fn, promised", [(not_chained, "前のブロックのハッシュも含め"),
+def joined_digits(ids, bs):       # blind reading 2026-12-07 ch4b #1: [1,23,...] == [12,3,...], passed before
+    out, p = [], ""
+    for i in range(len(ids) // bs):
+        p += "".join(map(str, ids[i * bs:(i + 1) * bs]))
+        out.append(hash(p))
+    return out
+
+
+def joined_blocks(ids, bs):       # separator inside a block, none at the block boundary
+    out, p = [], ""
+    for i in range(len(ids) // bs):
+        p += ",".join(map(str, ids[i * bs:(i + 1) * bs]))
+        out.append(hash(p))
+    return out
+
+
+def separated(ids, bs):           # a string chain with separators everywhere is right
+    out, p = [], ""
+    for i in range(len(ids) // bs):
+        p += "|" + ",".join(map(str, ids[i * bs:(i + 1) * bs]))
+        out.append(hash(p))
+    return out
+
+
+def minus_one_count(ids, bs):     # the engine's lookup count (len - 1) // B, not the number of full blocks
+    out, prev = [], 0
+    for i in range((len(ids) - 1) // bs):
+        prev = hash((prev, tuple(ids[i * bs:(i + 1) * bs])))
+        out.append(prev)
+    return out
+
+
+def test_separated_string_chain_passes():
+    r = grade("04_block_hashes", separated)
+    assert r.passed, str(r)
+
+
+@pytest.mark.parametrize("fn, promised", [(joined_digits, "区切りなしで"), (joined_blocks, "区切りなしで"),
+                                          (minus_one_count, "16 // 4 = 4"),(not_chained, "前のブロックのハッシュも含め"),
                                           (hashes_partial, "満杯のブロックだけ"),
                                           (unhashable, "ハッシュできる値"),
                                           (xor_chain, "XOR や足し算"),
