@@ -260,7 +260,8 @@ def add_run(history: list[dict], res: dict) -> list[dict]:
     rows = [{"run": run, "device": res["device"], "threads": res["threads"], "prompt_len": res["prompt_len"],
              "batch_size": res["batch_size"], "repeats": res["repeats"], "tp_size": k,
              **{f: r[f] for f in ("prefill_ms", "prefill_comm_share", "decode_ms", "decode_comm_share")},
-             "same_tokens": res["same_tokens"]} for k, r in res["runs"].items()]
+             "same_tokens": res["same_tokens"], "load_warned": res.get("load_warned", False),
+             "tp1_own_decode_ms": res.get("tp1_own_decode_ms")} for k, r in res["runs"].items()]
     history.extend(rows)
     return rows
 

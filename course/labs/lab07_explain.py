@@ -228,7 +228,10 @@ def batch_facts(history: list[dict], tp: int = 2) -> dict:
             "share_last": last, "drop": first - last, "noise": max(pre) - min(pre),
             "comm_growth": comm[1] / comm[0] if comm[0] else math.nan,
             "other_growth": other[1] / other[0] if other[0] else math.nan,
-            "tp1_growth": ones[bs[-1]]["decode_ms"] / ones[bs[0]]["decode_ms"]}
+            "tp1_growth": ones[bs[-1]]["decode_ms"] / ones[bs[0]]["decode_ms"],
+            # a busy sweep: a load warning, or TP=1 slower than its 1-thread time (``undecidable``)
+            "busy": any(r.get("load_warned") for r in history) or any(
+                r.get("tp1_own_decode_ms") and r["decode_ms"] > SLOW_TP1 * r["tp1_own_decode_ms"] for r in ones.values())}
 
 
 def batch_reading(history: list[dict], tp: int = 2) -> str:
@@ -254,10 +257,11 @@ NOISE_MAX = 0.10      # a noise gauge wider than this decides nothing (a wide ga
 
 def batch_prediction(b: dict) -> Prediction:
     """The lab's prediction for the batch sweep, decided by ``batch_facts``; 「判定できない（負荷）」 when
-    the noise gauge is wider than NOISE_MAX."""
-    cls = Undecided if b["noise"] > NOISE_MAX else Prediction
-    why = (f"揺れの目安が {100 * NOISE_MAX:.0f} ポイントを超えていて、下がったかどうかを決められません。"
-           "ほかのプログラムを止め、繰り返しを増やして測り直してください") if cls is Undecided else None
+    the noise gauge is wider than NOISE_MAX or a run of the sweep was busy."""
+    cls = Undecided if b["noise"] > NOISE_MAX or b.get("busy") else Prediction
+    why = ("負荷の警告が出たか、TP=1 が1ランク分のスレッドのときより遅くなった実行があり、" if b.get("busy") else
+           f"揺れの目安が {100 * NOISE_MAX:.0f} ポイントを超えていて、") + "下がったかどうかを決められません。" \
+        "ほかのプログラムを止め、繰り返しを増やして測り直してください" if cls is Undecided else None
     return cls(
         f"バッチを {b['batch_first']:.0f} から {b['batch_last']:.0f} にしても、TP={b['tp']} の Decode の"
         "通信の割合は、測定の揺れを超えるほどには下がらない",

@@ -144,6 +144,11 @@ def test_batch_prediction_follows_the_drop_and_the_noise():
     assert abs(b["comm_growth"] - 0.57 / 0.60) < 1e-9 and abs(b["other_growth"] - 0.43 / 0.40) < 1e-9
     noisy = ex.batch_facts(history((0.60, 0.61, 0.55, 0.57), (0.40, 0.46, 0.54, 0.52)))   # planted: noise 14
     assert ex.batch_prediction(noisy).verdict().startswith(ex.UNDECIDED)
+    assert b["busy"] is False
+    warned = small[:3] + [{**small[3], "load_warned": True}] + small[4:]          # planted: one run warned
+    assert ex.batch_prediction(ex.batch_facts(warned)).verdict().startswith(ex.UNDECIDED)
+    slow1 = [{**r, "tp1_own_decode_ms": 1.0} if r["tp_size"] == 1 else r for r in small]  # planted: TP=1 collapsed
+    assert "1ランク分" in ex.batch_prediction(ex.batch_facts(slow1)).verdict()
     big = history((0.80, 0.70, 0.60, 0.50), (0.50, 0.48, 0.52, 0.51))       # planted: drop 30 > noise 4
     verdict = ex.batch_prediction(ex.batch_facts(big)).verdict()
     assert verdict.startswith(MISSED) and "30 ポイント下がった" in verdict
