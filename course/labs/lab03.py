@@ -74,6 +74,21 @@ def _kv_shape(llm) -> dict:
             "bytes": k.element_size()}
 
 
+def _held_blocks(llm, prompt, positions: list[int]) -> list[int]:
+    """Blocks the engine's BlockManager holds for one request once the K/V of ``positions[i]`` tokens are
+    written, read from ``num_blocks - num_free_blocks`` after each step of an untimed pass (one token more,
+    so the last position is not recorded after the step that frees them)."""
+    eng, bm = llm.engine, llm.engine.block_manager
+    rid = eng.add_request(prompt, SamplingParams(temperature=0, max_tokens=positions[-1] - len(prompt) + 2,
+                                                 ignore_eos=True))
+    seq, held = eng.seqs[rid], {}
+    while eng.has_unfinished_requests():
+        eng.step()
+        if not seq.is_finished:
+            held[seq.num_computed_tokens] = bm.num_blocks - bm.num_free_blocks
+    return [held[x] for x in positions]
+
+
 def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", repeats=None, threads=None,
                seed=0, progress=None, load_check=True) -> dict:
     """Generate the same prompt with and without the KV cache, ``repeats`` times each (alternating).
@@ -83,8 +98,10 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
     ``first_cached_ms`` / ``first_no_cache_ms`` (the first token: both process the prompt once),
     ``cached_total_s`` / ``no_cache_total_s`` (whole generation, median, with _min/_max),
     ``tokens_equal`` (every repeat gave the same greedy tokens on both paths), ``first_difference`` (index
-    of the first differing token, or None), ``kv_bytes_per_token``, ``kv_bytes`` (bytes of K and V the cache
-    holds after each decode step), ``pool_bytes`` (the engine's whole preallocated pool), ``tokens_processed``
+    of the first differing token, or None), ``kv_bytes_per_token``, ``kv_bytes`` (bytes of K and V written up to
+    each decode step: the formula), ``held_blocks`` / ``held_bytes`` (blocks the engine's BlockManager holds
+    after each step, and their bytes: measured), ``slot_bytes`` (the pool's bytes per token slot, measured from
+    its tensors), ``block_size``, ``pool_bytes`` (the engine's whole preallocated pool), ``tokens_processed``
     (positions computed: cached vs no cache), ``dtype``, ``threads``, ``load``, ``warnings``, ``weight_bytes``
     (the model's weights, read by every cached step) and ``kv_shape`` (layers, KV heads, head_dim, bytes).
     """
@@ -130,7 +147,12 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
         agg = labkit.aggregate([{"t": r["total"]} for r in runs], ("t",))     # median, t_min, t_max
         res.update({f"{name}_total_s": agg["t"], f"{name}_total_s_min": agg["t_min"],
                     f"{name}_total_s_max": agg["t_max"]})
-    res["kv_bytes"] = [res["kv_bytes_per_token"] * x for x in res["positions"]]   # cached after the step
+    res["kv_bytes"] = [res["kv_bytes_per_token"] * x for x in res["positions"]]   # written (the formula)
+    k = llm.engine.runner.kv_caches[0][0]
+    res["slot_bytes"] = res["pool_bytes"] // k.shape[1]            # measured: the pool's bytes per token slot
+    res["block_size"] = llm.engine.block_manager.block_size
+    res["held_blocks"] = _held_blocks(llm, prompt, res["positions"])             # measured: blocks the engine holds
+    res["held_bytes"] = [b * res["block_size"] * res["slot_bytes"] for b in res["held_blocks"]]
     warnings = [load["warning"]] if load and load["warning"] else []
     if not equal:
         warnings.append(f"キャッシュあり・なしで {first_diff + 1} トークン目から出力が違いました（2つの経路は別のカーネルで"
@@ -173,8 +195,10 @@ def readout_rows(res: dict) -> list[tuple[str, str, str]]:
         ("合計時間 キャッシュあり", _total(res, "cached"), "エンジンでの生成全体（Prefill を含む）"),
         ("合計時間 キャッシュなし", _total(res, "no_cache"), "毎ステップ全系列を計算し直した生成全体"),
         ("計算した位置の数", f"{tp['cached']:,} / {tp['no_cache']:,}", "キャッシュあり / なし（トークン×ステップの合計）"),
-        ("KV キャッシュの量（最後）", f"{kv / 2**20:.2f} MiB", f"1トークン {res['kv_bytes_per_token']:,} B × "
-         f"{res['positions'][last]} トークン（{res['dtype']}）"),
+        ("書き込んだ K・V（最後）", f"{kv / 2**20:.2f} MiB", f"1トークン {res['kv_bytes_per_token']:,} B × "
+         f"{res['positions'][last]} トークン（{res['dtype']}、式から計算）"),
+        ("エンジンが保持する KV（最後）", f"{res['held_bytes'][-1] / 2**20:.2f} MiB",
+         f"BlockManager が貸し出した {res['held_blocks'][-1]} ブロック × {res['block_size']} トークン（測定）"),
         ("確保済みの KV プール", f"{res['pool_bytes'] / 2**20:.0f} MiB", "エンジンが起動時に確保した全ブロックの合計"),
     ]
 
@@ -202,7 +226,7 @@ def add_run(history: list[dict], res: dict) -> dict:
                                   "cached_total_s", "no_cache_total_s", "tokens_equal")},
            "first_step_cached_ms": res["cached_ms"][0], "last_step_cached_ms": res["cached_ms"][-1],
            "first_step_no_cache_ms": res["no_cache_ms"][0], "last_step_no_cache_ms": res["no_cache_ms"][-1],
-           "kv_mib_last": res["kv_bytes"][-1] / 2**20, "warnings": " ".join(res["warnings"])}
+           "kv_mib_last": res["held_bytes"][-1] / 2**20, "warnings": " ".join(res["warnings"])}
     history.append(row)
     return row
 
@@ -225,7 +249,7 @@ def history_csv(history: list[dict], learner: str = "") -> str:
 # ---------------------------------------------------------------- plots
 def plot_steps(res: dict):
     """Left: time of each decode step against its position, with and without the cache (median, min-max
-    band). Right: bytes of K and V the cache holds after each step. Returns a matplotlib Figure."""
+    band). Right: bytes the engine holds (its blocks, measured) and K/V bytes written (formula). Returns a matplotlib Figure."""
     fig, (ax1, ax2) = figure(11, 3.9, 1, 2, gridspec_kw={"width_ratios": [3, 2]})
     x = res["positions"]
     for name, label, color in (("no_cache", "キャッシュなし（毎回すべて計算し直す）", "tab:red"),
@@ -240,11 +264,15 @@ def plot_steps(res: dict):
                   f"（トークン{'一致' if res['tokens_equal'] else '不一致'}）", fontsize=10)
     ax1.legend(fontsize=8, loc="upper left")
     ax1.grid(alpha=0.3)
-    ax2.plot(x, [b / 2**20 for b in res["kv_bytes"]], color="tab:green")
+    ax2.step(x, [b / 2**20 for b in res["held_bytes"]], where="post", color="tab:green",
+             label=f"エンジンが保持（{res['block_size']} トークンのブロック単位、測定）")
+    ax2.plot(x, [b / 2**20 for b in res["kv_bytes"]], color="tab:gray", linestyle="--", linewidth=1,
+             label=f"書き込んだ K・V（1トークン {res['kv_bytes_per_token']:,} B、式）")
     ax2.set_xlabel("位置（トークン数）")
     ax2.set_ylabel("KV キャッシュの量 [MiB]")
     ax2.set_ylim(0, None)
-    ax2.set_title(f"1トークン {res['kv_bytes_per_token']:,} B ずつ増える（{res['dtype']}）", fontsize=10)
+    ax2.legend(fontsize=7, loc="upper left")
+    ax2.set_title(f"KV キャッシュの量（{res['dtype']}）", fontsize=10)
     ax2.grid(alpha=0.3)
     fig.suptitle(f"{res['model']}・プロンプト {res['prompt_len']} + 出力 {res['output_len']} トークン・"
                  f"{res['threads']} スレッド" + (f"・繰り返し {res['repeats']} 回の中央値" if res["repeats"] > 1 else ""),

@@ -107,11 +107,14 @@ def test_run_kv_lab_default_model():
     per = res["kv_bytes_per_token"]
     assert per == 2 * 6 * 5 * 64 * 4                                   # default model: 6 layers, 5 KV heads, fp32
     assert res["kv_bytes"] == [per * p for p in res["positions"]]
+    # measured from the engine: the pool's bytes per slot, and its BlockManager's blocks (16 tokens each)
+    assert res["slot_bytes"] == per and res["block_size"] == 16
+    assert res["held_blocks"] == [-(-p // 16) for p in res["positions"]]
     assert res["tokens_processed"] == {"cached": 13, "no_cache": 6 * 8 + 15}
     assert res["kv_shape"] == {"layers": 6, "kv_heads": 5, "head_dim": 64, "bytes": 4}
     assert res["weight_bytes"] == 4 * sum(p.numel() for p in get_llm("default").model.parameters())
     text = lab03.format_readout(res)
-    assert "一致" in text and "KV キャッシュの量" in text
+    assert "一致" in text and "エンジンが保持する KV" in text
     assert "lab-readout" not in lab03.readout_html(res) and "<table" in lab03.readout_html(res)
     fig = lab03.plot_steps(res)
     assert len(fig.axes) == 2

@@ -84,18 +84,48 @@ def test_task2_verdicts_follow_the_numbers():
     assert ex.task2_predictions(same)[1].held is False
 
 
+def held_run(per_token=15360, block=16, held=None):
+    held = held or [-(-x // block) for x in POS]
+    return {**GOOD, "kv_shape": {"layers": 6, "kv_heads": 5, "head_dim": 64, "bytes": 4}, "pool_bytes": 256 * 2**20,
+            "slot_bytes": per_token, "block_size": block, "held_blocks": held,
+            "held_bytes": [b * block * per_token for b in held]}
+
+
 def test_task3_verdicts_follow_the_numbers():
-    res = {**GOOD, "kv_shape": {"layers": 6, "kv_heads": 5, "head_dim": 64, "bytes": 4}, "pool_bytes": 256 * 2**20}
-    assert [p.held for p in ex.task3_predictions(res)] == [True, True]
-    planted = {**res, "kv_bytes": [2 * 15360 * x for x in POS], "pool_bytes": 4 * 2**20}
-    assert [p.held for p in ex.task3_predictions(planted)] == [False, False]
+    assert [p.held for p in ex.task3_predictions(ex.task3_numbers(held_run()))] == [True, True, True]
+    # a pool whose slots are twice the formula (say, float64): the first reading turns
+    assert ex.task3_predictions(ex.task3_numbers(held_run(per_token=2 * 15360)))[0].held is False
+    # an engine that held memory per token (no blocks): the staircase reading turns
+    per_token = held_run(held=[1] * len(POS))
+    per_token["held_bytes"] = [15360 * x for x in POS]
+    assert ex.task3_predictions(ex.task3_numbers(per_token))[1].held is False
+    # a block fewer than needed does not cover what was written
+    assert ex.task3_predictions(ex.task3_numbers(held_run(held=[-(-x // 16) - 1 for x in POS])))[1].held is False
+    small_pool = {**held_run(), "pool_bytes": 4 * 2**20}
+    assert ex.task3_predictions(ex.task3_numbers(small_pool))[2].held is False
 
 
 def test_task4_verdicts_follow_the_numbers():
     good = {"default": {"cached_ms": 5.3, "ratio": 4.0}, "synthetic:llama-125m": {"cached_ms": 20.0, "ratio": 12.0}}
     assert [p.held for p in ex.task4_predictions(good)] == [True, True]
-    planted = {"default": {"cached_ms": 5.3, "ratio": 4.0}, "synthetic:llama-125m": {"cached_ms": 4.0, "ratio": 3.0}}
+    planted = {"default": {"cached_ms": 5.3, "ratio": 4.0}, "synthetic:llama-125m": {"cached_ms": 8.0, "ratio": 1.5}}
     assert [p.held for p in ex.task4_predictions(planted)] == [False, False]
+    assert "負荷の揺れの範囲" in ex.task4_ratio_note({"default": {"ratio": 5.73}, "synthetic:llama-125m": {"ratio": 6.0}})
+    assert "llama-125m の形 のほうが" in ex.task4_ratio_note(good)
+
+
+def test_failure_reasons_name_the_failed_part():
+    noisy = {**ex.steps_numbers(GOOD), "r2": 0.5}
+    reason = ex.steps_predictions(noisy)[0].verdict()
+    assert "R² が 0.8 未満" in reason and "固定の時間の割合" not in reason
+    small = {**ex.steps_numbers(GOOD), "fixed_share": 0.05}
+    reason = ex.steps_predictions(small)[0].verdict()
+    assert "固定の時間の割合が1割未満" in reason and "R² が" not in reason
+    steep = ex.task1_numbers(totals((80, 160, 320), (0.45, 0.90, 2.40), (1.6, 4.1, 11.4)))
+    reason = ex.task1_predictions(steep)[0].verdict()
+    assert "2.4 倍より大きい" in reason and "1.6 倍未満" not in reason and "起動" not in reason
+    flat = ex.task1_numbers(totals((80, 160, 320), (0.45, 0.60, 0.80), (1.6, 4.1, 11.4)))
+    assert "1.6 倍未満" in ex.task1_predictions(flat)[0].verdict()
 
 
 # ---------------------------------------------------------------- the saved notebooks
@@ -161,9 +191,14 @@ def test_lab_saved_task_verdicts_agree_with_the_saved_numbers():
     agree(verdict_lines(lines), ex.task2_predictions(rows))
 
     v = verdict_lines(saved(LAB, "task3_predictions"))
-    slope, formula = (int(x.replace(",", "")) for x in re.search(r"傾き ([\d,]+) B、式 .* = ([\d,]+) B", v[0]).groups())
-    pool, used = map(float, re.search(r"プール ([\d.]+) MiB、使っている量 ([\d.]+) MiB", v[1]).groups())
-    assert v[0].startswith(HELD if slope == formula else MISSED) and v[1].startswith(HELD if pool >= 10 * used else MISSED)
+    slot, formula = (int(x.replace(",", "")) for x in re.search(r"プールの1スロット ([\d,]+) B、式 .* = ([\d,]+) B",
+                                                                 v[0]).groups())
+    block, rises, held, written = (int(x.replace(",", "")) for x in re.search(
+        r"= ([\d,]+) B、増えた回数 (\d+)、最後に保持 ([\d,]+) B・書き込み ([\d,]+) B", v[1]).groups())
+    pool, used = map(float, re.search(r"プール ([\d.]+) MiB、保持している量 ([\d.]+) MiB", v[2]).groups())
+    assert v[0].startswith(HELD if slot == formula else MISSED)
+    assert held % block == 0 and (written <= held < written + block) == v[1].startswith(HELD) and rises >= 1
+    assert v[2].startswith(HELD if pool >= 10 * used else MISSED)
 
     lines = saved(LAB, "task4_predictions")
     nums = {m: {"cached_ms": float(c), "ratio": float(r)}
