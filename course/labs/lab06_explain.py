@@ -33,6 +33,7 @@ OUTLIER_FORMATS = ("int8_tensor", "int8_channel", "int4_g32", "nvfp4", "fp8_e4m3
 CONTAINED = ("int8_channel", "int4_g32", "nvfp4")          # a scale per row, group or block
 NEAR_ONE = 0.9            # 課題1: "the ratio comes near 1 or above it"
 NOISE_MARGIN = 0.05       # 課題1, §7: a ratio counts as larger than batch 1's only by more than this
+UNDECIDED = "判定できない（差が揺れより小さい）"   # §7: the verdict when the difference is within the noise
 JUDGED_MIN_BATCH = 8      # 課題1: batch 2 adds one row, a change smaller than the noise; judged from here
 KV_TOLERANCE = 0.15       # 課題2: "about 2x / about 4x" = within 15 %
 QUALITY_TOLERANCE = 0.01  # nats/char: "cross-entropy barely changes"
@@ -114,14 +115,34 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
     ]
 
 
-def batch_predictions(res: dict) -> list[Prediction]:
-    """Lesson §7: one run's batch-1 and batch-B ratios (the lesson's run_quant_lab result); batch B's ratio must
-    exceed batch 1's by NOISE_MARGIN."""
-    b1, bB, b = res["ratios"]["tpot_b1"], res["ratios"]["tpot_bB"], res["batch"]
-    return [Prediction(f"バッチ {b} の TPOT の比（INT8 ÷ BF16）はバッチ 1 の比より {NOISE_MARGIN} 以上大きく、{NEAR_ONE} 以上",
-                       bB > b1 + NOISE_MARGIN and bB >= NEAR_ONE, f"バッチ 1 で {b1:.2f}、バッチ {b} で {bB:.2f}",
-                       "まず負荷の揺れ（ラボの課題1は同じ設定を3回測り、その揺れの幅を表示します）。揺れでなければ、"
-                       "この CPU では INT8 のカーネルが大きなバッチでも速い。ラボの課題1でバッチを変えて確かめる")]
+class Undecided(Prediction):
+    """A comparison smaller than the measured noise: the run cannot decide it (lesson §7)."""
+
+    def verdict(self) -> str:
+        return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{self.otherwise}"
+
+
+def batch_predictions(res: dict, b1_again=()) -> list[Prediction]:
+    """Lesson §7: one run's batch-B ratio against the batch-1 ratios of that run and of its re-measurements
+    (``b1_again``: the batch-1 ratios of further runs of the same configuration). As in 課題1, the margin is the
+    measured spread of those batch-1 ratios (at least NOISE_MARGIN); a batch-B ratio within that margin of their
+    median reads 「判定できない」."""
+    b1s = [res["ratios"]["tpot_b1"], *b1_again]
+    rows = [{"b1": x} for x in b1s]
+    med, lo, hi = batch1_spread(rows)
+    margin = task1_margin(rows)
+    bB, b = res["ratios"]["tpot_bB"], res["batch"]
+    text = f"バッチ {b} の TPOT の比（INT8 ÷ BF16）はバッチ 1 の比（中央値）より揺れの幅を超えて大きく、{NEAR_ONE} 以上"
+    measured = (f"バッチ 1 で {'、'.join(f'{x:.2f}' for x in b1s)}（{len(b1s)} 回の中央値 {med:.2f}、揺れの幅 {margin:.2f}）、"
+                f"バッチ {b} で {bB:.2f}")
+    if abs(bB - med) <= margin:
+        return [Undecided(text, False, measured,
+                          f"バッチ {b} の比とバッチ 1 の比の差が、同じバッチ 1 の設定を測り直したときの揺れより小さいので、"
+                          "この実行からは決められません。ほかのプログラムを止め、repeats を増やして測り直します"
+                          "（ラボの課題1も同じ幅で判定します）")]
+    return [Prediction(text, bB > med + margin and bB >= NEAR_ONE, measured,
+                       "まず負荷の揺れ（負荷の警告を確かめ、測り直す）。揺れでなければ、この CPU では INT8 のカーネルが"
+                       "大きなバッチでも速い。ラボの課題1でバッチを変えて確かめる")]
 
 
 def growth(rows: list[dict], key: str) -> tuple[float, float]:
@@ -253,7 +274,8 @@ def quality_predictions(rows: list[dict], tol: float = QUALITY_TOLERANCE) -> lis
 
 
 __all__ = ["CONTAINED", "JUDGED_MIN_BATCH", "KV_TOLERANCE", "NEAR_ONE", "NOISE_MARGIN", "OUTLIER_FORMATS",
-           "QUALITY_TOLERANCE", "TASK1_BATCHES", "TASK2_TOKENS", "batch1_note", "batch1_spread", "batch_predictions",
+           "QUALITY_TOLERANCE", "TASK1_BATCHES", "TASK2_TOKENS", "UNDECIDED", "Undecided", "batch1_note",
+           "batch1_spread", "batch_predictions",
            "growth", "kernel_predictions", "outlier_predictions", "outlier_rows", "outlier_table",
            "quality_predictions", "quality_reading", "task1_margin", "task1_predictions", "task1_rows", "task1_table",
            "task2_predictions", "task2_table"]
