@@ -1,9 +1,10 @@
 """Exercise 6 (chapter 6): quantize_int8_per_channel(w [out, in]) -> (q int8 [out, in], scale [out]), symmetric.
 
-Hand and random matrices (rows with outliers, an all-zero row): types and shapes, scale[n] = max|w[n]| / 127 as a
+Hand and random matrices (rows with outliers, an all-zero row, and a BF16 matrix as the engine passes): types and shapes, scale[n] = max|w[n]| / 127 as a
 float32 tensor (a bfloat16 / float16 scale is refused with that reason: rounded to 2^-8, it is neither max / 127
 within the tolerance nor the scale q was computed with; the engine casts the float32 scale to the model dtype), q in
-[-127, 127], and every row's round-trip error |q * scale - w| at most scale[n] / 2. Then the engine runs with the
+[-127, 127] (gpt-fast's amax / 127.5 with -128 is told apart and named: the engine, and so the grader, uses
+amax / 127), a per-column scale is named as such, and every row's round-trip error |q * scale - w| at most scale[n] / 2. Then the engine runs with the
 learner's quantizer (LLM(quantization="int8", quantizer=fn), the seam in features/quantization.py): its greedy tokens
 must equal those of the engine's own INT8 quantizer, and the grader reports the first-token agreement with the
 unquantized BF16 engine and the measured weight bytes (features.quantization.weight_bytes).
@@ -23,8 +24,9 @@ def _matrices():
     small = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [100.0, 1.0, -1.0]])
     outl = torch.randn(16, 64, generator=g) * 0.02
     outl[3, 5], outl[11, 0] = 8.0, -5.0               # two rows with an outlier
+    bf16 = (torch.randn(16, 64, generator=g) * 0.05).to(torch.bfloat16)   # the engine hands over BF16 weights
     return [("小さな行列（全部 0 の行を含む）", small), ("ランダム 32×128", torch.randn(32, 128, generator=g)),
-            ("外れ値のある行", outl)]
+            ("外れ値のある行", outl), ("BF16 のランダム 16×64（モデルの重みと同じ型）", bf16)]
 
 
 def _judge(w, res):
@@ -34,6 +36,9 @@ def _judge(w, res):
     q, scale = res
     if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.shape != w.shape:
         return f"q は w と同じ形 {list(w.shape)} の int8 のテンソルにしてください（.to(torch.int8)）。"
+    if isinstance(scale, torch.Tensor) and scale.numel() == w.shape[1] != w.shape[0]:
+        return (f"scale が {w.shape[1]} 個（列の数）です。列（入力）ごとではなく、行（出力チャネル）ごとに1つ、"
+                f"{w.shape[0]} 個にしてください（amax(dim=1)）。")
     if not isinstance(scale, torch.Tensor) or scale.numel() != w.shape[0]:
         return f"scale は出力チャネル（行）ごとに1つ、{w.shape[0]} 個の値にしてください（テンソル全体で1つではありません）。"
     if scale.dtype in (torch.bfloat16, torch.float16):
@@ -44,10 +49,15 @@ def _judge(w, res):
     if not bool(torch.isfinite(s).all() and (s > 0).all()):
         return "scale に 0・負・inf・nan があります。全部 0 の行でも、0 で割らないよう小さな正の値にしてください。"
     if int(q.min()) < -127:
-        return "対称な量子化では -128 は使いません。[-127, 127] に収めてください。"
+        return ("対称な量子化では -128 は使いません。[-127, 127] に収めてください（gpt-fast は -128 も使いますが、"
+                "この演習はエンジンの決め方で採点します）。")
+    w = w.float()
     amax = w.abs().amax(1)
     nz = amax > 0
     if not torch.allclose(s[nz], amax[nz] / 127, rtol=1e-3):
+        if torch.allclose(s[nz], amax[nz] / 127.5, rtol=1e-4):
+            return ("scale が最大 ÷ 127.5 です（gpt-fast の決め方）。この演習はエンジンと同じ最大 ÷ 127 で、"
+                    "q を [-127, 127] に収めます。")
         return "scale は各行の絶対値の最大 ÷ 127 です（行ごとに別のスケール。外れ値のある行だけが粗くなります）。"
     err = (q.float() * s[:, None] - w).abs().amax(1)
     if bool((err > s / 2 * 1.001 + 1e-7).any()):
@@ -107,7 +117,8 @@ def check(fn, ctx=None) -> list:
                     "エンジンの INT8 と同じトークン", "同じ" if same else "違う", same,
                     "エンジン自身の量子化と違うトークンになりました。丸めの方法（torch.round）とスケールを確かめてください。"))
     out.append(case("BF16 との比較（計測）", f"{len(PROMPTS)} プロンプト",
-                    f"BF16 の線形層 {mb(res['bf16'][1])}",
+                    f"BF16 の線形層 {mb(res['bf16'][1])}（BF16 では lm_head が埋め込みと共有なので入らず、"
+                    "INT8 では lm_head も INT8 の線形層として入ります）",
                     f"最初のトークンの一致 {first}/{len(PROMPTS)}、線形層 {mb(res['learner'][1])}",
                     res["learner"][1] == res["engine"][1], "重みの大きさがエンジンの INT8 と違います。"))
     return out
@@ -116,5 +127,6 @@ def check(fn, ctx=None) -> list:
 GRADER = Grader(id="06_quantize_int8", chapter=6, title_ja="重みを INT8 に量子化する（出力チャネルごと）", check=check, hints=[
     "行（出力チャネル）ごとにスケールを1つ決め、その行の値をスケールで割って整数に丸めます。",
     "scale[n] = max|w[n, :]| / 127（全部 0 の行は小さな正の値で下から押さえる）、q = round(w / scale) を [-127, 127] に収めて int8 にします。",
-    "scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127; q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)",
+    "w = w.float(); scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127; "
+    "q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)",
 ])

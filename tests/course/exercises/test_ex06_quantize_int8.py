@@ -59,7 +59,7 @@ def test_raising_solution_is_reported(bad):
 
 def test_engine_runs_with_the_solution_and_a_floor_quantizer_is_caught_before_it():
     cases = _grader().check(_solution(), None)
-    engine = [c for c in cases if "エンジン" in c.name or "BF16" in c.name]
+    engine = [c for c in cases if "エンジン" in c.name or c.name.startswith("BF16 との比較")]
     assert len(engine) == 2 and all(c.passed for c in engine), engine
     assert not any("エンジン" in c.name for c in _grader().check(wrong.q_floor, None))
 
@@ -85,3 +85,48 @@ def _as_list(w):
 def test_a_list_return_is_shown_by_type_and_length_not_by_its_values():
     failed = [c for c in _grader().check(_as_list, CTX) if not c.passed]
     assert failed and all(c.got == "list（2 要素）" for c in failed), [c.got for c in failed]
+
+
+def _gpt_fast_rule(w):
+    """gpt-fast's quantize.py (commit 0055c42): scale = amax / 127.5, q in [-128, 127] (blind reading ch06b #4)."""
+    w = w.float()
+    scale = w.abs().amax(1).clamp_min(1e-12) / 127.5
+    return torch.round(w / scale[:, None]).clamp(-128, 127).to(torch.int8), scale
+
+
+def _gpt_fast_scale_only(w):
+    w = w.float()
+    scale = w.abs().amax(1).clamp_min(1e-12) / 127.5
+    return torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+
+def test_gpt_fasts_rule_is_named_not_called_wrong():
+    for fn in (_gpt_fast_rule, _gpt_fast_scale_only):
+        failed = [c for c in _grader().check(fn, CTX) if not c.passed]
+        assert failed and all("gpt-fast" in c.message for c in failed), [c.message for c in failed]
+
+
+def _per_column(w):
+    w = w.float()
+    scale = w.abs().amax(0).clamp_min(1e-12) / 127
+    return torch.round(w / scale[None, :]).clamp(-127, 127).to(torch.int8), scale
+
+
+def test_a_per_column_scale_is_named_as_such():
+    failed = [c for c in _grader().check(_per_column, CTX) if not c.passed]
+    assert any("列（入力）ごとではなく" in c.message for c in failed), [c.message for c in failed]
+
+
+def _no_float(w):
+    """The formula without w.float(): right on float32 matrices, a BF16 scale on the engine's BF16 weights."""
+    scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127
+    return torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+
+def test_a_bf16_unit_case_catches_a_solution_without_float_before_the_engine():
+    cases = _grader().check(_no_float, CTX)
+    failed = [c for c in cases if not c.passed]
+    assert [c.name for c in failed] == [c.name for c in cases if "BF16 のランダム" in c.name], [c.name for c in failed]
+    assert "float32 で返してください" in failed[0].message
+    hint = _grader().hints[-1]
+    assert "w = w.float()" in hint
