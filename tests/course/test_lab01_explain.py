@@ -73,17 +73,15 @@ def test_predictions_turn_with_a_planted_number():
     assert "1,024 トークン" in ex.sweep_predictions(ROWS, prompt_len=64)[2].verdict()
 
 
-def test_late_long_tpot_bound_follows_the_stall_and_the_output_length():
-    together = {"tpot_ms": 22.1, "max_itl_ms": 38.7, "concurrency": 4, "output_len": 32}
-    late = {"tpot_ms": 48.4, "max_itl_ms": 383.9}
-    p = ex.late_long_predictions(together, late)[2]          # bound 22.1 x 5/4 + 361.8 / 31 = 39.3 ms
-    assert p.held is False and "見込む上限 39.3 ms" in p.verdict() and "÷ 31" in p.verdict()
-    # the same TPOT under a stall of 1 s: the bound is 22.1 x 5/4 + 977.9 / 31 = 59.2 ms
-    assert ex.late_long_predictions(together, {"tpot_ms": 48.4, "max_itl_ms": 1000.0})[2].held is True
-    # a longer output dilutes the stall: 383.9 ms over 127 gaps allows only 30.5 ms
-    longer = {**together, "output_len": 128}
-    assert ex.late_long_predictions(longer, {"tpot_ms": 31.0, "max_itl_ms": 383.9})[2].held is False
-    assert ex.late_long_predictions(longer, {"tpot_ms": 30.0, "max_itl_ms": 383.9})[2].held is True
+def test_late_long_tpot_rise_is_judged_against_the_spike():
+    together = {"tpot_ms": 32.0, "max_itl_ms": 44.6, "output_len": 32}
+    p = ex.late_long_predictions(together, {"tpot_ms": 66.9, "max_itl_ms": 545.4})[2]  # +34.9 of 513.4: 7%
+    assert p.held is True and "+34.9 ms" in p.verdict() and "513.4 ÷ 31 = 16.6 ms" in p.verdict()
+    # the same rise under a 100 ms spike (a fast prefill): more than a quarter of it
+    assert ex.late_long_predictions(together, {"tpot_ms": 66.9, "max_itl_ms": 132.0})[2].held is False
+    # no spike at all: nothing was diluted, the prediction cannot hold
+    flat = ex.late_long_predictions(together, {"tpot_ms": 33.0, "max_itl_ms": 30.0})[2]
+    assert flat.held is False and "跳ね上がりなし" in flat.verdict()
 
 
 def test_decode_split_reading_names_the_larger_part():
@@ -130,6 +128,14 @@ def test_shape_predictions_turn_with_a_planted_number():
     assert ex.shape_predictions(byte_bound)[1].held is False    # 2.8 of the 3.6 ms gap is reading
     same = [shape("synthetic:llama-125m", 12, 14.4, 9.2), shape("synthetic:smollm2-135m", 30, 14.5, 11.0)]
     assert [p.held for p in ex.shape_predictions(same)] == [False, False]
+    byte_why = ex.shape_predictions(byte_bound)[1].verdict()
+    assert "帯域が狭く" in byte_why and "1層あたりの残り" not in byte_why
+    # the rest per layer shrinks with the narrower layers (3.48 -> 1.27 ms): both missed, and the reason says so
+    wide = [shape("synthetic:llama-125m", 12, 59.8, 18.0), shape("synthetic:smollm2-135m", 30, 62.4, 24.2)]
+    missed = ex.shape_predictions(wide)
+    assert [p.held for p in missed] == [False, False]
+    for p in missed:
+        assert "3.48 ms" in p.verdict() and "1.27 ms" in p.verdict() and "帯域が狭く" not in p.verdict()
     text = ex.shape_reading({"rows": layered, "bandwidth": 27e9, "threads": 1})
     assert "27.0 GB/s" in text and "TPOT 25.4 ms のうち残り 14.4 ms（1層あたり 0.48 ms）" in text
 

@@ -30,7 +30,8 @@ def test_lab1_task4_verdicts_follow_the_numbers():
     assert [p.held for p in good] == [True, True, True]
     assert [p.held for p in lab01.late_long_predictions(m(4.7, 10.0), m(7.0, 60.0))][0] is False  # spiky at once
     assert [p.held for p in lab01.late_long_predictions(m(4.7, 5.6), m(7.0, 12.0))][1] is False   # no spike
-    assert [p.held for p in lab01.late_long_predictions(m(4.7, 5.6), m(9.9, 60.0))][2] is False   # TPOT doubled
+    # TPOT rose 15.3 ms, more than a quarter of the 55.3 ms spike: missed
+    assert [p.held for p in lab01.late_long_predictions(m(4.7, 5.6), m(20.0, 60.0))][2] is False
 
 
 LINE = re.compile(r"(一斉に|遅れて長いプロンプト): TPOT\s+([\d.]+) ms、ITL p99\s+([\d.]+) ms、ITL 最大\s+([\d.]+) ms")
