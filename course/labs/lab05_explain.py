@@ -8,22 +8,26 @@
 課題1 varies the output length (maximum) ``o``. The lengths are drawn anew, uniform in [o/4, o], so the
 absolute spread (max - min) grows with ``o`` while the relative spread of the distribution stays; the
 static batch's expected idle share (1 - sum o_i / (B * max o_i), summed over the groups) does not grow
-(16 draws move it by a few points). The ratio may rise slightly, as the fixed prefill work (the same in
-both policies) becomes a smaller share of the run.
+(16 draws move it by a few points). The ratio may rise slightly, as the prefill work (the same in both
+policies) becomes a smaller share of the run.
 
 The run's and the sweep's readings (``run_reading``, ``sweep_table``, ``sweep_predictions``) say, from
-the numbers measured, whether continuous / static lies outside the repeats' range and below the bound the
-idle share sets (1 / (1 - idle share): the gap if every idle slot were lost time), and which of the engine's
-static policy and transformers was faster (an implementation difference whose sign depends on the
-machine and the batch size). The mechanisms named are ones a 2-4 core CPU shows:
+the numbers measured, whether continuous / static lies outside the repeats' range and below the ratio a step
+count sets, and which of the engine's static policy and transformers was faster. The mechanisms named are
+ones a 2-4 core CPU shows:
 
-* continuous / static is at most 1 / (1 - idle share) (every idle decode slot lost time, the GPU-like case of
-  a step whose time does not depend on the batch). It stays below that because the prefill work and each
-  step's fixed overhead are the same in both policies, and because a static group's steps get a little
-  faster as its finished members leave (the step time grows somewhat with the batch);
-* the engine's static policy vs transformers ``generate`` is an implementation difference: the engine pays a
-  per-step cost for scheduling and its paged KV blocks, ``generate`` computes finished rows up to the group's
-  longest output. The first shows at small batches, the second at larger ones; the sign varies by machine.
+* if every step took the same time, continuous / static would be the ratio of their step counts
+  (``step_ratio``: static runs sum of each group's longest output; continuous refills a slot as soon as it
+  frees, but its slots fall idle too once fewer requests than slots remain, so the ratio stays below the
+  naive 1 / (1 - idle share)). The per-step fixed time is what makes an idle slot lost time: static, running
+  more steps, pays more of it. The per-token work (the part of a step proportional to the batch) and the
+  prefill are the same in both policies and dilute the gap, so on a CPU the measured ratio stays below the
+  step ratio; a GPU decode step, whose time hardly depends on the batch, approaches it;
+* the engine's static policy vs transformers ``generate`` is an implementation difference, mainly each
+  step's overhead (generate's Python loop, logits processors and stopping criteria, cache concatenation,
+  the streamer; the engine's scheduler and block table). Finished rows matter only where one row's compute
+  is a large share of a step (larger models or batches); the sweep's 1-request row, with no finished rows
+  and no padding, shows the per-step difference alone.
 """
 from __future__ import annotations
 
@@ -37,6 +41,19 @@ def idle_share(lens: list[int], group: int) -> float:
     """The static policy's idle share over all its groups of ``group`` (the lesson's §2 formula)."""
     groups = [lens[i:i + group] for i in range(0, len(lens), group)]
     return sum(map(calc.static_batch_idle_slots, groups)) / sum(len(g) * max(g) for g in groups)
+
+
+def step_counts(lens: list[int], slots: int) -> tuple[int, int]:
+    """Steps (static, continuous) for requests of ``lens`` output tokens through ``slots`` slots, one token per
+    request and step (the lesson's cell 3 model): static runs each group to its longest member; continuous
+    refills a freed slot the next step, and its slots idle too once the queue is empty (the drain)."""
+    static = sum(max(lens[i:i + slots]) for i in range(0, len(lens), slots))
+    queue, running, steps = list(lens), [], 0
+    while queue or running:
+        running += [queue.pop(0) for _ in range(min(slots - len(running), len(queue)))]
+        running = [n - 1 for n in running if n > 1]
+        steps += 1
+    return static, steps
 
 
 def _apart(a: dict, b: dict) -> bool | None:
@@ -55,8 +72,10 @@ def run_rows(res: dict) -> dict:
     p = res["policies"]
     c, s, h = p["continuous"], p["static"], p.get("hf_static")
     share = idle_share(res["output_lens"], res["concurrency"])
+    n_s, n_c = step_counts(res["output_lens"], res["concurrency"])
     row = {"concurrency": res["concurrency"], "ratio": c["tok_s"] / s["tok_s"], "apart": _apart(c, s),
-           "idle_share": share, "bound": 1 / (1 - share), "tpot_static": s["tpot_ms"],
+           "idle_share": share, "bound": 1 / (1 - share), "steps_static": n_s, "steps_cont": n_c,
+           "step_ratio": n_s / n_c, "tpot_static": s["tpot_ms"], "goodput_step_cont": 1 / c["duration_s"],
            "goodput_step": 1 / s["duration_s"], "c": c, "s": s}
     if h:
         row.update(hf_ratio=s["tok_s"] / h["tok_s"], hf_apart=_apart(s, h))
@@ -65,16 +84,18 @@ def run_rows(res: dict) -> dict:
 
 def _gap_sentence(r: dict) -> str:
     head = (f"連続 ÷ 静的の出力 tok/s {r['ratio']:.2f} 倍（{_range_words(r['apart'])}）。静的バッチの Decode の空き枠は"
-            f" {100 * r['idle_share']:.0f} % なので、空いた枠がそのまま時間の損なら {r['bound']:.2f} 倍まで開きます。")
+            f"（全部の組で）{100 * r['idle_share']:.0f} % で、空いた枠がすべて時間の損なら {r['bound']:.2f} 倍です。"
+            "ただし待ちがなくなると連続バッチングの枠も空くので、1ステップの時間が一定なら、この流れの出力長では"
+            f"静的 {r['steps_static']}・連続 {r['steps_cont']} ステップで、{r['step_ratio']:.2f} 倍が上限です。")
     if r["apart"] is False or (r["ratio"] <= 1 and not r["apart"]):
         return head + "この実行では、方式の差が計測のばらつきより大きいとは言えません（繰り返しを増やして測り直す）。"
     if r["ratio"] <= 1:
         return head + ("静的のほうが速く、幅も重なりません。方式の差とは逆向きなので、計測の途中で負荷が変わったか、"
                        "Prefill が実行時間の多くを占めています（負荷の警告を確かめ、繰り返しや出力長を増やして測り直す）。")
-    if r["ratio"] >= r["bound"]:
-        return head + "測定が上限以上なのは計測のばらつきです（負荷の警告を確かめ、繰り返しを増やす）。"
-    return head + ("測定がそれより小さいのは、両方の方式に同じだけある Prefill とステップごとの固定の処理が差を薄めることと、"
-                   "静的の組は終わった人が抜けるとステップが少し速くなることによります。")
+    if r["ratio"] >= r["step_ratio"]:
+        return head + "測定がステップ数の比以上なのは計測のばらつきです（負荷の警告を確かめ、繰り返しを増やす）。"
+    return head + ("測定がそれより小さいのは、1トークンあたりの計算（件数に比例する部分）と Prefill が両方の方式に同じだけあり、"
+                   "差を薄めるためです（ステップごとの固定の時間は、ステップの多い静的のほうが多く払います。これが空き枠の損です）。")
 
 
 def _hf_sentence(r: dict) -> str:
@@ -82,22 +103,37 @@ def _hf_sentence(r: dict) -> str:
     who = "エンジンの静的バッチングのほうが速い" if q > 1 else "transformers のほうが速い"
     if r["hf_apart"] is False:
         who += "（ただし繰り返しの幅が重なる）"
-    why = ("エンジンはステップごとのスケジューラーとブロック表の処理の分だけ不利になりやすく（件数が少ないほど目立つ）"
-           if q <= 1 else "`generate` は終わった行も組の最長の出力まで計算し続け、その分が不利で")
+    why = ("`generate` のステップごとの処理（Python のループ、logits processor と停止条件、KV キャッシュの連結、"
+           "時刻を記録するストリーマー）がエンジンより重いと考えられ" if q > 1 else
+           "エンジンのステップごとの処理（スケジューラーとブロック表）が `generate` より重いと考えられ")
     return (f"静的（エンジン）÷ transformers の出力 tok/s {q:.2f} 倍：同時リクエスト数 {r['concurrency']} のこの実行では"
-            f"{who}です。{why}、どちらが勝つかはマシンとバッチの大きさで変わる実装の差です。方式のコストは連続 ÷ 静的で読みます。")
+            f"{who}です。{why}、どちらが勝つかはマシンで変わる実装の差です（終わった行やパディングのない同時リクエスト数 1 "
+            "の差は、ラボのスイープで見られます）。方式のコストは連続 ÷ 静的で読みます。")
+
+
+def _slo_sentence(res: dict) -> str:
+    """Whether the TPOT SLO bound any request in this run (else the goodput is decided by TTFT alone)."""
+    slo = res.get("tpot_slo_ms")
+    tpots = [t for k in ("continuous", "static") for t in res["policies"][k].get("tpot_ms_list") or [] if t == t]
+    if slo is None or not tpots:
+        return ""
+    if max(tpots) <= slo:
+        return (f"この実行の TPOT は最大 {max(tpots):.1f} ms で、TPOT の SLO（{slo:g} ms）はどのリクエストも守っています。"
+                "グッドプットの差は TTFT の SLO だけで決まっています。")
+    return f"TPOT の SLO（{slo:g} ms）を破ったリクエストがあります（TPOT 最大 {max(tpots):.1f} ms）。"
 
 
 def run_reading(res: dict) -> str:
-    """A run's reading: continuous vs static against the repeats' range and the idle-share bound, transformers
+    """A run's reading: continuous vs static against the repeats' range and the step-count ratio, transformers
     vs the engine's static policy, and how far one request moves the goodput."""
     r = run_rows(res)
     lines = [_gap_sentence(r)]
     if "hf_ratio" in r:
         lines.append(_hf_sentence(r))
-    lines.append(f"グッドプットはリクエストを数えるので、1件が SLO の境目をまたぐと約 {r['goodput_step']:.2f} 件/s"
-                 "（1 ÷ 実行時間）動きます。差がこの刻みより小さいときは比べません。")
-    return "\n".join(lines)
+    lines.append(f"グッドプットはリクエストを数えるので、1件が SLO の境目をまたぐと、連続で約 {r['goodput_step_cont']:.2f}、"
+                 f"静的で約 {r['goodput_step']:.2f} 件/s（1 ÷ 実行時間）動きます。差がこの刻みより小さいときは比べません。")
+    lines.append(_slo_sentence(res))
+    return "\n".join(x for x in lines if x)
 
 
 def sweep_rows(runs: dict[int, dict]) -> list[dict]:
@@ -108,39 +144,72 @@ def sweep_table(runs: dict[int, dict]) -> str:
     out = []
     for r in sweep_rows(runs):
         line = (f"同時リクエスト数 {r['concurrency']:>2}: 連続 ÷ 静的 {r['ratio']:.2f} 倍（{_range_words(r['apart'])}、"
-                f"空き枠 {100 * r['idle_share']:.0f} % からの上限 {r['bound']:.2f} 倍）")
+                f"ステップ数の比 {r['step_ratio']:.2f} 倍、空き枠 {100 * r['idle_share']:.0f} % からの {r['bound']:.2f} 倍）")
         if "hf_ratio" in r:
             faster = "エンジン" if r["hf_ratio"] > 1 else "transformers"
             line += f"、静的 ÷ transformers {r['hf_ratio']:.2f} 倍（速いのは {faster}）"
-        out.append(line + f"、静的の TPOT 中央値 {r['tpot_static']:.1f} ms、グッドプット1件の刻み {r['goodput_step']:.2f} 件/s")
+        out.append(line + f"、静的の TPOT 中央値 {r['tpot_static']:.1f} ms、グッドプット1件の刻み 連続 "
+                   f"{r['goodput_step_cont']:.2f}・静的 {r['goodput_step']:.2f} 件/s")
+    one = next((r for r in sweep_rows(runs) if r["concurrency"] == 1 and "hf_ratio" in r), None)
+    if one:
+        faster = "エンジン" if one["hf_ratio"] > 1 else "transformers"
+        out.append(f"同時リクエスト数 1 には終わった行もパディングもないので、そこでの差（{one['hf_ratio']:.2f} 倍、速いのは "
+                   f"{faster}、{_range_words(one['hf_apart'])}）はステップごとの処理の重さの差です。")
     return "\n".join(out)
 
 
 def sweep_predictions(runs: dict[int, dict]) -> list[Prediction]:
     """The sweep's predictions: (1) from 2 requests at a time, continuous beats static beyond the repeats' range
-    yet below the idle-share bound; (2) the step time grows much less than the batch (fixed time dominates)."""
+    yet below the step-count ratio; (2) the step time grows, but much less than the batch (fixed time dominates).
+    A step time that falls as the batch grows is load noise, not the prediction holding."""
     rows = sweep_rows(runs)
     multi = [r for r in rows if r["concurrency"] >= 2]
-    gaps = "、".join(f"{r['concurrency']}: {r['ratio']:.2f}（上限 {r['bound']:.2f}、{_range_words(r['apart'])}）"
+    gaps = "、".join(f"{r['concurrency']}: {r['ratio']:.2f}（ステップ数の比 {r['step_ratio']:.2f}、{_range_words(r['apart'])}）"
                     for r in multi)
     lo, hi = rows[0], rows[-1]
     k = hi["concurrency"] / lo["concurrency"]
     growth = hi["tpot_static"] / lo["tpot_static"]
+    tp = [r["tpot_static"] for r in rows]
+    rising = all(b >= 0.95 * a for a, b in zip(tp, tp[1:]))
+    if not rising or growth < 0.95:
+        why = ("件数の多いステップが少ないステップより速く測れています。1ステップの計算は件数とともに減ることはないので、"
+               "計測が混み具合に左右されています（負荷の警告を確かめ、ほかのカーネルを止めて測り直す）")
+    else:
+        why = ("1スレッドで行列の計算が件数とともに伸びる CPU では、固定の時間の割合が小さくなります。"
+               "COURSE_THREADS を変えて比べてください")
     return [
         Prediction("同時リクエスト数 2 以上で、連続 / 静的の出力 tok/s の比は 1 より大きく（繰り返しの幅の外）、"
-                   "空き枠からの上限 1 / (1 − 空き枠) より小さい",
-                   bool(multi) and all(1 < r["ratio"] < r["bound"] and r["apart"] is not False for r in multi),
+                   "ステップ数の比（1ステップの時間が一定なら開く比）より小さい",
+                   bool(multi) and all(1 < r["ratio"] < r["step_ratio"] and r["apart"] is not False for r in multi),
                    f"同時リクエスト数ごとの比 {gaps}",
-                   "比が 1 に近いか幅が重なるなら、Prefill が実行時間の多くを占めて Decode の空き枠の差が薄まっているか、"
+                   "比が 1 に近いか幅が重なるなら、Prefill と1トークンあたりの計算が実行時間の多くを占めて差が薄まっているか、"
                    "ほかのプログラムの負荷で計測がぶれています（警告を確かめ、繰り返しや出力長を増やして測り直す）。"
-                   "上限を超えたなら計測のばらつきです"),
-        Prediction(f"同時リクエスト数を {k:g} 倍にしても、1ステップの時間（静的の TPOT の中央値）は {k / 2:g} 倍より小さい"
+                   "ステップ数の比を超えたなら計測のばらつきです"),
+        Prediction(f"同時リクエスト数を {k:g} 倍にすると、1ステップの時間（静的の TPOT の中央値）は伸びるが、{k / 2:g} 倍より小さい"
                    "（1ステップの多くは件数によらない固定の時間）",
-                   growth < k / 2,
-                   f"静的の TPOT 中央値 {lo['tpot_static']:.1f} → {hi['tpot_static']:.1f} ms（{growth:.2f} 倍）",
-                   "1スレッドで行列の計算が件数とともに伸びる CPU では、固定の時間の割合が小さくなります。"
-                   "COURSE_THREADS を変えて比べてください"),
+                   rising and 0.95 <= growth < k / 2,
+                   "静的の TPOT 中央値 " + " → ".join(f"{t:.1f}" for t in tp) + f" ms（{growth:.2f} 倍）", why),
     ]
+
+
+def task2_predictions(res: dict, strict_ms: float = 300) -> list[Prediction]:
+    """課題2 from one run's per-request TTFT/TPOT: tightening the TTFT SLO to ``strict_ms`` never raises either
+    engine policy's goodput, and continuous keeps at least static's goodput (its requests start no later). Which
+    one loses the larger share depends on the step time (whether static's second group starts within the SLO)."""
+    p, loose, tpot = res["policies"], res["ttft_slo_ms"], res["tpot_slo_ms"]
+    g = {k: [calc.goodput_rps(p[k]["ttft_ms_list"], p[k]["tpot_ms_list"], p[k]["duration_s"], slo, tpot)
+             for slo in (loose, strict_ms)] for k in ("continuous", "static")}
+    n = {k: round(g[k][1] * p[k]["duration_s"]) for k in g}
+    drop = {k: (1 - g[k][1] / g[k][0]) * 100 if g[k][0] else 0.0 for k in g}
+    measured = (f"グッドプット 連続 {g['continuous'][0]:.2f} → {g['continuous'][1]:.2f}（{drop['continuous']:.0f} % 減、"
+                f"{strict_ms:g} ms を守ったのは {n['continuous']} 件）、静的 {g['static'][0]:.2f} → {g['static'][1]:.2f} 件/s"
+                f"（{drop['static']:.0f} % 減、{n['static']} 件）。割合で大きく下がったのは"
+                f"{'連続' if drop['continuous'] > drop['static'] else '静的'}")
+    return [Prediction(f"TTFT の SLO を {loose:g} → {strict_ms:g} ms にすると、エンジンの2方式ともグッドプットは下がるか変わらず、"
+                       f"{strict_ms:g} ms でも連続バッチングのグッドプットは静的バッチング以上",
+                       all(b <= a for a, b in g.values()) and g["continuous"][1] >= g["static"][1], measured,
+                       "連続バッチングでは、新しいリクエストの Prefill が入ったステップが重く、最初のトークンが遅れることがあります。"
+                       "負荷の警告を確かめ、繰り返しを増やして測り直してください")]
 
 
 def task1_rows(runs: dict[int, dict]) -> list[dict]:
@@ -180,5 +249,5 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
     ]
 
 
-__all__ = ["TASK1_OUTPUT_LENS", "idle_share", "run_reading", "sweep_predictions", "sweep_rows", "sweep_table",
-           "task1_predictions", "task1_rows", "task1_table"]
+__all__ = ["TASK1_OUTPUT_LENS", "idle_share", "run_reading", "step_counts", "sweep_predictions", "sweep_rows",
+           "sweep_table", "task1_predictions", "task1_rows", "task1_table", "task2_predictions"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 COLORS = {"continuous": "tab:blue", "static": "tab:orange", "hf_static": "tab:gray"}
 # label offsets in points, for plot_pareto
-LABEL_OFFSETS = {"continuous": (0, 9), "static": (0, -10), "hf_static": (-10, 0)}
+LABEL_OFFSETS = {"continuous": (7, 7), "static": (7, -8), "hf_static": (-7, 0)}   # beside the error bars, not on them
 
 
 def plot_run(res: dict):
@@ -54,7 +54,7 @@ def plot_pareto(history: list[dict], labels: dict[str, str]):
             for r in rows:              # each policy's labels on its own side: close points stay legible
                 ax.annotate(str(r["concurrency"]), (r["tok_s_per_user"], r["tok_s"]), fontsize=8,
                             color=COLORS[k], xytext=LABEL_OFFSETS[k], textcoords="offset points",
-                            ha="center", va="center")
+                            ha="left" if LABEL_OFFSETS[k][0] > 0 else "right", va="center")
     ax.set_xlabel("tok/s/user")
     ax.set_ylabel("出力 tok/s")
     if history:

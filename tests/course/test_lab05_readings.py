@@ -1,14 +1,18 @@
 """Chapter 5's readings (course/labs/lab05_explain.py): each sentence follows the numbers it is given, and the
-saved lab and lesson print readings that their own saved numbers re-derive (blind reading ch05 #1-#3, #7)."""
+saved lab and lesson print readings that their own saved numbers re-derive (blind readings ch05 #1-#7)."""
 import json
+import random
 import re
 from pathlib import Path
 
 from course.labkit.predictions import HELD, MISSED
-from course.labs.lab05_explain import idle_share, run_reading, sweep_predictions, sweep_table
+from course.labs.lab05_explain import (idle_share, run_reading, step_counts, sweep_predictions, sweep_table,
+                                      task2_predictions)
 
 ROOT = Path(__file__).resolve().parents[2]
 LENS = [40, 64, 42, 18, 32, 48, 20, 60]          # two groups of 4
+_RNG = random.Random(0)
+STREAM = [_RNG.randint(16, 64) for _ in range(16)]       # the lab's default stream (Random(0), o = 64)
 
 
 def _pol(tok, lo, hi, tpot=5.0, dur=1.0):
@@ -21,26 +25,43 @@ def _run(c=4, cont=(110, 108, 112), stat=(100, 98, 102), hf=(120, 118, 122), tpo
                          "hf_static": _pol(*hf)}}
 
 
+def test_step_counts_include_continuous_drain():
+    assert step_counts([3, 12, 4, 6, 10, 2, 5, 3], 4) == (22, 13)        # the lesson's cell 3 figure
+    static, cont = step_counts(LENS, 4)
+    assert (static, cont) == (64 + 60, 110) and static / cont < 1 / (1 - idle_share(LENS, 4))
+
+
 def test_run_reading_follows_the_numbers_in_either_direction():
-    bound = 1 / (1 - idle_share(LENS, 4))
+    static, cont = step_counts(LENS, 4)
     text = run_reading(_run())
-    assert "1.10 倍（繰り返しの幅は重ならない）" in text and f"{bound:.2f} 倍まで開きます" in text
-    assert "Prefill とステップごとの固定の処理" in text
+    assert "1.10 倍（繰り返しの幅は重ならない）" in text and f"{static / cont:.2f} 倍が上限です" in text
+    assert "1トークンあたりの計算（件数に比例する部分）と Prefill" in text and "静的のほうが多く払います" in text
+    assert "同じだけある Prefill とステップごとの固定" not in text                    # ch05 second reading #1
     assert "transformers のほうが速い" in text and "0.83 倍" in text
-    assert "約 0.50 件/s" in text                                       # 1 / the static run's duration
+    assert "連続で約 1.00、静的で約 0.50 件/s" in text                              # 1 / each policy's duration
     overlap = run_reading(_run(cont=(101, 97, 104)))
     assert "繰り返しの幅が重なる" in overlap and "大きいとは言えません" in overlap
     engine_wins = run_reading(_run(hf=(80, 79, 81)))
-    assert "エンジンの静的バッチングのほうが速い" in engine_wins and "終わった行" in engine_wins
+    assert "エンジンの静的バッチングのほうが速い" in engine_wins and "ステップごとの処理" in engine_wins
+    assert "終わった行も" not in engine_wins                                         # ch05 second reading #3
     static_wins = run_reading(_run(cont=(90, 89, 91)))
     assert "静的のほうが速く、幅も重なりません" in static_wins
     assert "ブロック表" in run_reading(_run(c=8))                      # transformers faster at any batch size
-    over = run_reading(_run(cont=(200, 198, 202)))
-    assert "上限以上" in over
+    over = run_reading(_run(cont=(130, 128, 132)))                     # above the step ratio, below 1/(1-idle)
+    assert static / cont < 1.3 < 1 / (1 - idle_share(LENS, 4)) and "ステップ数の比以上" in over
+
+
+def test_run_reading_says_whether_the_tpot_slo_bound():
+    res = dict(_run(), tpot_slo_ms=200)
+    for k in ("continuous", "static"):
+        res["policies"][k]["tpot_ms_list"] = [5.0, 9.0]
+    assert "グッドプットの差は TTFT の SLO だけで決まっています" in run_reading(res)
+    res["policies"]["static"]["tpot_ms_list"] = [5.0, 250.0]
+    assert "TPOT の SLO（200 ms）を破ったリクエストがあります" in run_reading(res)
 
 
 def _sweep(ratios=(1.0, 1.1, 1.12, 1.1), tpots=(4.8, 5.4, 6.5, 9.0)):
-    return {c: _run(c=c, cont=(100 * r, 100 * r - 1, 100 * r + 1), stat=(100, 99.5, 100.5), tpot=t)
+    return {c: _run(c=c, cont=(100 * r, 100 * r - 1, 100 * r + 1), stat=(100, 99.5, 100.5), tpot=t, lens=STREAM)
             for c, r, t in zip((1, 2, 4, 8), ratios, tpots)}
 
 
@@ -51,7 +72,24 @@ def test_sweep_predictions_turn_on_a_planted_number():
     assert [p.held for p in no_gap] == [False, True] and no_gap[0].verdict().startswith(MISSED)
     steep = sweep_predictions(_sweep(tpots=(4.8, 9.0, 18.0, 36.0)))
     assert [p.held for p in steep] == [True, False] and "7.50 倍" in steep[1].verdict()
+    fell = sweep_predictions(_sweep(tpots=(9.4, 6.6, 5.9, 7.2)))           # ch05 second reading #4
+    assert not fell[1].held and "混み具合に左右されています" in fell[1].verdict()
     assert "速いのは transformers" in sweep_table(_sweep())
+    assert "同時リクエスト数 1 には終わった行もパディングもない" in sweep_table(_sweep())
+
+
+def _task2_res(cont_ttft, stat_ttft):
+    pol = lambda t, d: {"ttft_ms_list": t, "tpot_ms_list": [5.0] * len(t), "duration_s": d}  # noqa: E731
+    return {"ttft_slo_ms": 1000, "tpot_slo_ms": 200,
+            "policies": {"continuous": pol(cont_ttft, 2.0), "static": pol(stat_ttft, 2.5)}}
+
+
+def test_task2_prediction_turns_on_a_planted_number():
+    ok = task2_predictions(_task2_res([50, 60, 250, 400, 900], [50, 60, 700, 800, 1200]))
+    assert ok[0].held and "連続 2.50 → 1.50" in ok[0].verdict() and "静的 1.60 → 0.80" in ok[0].verdict()
+    assert "割合で大きく下がったのは静的" in ok[0].verdict()                      # printed, not predicted
+    bad = task2_predictions(_task2_res([350, 360, 400, 400, 900], [50, 60, 700, 800, 1200]))
+    assert not bad[0].held and bad[0].verdict().startswith(MISSED)
 
 
 def _outputs(path, marker):
@@ -62,18 +100,27 @@ def _outputs(path, marker):
 
 def test_saved_sweep_verdicts_agree_with_the_saved_table():
     text = _outputs("labs/05_batching_lab.ipynb", "sweep_predictions")
-    rows = re.findall(r"同時リクエスト数\s*(\d+): 連続 ÷ 静的 ([\d.]+) 倍（(繰り返しの幅[^、]*|繰り返し1回)、空き枠 \d+ % "
-                      r"からの上限 ([\d.]+) 倍）、静的 ÷ transformers ([\d.]+) 倍（速いのは (\S+)）、静的の TPOT 中央値 "
-                      r"([\d.]+) ms", text)
+    rows = re.findall(r"同時リクエスト数\s*(\d+): 連続 ÷ 静的 ([\d.]+) 倍（(繰り返しの幅[^、]*|繰り返し1回)、ステップ数の比 "
+                      r"([\d.]+) 倍、空き枠 \d+ % からの [\d.]+ 倍）、静的 ÷ transformers ([\d.]+) 倍（速いのは (\S+)）、"
+                      r"静的の TPOT 中央値 ([\d.]+) ms", text)
     assert len(rows) >= 2, text
     for r in rows:
         assert (r[5] == "エンジン") == (float(r[4]) > 1), r
     multi = [r for r in rows if int(r[0]) >= 2]
     gap_held = all(1 < float(r[1]) < float(r[3]) and "重なる" not in r[2] for r in multi)
     k = int(rows[-1][0]) / int(rows[0][0])
-    step_held = float(rows[-1][6]) / float(rows[0][6]) < k / 2
+    tp = [float(r[6]) for r in rows]
+    step_held = all(b >= 0.95 * a for a, b in zip(tp, tp[1:])) and 0.95 <= tp[-1] / tp[0] < k / 2
     saved = [line for line in text.splitlines() if line.startswith((HELD, MISSED))]
     assert [line.startswith(HELD) for line in saved] == [gap_held, step_held], text
+
+
+def test_saved_task2_verdict_agrees_with_its_numbers():
+    text = _outputs("labs/05_batching_lab.ipynb", "task2_predictions")
+    m = re.search(r"連続 ([\d.]+) → ([\d.]+)（\d+ % 減.*?静的 ([\d.]+) → ([\d.]+) 件/s", text)
+    assert m, text
+    c0, c1, s0, s1 = map(float, m.groups())
+    assert text.startswith(HELD) == (c1 <= c0 and s1 <= s0 and c1 >= s1), text
 
 
 def test_saved_lesson_reading_agrees_with_its_printed_ranges():
@@ -85,3 +132,7 @@ def test_saved_lesson_reading_agrees_with_its_printed_ranges():
     assert ("繰り返しの幅は重ならない" in text) == apart, text
     q = re.search(r"静的（エンジン）÷ transformers の出力 tok/s: ([\d.]+) 倍", text)
     assert ("エンジンの静的バッチングのほうが速い" in text) == (float(q.group(1)) > 1), text
+    step = re.search(r"([\d.]+) 倍が上限です", text)
+    assert step, text
+    if "ステップ数の比以上" in text:
+        assert float(m.group(1)) >= float(step.group(1)), text
