@@ -200,7 +200,8 @@ def plot_compare(results: dict):
         ax.set_ylim(0, 100)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("KV プールに占める割合 [%]")
-    axes[0].legend(fontsize=7, loc="upper right")
+    handles, labels = axes[0].get_legend_handles_labels()        # below the panels: covers no data
+    fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncol=len(labels))
     return fig
 
 
