@@ -30,17 +30,18 @@ def plot_run(res: dict):
         a2.bar([i - 0.2 for i in x], [res["methods"][m]["mean_accepted_length"] for m in spec], 0.4,
                color=[COLORS[m] for m in spec])
         a2.set_ylabel("平均受理長 [トークン/ステップ]")
-        a2.set_ylim(0, res["k"] + 1.5)
+        top = (res["k"] + 1) * 1.45            # headroom above k+1 for the legend
+        a2.set_ylim(0, top)
         a3 = a2.twinx()                      # alpha is a probability: its own 0-1 axis on the right
         a3.bar([i + 0.2 for i in x], [res["methods"][m]["alpha"] for m in spec], 0.4, color="tab:orange")
-        a3.set_ylim(0, 1.0 * (res["k"] + 1.5) / (res["k"] + 1))
+        a3.set_ylim(0, top / (res["k"] + 1))   # alpha = 1 sits level with k+1
         a3.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
         a3.set_ylabel("受理率 α（右の軸、0〜1）")
         a2.set_xticks(list(x), [_wrap(METHODS[m]) for m in spec])
         line = a2.axhline(res["k"] + 1, color="k", linestyle="--", linewidth=1)
-        a2.legend([Patch(facecolor="lightgray", edgecolor="k"), Patch(facecolor="tab:orange"), line],
+        a3.legend([Patch(facecolor="lightgray", edgecolor="k"), Patch(facecolor="tab:orange"), line],
                   ["平均受理長（左の軸。色は左の図の方式）", "受理率 α（右の軸。平均受理長から解いた値）",
-                   f"上限 k+1 = {res['k'] + 1}（左の軸）"], fontsize=7, loc="upper left")
+                   f"上限 k+1 = {res['k'] + 1}（左の軸。右の軸の α = 1 と同じ高さ）"], fontsize=7, loc="upper left")
         a2.grid(alpha=0.3, axis="y")
     fig.suptitle(f"{TEXTS[res['text']]}・プロンプト {res['prompt_len']}・出力 {res['output_len']}・k = {res['k']}・"
                  f"同時リクエスト数 {res['concurrency']}", fontsize=10)

@@ -168,7 +168,7 @@ def test_the_figure_plots_alpha_not_the_share():
         "none": {"tok_s": 100.0},
         "ngram": {"tok_s": 300.0, "mean_accepted_length": 4.5, "acceptance_rate": 0.875, "alpha": 0.947}}}
     fig = plot_run(res)
-    right = fig.axes[1]
+    right = fig.axes[2]                                                   # the alpha axis carries the legend
     heights = [round(b.get_height(), 3) for ax in fig.axes[1:] for b in ax.patches]
     assert 0.947 in heights and 0.875 not in heights and 4.5 in heights
     assert fig.axes[2].get_ylim()[1] < 1.5 and "0〜1" in fig.axes[2].get_ylabel()   # alpha on its own 0-1 axis
