@@ -190,12 +190,25 @@ def readout_html(res: dict) -> str:
     return note + table_html(rows, head, right=set(range(1, len(head)))) + warnings_html(res["warnings"])
 
 
+KERNEL_WORDS_JA = (("int8 weights: ", "INT8 の重み: "), ("_weight_int8pack_mm for short steps", "短いステップ（INT8PACK_MAX_ROWS 行以下）は _weight_int8pack_mm、ほかは逆量子化してから行列積"),
+                   ("dequantize+matmul", "逆量子化してから行列積"), ("1 row aten mv", "1 行は ATen の行列ベクトル積"),
+                   ("more rows oneDNN pre-packed", "2 行以上は oneDNN の事前に並べ替えた行列積"),
+                   ("more rows plain", "2 行以上は F.linear"), ("1 row plain", "1 行は F.linear"), ("not taken", "使わない経路"), (", ", "、"))
+
+
+def kernels_ja(text: str) -> str:
+    """The engine's one-line kernel description (ModelRunner.describe_kernels, English) in the readout's Japanese."""
+    for en, ja in KERNEL_WORDS_JA:
+        text = text.replace(en, ja)
+    return text
+
+
 def kernels_html(res: dict) -> str:
     """Which CPU and which kernels the figures come from: a BF16 row differs on a CPU without native BF16."""
     cap = res.get("cpu_capability")
     lines = ([f"この CPU で PyTorch が使う命令: {cap}（BF16 の演算命令（AVX-512 BF16、AMX、ARM の BF16）のない CPU では、BF16 の行列積が float32 より遅いことがあります）"]
              if cap else [])
-    lines += [f"{r['label']} の線形層: {r['kernels']}" for r in res["settings"].values() if r.get("kernels")]
+    lines += [f"{r['label']} の線形層: {kernels_ja(r['kernels'])}" for r in res["settings"].values() if r.get("kernels")]
     return "".join(f"<div style='color:#555'>{html.escape(x)}</div>" for x in lines)
 
 
@@ -244,5 +257,6 @@ def plot_run(res: dict):
 
 
 __all__ = ["BATCH_RANGE", "HISTORY_FIELDS", "KV_DTYPES", "OUTPUT_LEN_RANGE", "PROMPT_LEN_RANGE", "SETTINGS",
-           "add_run", "default_repeats", "defaults", "history_csv", "history_html", "kernel_times", "kv_capacity",
+           "add_run", "default_repeats", "defaults", "kernels_ja", "history_csv", "history_html", "kernel_times",
+           "kv_capacity",
            "plot_run", "quality", "readout_html", "run_quant_lab"]

@@ -134,3 +134,13 @@ def test_kernel_times_measures_the_engines_three_paths():
             assert r["int8pack_over_bf16"] == pytest.approx(r["int8pack_us"] / r["bf16_us"])
         else:                                           # left out where the kernel fails its probe
             assert math.isnan(r["int8pack_us"]) and math.isnan(r["int8pack_over_bf16"])
+
+
+def test_the_readouts_kernel_line_is_japanese_and_keeps_the_kernel_names():
+    """Blind reading ch06b #15: the engine's English kernel line is shown in Japanese in the readout; the raw string
+    (which lab06_explain.task1_rows reads) is unchanged."""
+    from course.labs import lab06
+    bf16 = lab06.kernels_ja("bf16: 1 row aten mv, more rows oneDNN pre-packed (CPU AVX512)")
+    assert "1 行は ATen の行列ベクトル積" in bf16 and "事前に並べ替えた" in bf16 and "row" not in bf16
+    int8 = lab06.kernels_ja("int8 weights: _weight_int8pack_mm for short steps (CPU AVX512)")
+    assert "_weight_int8pack_mm" in int8 and "INT8PACK_MAX_ROWS" in int8 and "short" not in int8
