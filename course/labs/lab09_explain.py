@@ -12,14 +12,10 @@ and the lab's tasks' predictions decided by the runs (``course.labkit.prediction
     print(verdicts(task2_predictions(res, res_125m)))          # 課題2: llama-125m's shape, the same stream
     print(verdicts(task3_predictions(res, res_poisson)))       # 課題3: Poisson arrivals
 
-Pure functions of result dicts (no engine here, no import of lab09): the tests plant contradicting numbers and
-re-derive the verdicts saved in the lab from the numbers saved next to them.
-
-Why p99 equals the max (or does not): a stalled step gives every decoding request the same long gap, so the share
-of stalled gaps is (stalled steps x decoding requests) / all gaps. p99 interpolates at rank 0.99 (n - 1), so it is
-one of them when at least n - floor(0.99 (n - 1)) gaps are long (``p99_needs``: about 1 % + 1/n); with fewer,
-p99 lies between a normal and a long gap and only the max shows the stall. Gaps above the threshold beyond what the
-stream's prefill steps can stall (``stall_bound``) are named as noise.
+Pure functions of result dicts (no engine, no lab09 import); tests plant contradicting numbers and re-derive
+the saved verdicts. p99 vs the max: a stalled step gives every decoding request one long gap; p99 interpolates at
+rank 0.99 (n - 1), so it is a long gap when at least n - floor(0.99 (n - 1)) gaps are long (``p99_needs``: about
+1 % + 1/n), else only the max shows the stall. Long gaps beyond what prefill can stall (``stall_bound``) are noise.
 """
 from __future__ import annotations
 
