@@ -135,7 +135,7 @@ def _ms(res, key) -> str:
 def readout_rows(res: dict) -> list[tuple[str, str, str]]:
     rows = [("TTFT キャッシュなし（2件目以降）", _ms(res, "ttft_off"), "毎回プロンプト全体を Prefill する"),
             ("TTFT キャッシュあり（2件目以降）", _ms(res, "ttft_on"), "共有部分の満杯のブロックは再利用する"),
-            ("比（なし / あり）", "—" if res["ratio"] != res["ratio"] else f"{res['ratio']:.2f} 倍", "1回の実行の中央値どうしの比"),
+            ("比（なし / あり）", "—" if res["ratio"] != res["ratio"] else f"{res['ratio']:.2f} 倍", "すべての繰り返しの2件目以降を合わせた中央値どうしの比"),
             ("再利用できるトークン（計算）", f"{res['expected_cached_tokens']} / {res['shared_len'] + res['own_len']}",
              f"満杯のブロック（{res['block_size']} トークン）の分だけ"),
             ("ヒット率（計算）", f"{res['expected_hit_rate'] * 100:.1f} %", "1件目は全部計算、2件目以降が共有部分を再利用"),
