@@ -32,7 +32,6 @@ from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.labs import lab05_plots
-from course.labs.lab05_explain import idle_share as _idle_share
 from course.labs.lab05_plots import plot_run
 from course.runtime import apply_thread_policy, cached_llm, check_device, check_int, get_llm, is_quick, random_prompts
 from minimal_engine import LLM, SamplingParams
@@ -171,7 +170,7 @@ def run_batching_lab(prompt_len=None, concurrency=None, num_requests=None, outpu
     res = {"prompt_len": p, "concurrency": c, "num_requests": n, "output_len": o, "output_lens": lens,
            "rate": rate, "kv_blocks": kv_blocks, "device": device, "repeats": repeats, "threads": threads,
            "ttft_slo_ms": ttft_slo_ms, "tpot_slo_ms": tpot_slo_ms, "policies": out, "load": load,
-           "idle_share": _idle_share(lens, c) if lens else 0.0}          # all groups, as the readings use
+           "idle_share": calc.static_batches_idle_share(lens, c) if lens else 0.0}          # all groups, as the readings use
     if "continuous" in out and "static" in out:
         res["same_tokens"] = out["continuous"]["tokens"] == out["static"]["tokens"]
     warnings = [load["warning"]] if load and load["warning"] else []

@@ -39,8 +39,7 @@ TASK1_OUTPUT_LENS = (16, 64, 128)
 
 def idle_share(lens: list[int], group: int) -> float:
     """The static policy's idle share over all its groups of ``group`` (the lesson's §2 formula)."""
-    groups = [lens[i:i + group] for i in range(0, len(lens), group)]
-    return sum(map(calc.static_batch_idle_slots, groups)) / sum(len(g) * max(g) for g in groups)
+    return calc.static_batches_idle_share(lens, group)
 
 
 def step_counts(lens: list[int], slots: int) -> tuple[int, int]:

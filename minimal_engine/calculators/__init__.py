@@ -28,7 +28,8 @@ from __future__ import annotations
 from minimal_engine.calculators.capacity import (cached_prefix_tokens, contiguous_users, goodput_rps,
                                                  last_block_waste, padded_slots, padding_share, padding_tokens,
                                                  paged_over_contiguous, paged_users, prefix_hit_rate,
-                                                 static_batch_idle_share, static_batch_idle_slots)
+                                                 static_batch_idle_share, static_batch_idle_slots,
+                                                 static_batches_idle_share)
 from minimal_engine.calculators.cost import (cost_per_million_tokens, energy_per_token, gpu_hour_price,
                                              inferencex_economics, joules_per_token, joules_to_picojoules,
                                              picojoules_per_token, usd_per_million_tokens)
@@ -78,7 +79,7 @@ __all__ = [
     "spec_speedup", "spec_roofline_speedup",
     # capacity
     "cached_prefix_tokens", "contiguous_users", "goodput_rps", "last_block_waste", "padded_slots", "padding_share",
-    "padding_tokens", "paged_over_contiguous", "paged_users", "prefix_hit_rate", "static_batch_idle_share",
+    "padding_tokens", "paged_over_contiguous", "paged_users", "prefix_hit_rate", "static_batch_idle_share", "static_batches_idle_share",
     "static_batch_idle_slots",
     # transfer
     "LINKS_GB_S", "kv_transfer_bytes", "transfer_seconds", "chunked_prefill_steps", "allreduce_bytes",

@@ -72,6 +72,16 @@ def static_batch_idle_slots(output_lens: list[int]) -> int:
     return len(lens) * max(lens) - sum(lens)
 
 
+def static_batches_idle_share(output_lens: list[int], group: int) -> float:
+    """The idle share of requests run as static batches of ``group`` in order: all groups' idle slot-steps over
+    all their slot-steps (each group runs to its longest member)."""
+    lens = [_pos_int(x, "output length") for x in output_lens]
+    groups = [lens[i:i + _pos_int(group, "group")] for i in range(0, len(lens), group)]
+    if not groups:
+        raise ValueError("output_lens must not be empty")
+    return sum(map(static_batch_idle_slots, groups)) / sum(len(g) * max(g) for g in groups)
+
+
 def padding_tokens(prompt_lens: list[int]) -> int:
     """Pad tokens in one left-padded prefill batch: ``len x max - sum``."""
     return static_batch_idle_slots(prompt_lens)
@@ -106,4 +116,4 @@ def goodput_rps(ttft_ms: list[float], tpot_ms: list[float], duration_s: float, t
 
 __all__ = ["cached_prefix_tokens", "contiguous_users", "goodput_rps", "last_block_waste", "padded_slots",
            "padding_share", "padding_tokens", "paged_over_contiguous", "paged_users", "prefix_hit_rate",
-           "static_batch_idle_share", "static_batch_idle_slots"]
+           "static_batch_idle_share", "static_batch_idle_slots", "static_batches_idle_share"]

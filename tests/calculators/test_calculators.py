@@ -179,3 +179,11 @@ def test_price_table():
 def test_errors_are_clear(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_static_batches_idle_share_pools_every_group():
+    """Groups of 2 from [10, 100, 20, 50]: idle (100-10) + (50-20) = 120 of 2x100 + 2x50 = 300 slot-steps."""
+    assert calc.static_batches_idle_share([10, 100, 20, 50], 2) == pytest.approx(120 / 300)
+    assert calc.static_batches_idle_share([10, 100, 20, 50], 4) == pytest.approx(calc.static_batch_idle_share([10, 100, 20, 50]))
+    with pytest.raises(ValueError):
+        calc.static_batches_idle_share([], 2)
