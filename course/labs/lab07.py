@@ -3,19 +3,15 @@
 Plain functions (tests call them; the notebook stays thin)::
 
     res = run_tp_lab(prompt_len=64, batch_size=1, tp=2)      # measured on this machine
-    res["runs"][1]["decode_ms"], res["runs"][2]["decode_ms"], res["runs"][2]["decode_comm_share"]
-    res["same_tokens"]                                      # greedy tokens of TP=2 == TP=1 (float32)
+    res["runs"][2]["decode_ms"], res["runs"][2]["decode_comm_share"], res["same_tokens"]  # TP=2 == TP=1 tokens
     allreduce_bytes_per_token("llama-3.3-70b")              # 2 x hidden x 2 B per layer (bf16)
     tp_dp_table("llama-3.3-70b", "H100", ...)               # predicted (予測) by minimal_engine.calculators.simulator
-
-Measured part: the course's default model in float32 with ``tensor_parallel_size`` 1 and ``tp`` (spawned worker
-processes that talk through gloo, minimal_engine/features/tensor_parallel/model.py). For each, the median over ``repeats`` of
-a prefill step of ``prompt_len`` tokens (one request) and of a decode step of ``batch_size`` requests, and for
-TP the part of each step spent in communication (all-reduce waits plus sending the step to the workers).
-Threads: TP=N gives each of its N processes max(1, threads // N) torch threads (the engine's rule), and TP=1
-is measured with N x that many, capped at the usable cores (more threads than cores only measures OpenMP
-oversubscription); TP=1 is also timed with one rank's threads (``tp1_own``), and the first prediction
-compares TP=N with the faster TP=1. The load check counts every thread the run uses (N x per rank).
+Measured part: the default model in float32 with ``tensor_parallel_size`` 1 and ``tp`` (worker processes talking
+through gloo, features/tensor_parallel/model.py): medians over ``repeats`` of a prefill step of ``prompt_len``
+tokens and a decode step of ``batch_size`` requests, and for TP the communication part (all-reduce waits plus
+sending the step to the workers). Threads: each of TP=N's processes gets max(1, threads // N) (the engine's rule);
+TP=1 gets N x that, capped at the usable cores, and is also timed with one rank's threads (``tp1_own``: the first
+prediction compares TP=N with the faster TP=1). The load check counts every thread the run uses;
 ``res["threads_per_config"]`` records them.
 """
 from __future__ import annotations
