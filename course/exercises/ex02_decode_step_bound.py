@@ -18,7 +18,7 @@ from minimal_engine.calculators import roofline
 
 
 # (batch, context) on the datasheet GPU. Llama 3.1 8B on one H100: batches 1 and 64 at context 1,024 are
-# bandwidth-bound; batch 1,024 at context 64 is compute-bound (16.5 TFLOP / 989 TFLOP/s = 16.7 ms against
+# bandwidth-bound; batch 1,024 at context 64 is compute-bound (15.4 TFLOP / 989 TFLOP/s = 15.6 ms against
 # (16.1 GB weights + 8.6 GB KV) / 3.35 TB/s = 7.4 ms) and fits its 80 GB (at context 1,024 its KV alone is 137 GB).
 DATASHEET_CASES = ((1, 1024), (64, 1024), (1024, 64))
 

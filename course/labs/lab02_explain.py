@@ -172,7 +172,7 @@ def task4_predictions(f: dict) -> list[Prediction]:
     a, b = t[0], t[-1]
     k, flops, bw = b["threads"] / a["threads"], b["gflops"] / a["gflops"], b["gb_s"] / a["gb_s"]
     span = f"スレッド {a['threads']} → {b['threads']}"
-    return [
+    out = [
         Prediction(f"{span} で GFLOP/s はスレッド数にほぼ比例して伸びる（GFLOP/s が何倍になったかが、"
                    f"スレッド数が何倍になったかの {SCALING} 倍以上）",
                    flops >= SCALING * k, f"GFLOP/s {a['gflops']:.1f} → {b['gflops']:.1f}（{flops:.2f} 倍）、"
@@ -189,6 +189,16 @@ def task4_predictions(f: dict) -> list[Prediction]:
                    "出せる帯域がメモリ全体の帯域よりずっと小さいのです。帯域が頭打ちになるのは、コアを増やして"
                    "メモリ全体の上限に近づいてからです"),
     ]
+    return out if flops >= SCALING * k else out[:1]   # the second is judged only where GFLOP/s grew (task4_note)
+
+
+def task4_note(f: dict) -> str:
+    """Why task 4's second prediction is not judged: GFLOP/s did not grow with the threads ('' when it is judged)."""
+    t = f["threads"]
+    if len(t) < 2 or len(task4_predictions(f)) > 1:
+        return ""
+    return ("判定できません：GB/s と GFLOP/s の伸びの比べ（リッジポイントが右へ動くか）は、GFLOP/s がスレッド数とともに"
+            "伸びていないので判定しません（上の行の理由を確かめて測り直してください）")
 
 
 def task5_predictions(f: dict) -> list[Prediction]:
@@ -214,9 +224,12 @@ def report(f: dict) -> str:
     for i, fn in enumerate((task1_predictions, task2_predictions, task3_predictions, task4_predictions,
                             task5_predictions), 1):
         ps = fn(f)
-        parts.append(f"課題{i}:\n" + (verdicts(ps) if ps else "（この実行では判定できません: 点が足りません）"))
+        note = task4_note(f) if fn is task4_predictions else ""
+        parts.append(f"課題{i}:\n" + (verdicts(ps) if ps else "（この実行では判定できません: 点が足りません）")
+                     + (f"\n{note}" if note else ""))
     return "\n".join(parts)
 
 
 __all__ = ["all_predictions", "facts", "facts_text", "report", "task1_predictions", "task2_predictions",
-           "task3_predictions", "task4_predictions", "task5_predictions"]
+           "task3_predictions", "task4_note", "task4_predictions",
+           "task5_predictions"]

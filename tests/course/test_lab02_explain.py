@@ -95,8 +95,17 @@ def test_task4_planted_numbers_turn_the_verdicts():
     f["threads"] = [{"threads": 1, "gflops": 197.9, "gb_s": 17.9}, {"threads": 2, "gflops": 406.6, "gb_s": 41.8}]
     ps = ex.task4_predictions(f)                         # the Intel Xeon re-save: bandwidth grew more than compute
     assert held(ps) == [True, False] and "11.06 → 9.73" in ps[1].verdict()
+    assert ex.task4_note(f) == ""
     f["threads"] = f["threads"][:1]
     assert ex.task4_predictions(f) == []
+
+
+def test_task4_second_verdict_is_not_judged_when_gflops_fell():
+    f = good_facts()                                     # ch02c #3: both fell, bandwidth more than compute
+    f["threads"] = [{"threads": 1, "gflops": 90.0, "gb_s": 17.96}, {"threads": 2, "gflops": 63.0, "gb_s": 8.42}]
+    ps = ex.task4_predictions(f)
+    assert held(ps) == [False] and "判定できません" in ex.task4_note(f)
+    assert "判定できません" in ex.report(f) and "リッジポイントは右へ動く）（測定" not in ex.report(f)
 
 
 def test_task5_planted_numbers_turn_the_verdicts():
