@@ -235,7 +235,7 @@ def extrapolation(res: dict) -> dict | None:
 
 
 def extrapolation_lines(res: dict, ext: dict | None) -> list[str]:
-    """The extrapolated point's errors, and whether they exceed the interpolated points' (computed)."""
+    """The extrapolated point's errors, the facts that can explain them, and the verdict (computed)."""
     if ext is None:
         return ["同時リクエスト数が3つ以上ないので、外挿は試せません。"]
     r, (a, b) = ext["row"], ext["fit_on"]
@@ -243,17 +243,41 @@ def extrapolation_lines(res: dict, ext: dict | None) -> list[str]:
            f"TPOT の誤差は {_pct(r['err_tpot_ms'])}、出力 tok/s の誤差は {_pct(r['err_tok_s'])}、"
            f"TTFT の誤差は {_pct(r['err_ttft_ms'])} です。"]
     held = [abs(t["err_tpot_ms"]) for t in res["table"] if t["split"] == "held-out"]
-    if held:
-        worse = abs(r["err_tpot_ms"]) > max(held) + 0.02          # 2 points of margin: noise, rounding
-        out.append(f"外挿の TPOT の誤差（絶対値 {abs(r['err_tpot_ms']):.0%}）は、内挿のいちばん大きい誤差（{max(held):.0%}）"
-                   + ("より大きいです。当てはめた範囲の外では、直線の式（層あたりの時間＋リクエストあたりの時間 × 同時リクエスト数）"
-                      "がずれます。CPU では、まとめる数が増えると行列積や KV がキャッシュに収まらなくなったり、"
-                      "コアが足りなくなったり、計測中にほかのプログラムが動いたりして、1リクエストあたりの時間が一定でなくなることが考えられます。"
-                      if worse else "と同じくらいか、それ以下です。この実行では、直線の式が当てはめた範囲の外にも"
-                      "そのまま当てはまっています。"))
-    return out
+    if not held:
+        return out
+    end_err = next(t["err_tpot_ms"] for t in res["table"] if t["concurrency"] == b)
+    f = {"err": r["err_tpot_ms"], "held": max(held), "end": b, "end_err": end_err, "threads": res.get("threads") or 1,
+         "eff": res["spec"]["compute_eff"], "eff_refit": ext["spec"]["compute_eff"]}
+    out.append(f"[外挿の材料] 外挿の TPOT の誤差 {_pct(f['err'])}、内挿のいちばん大きい誤差（絶対値）{f['held']:.0%}、"
+               f"全体の当てはめでの同時 {b} の TPOT の誤差 {_pct(end_err)}、compute_eff は全体 {f['eff']:.2f}・"
+               f"当てはめ直し {f['eff_refit']:.2f}、スレッド数 {f['threads']}")
+    return out + [extrapolation_verdict(f)]
+
+
+def extrapolation_verdict(f: dict) -> str:
+    """Why the extrapolated TPOT missed, following the error's sign and the run's thread count.
+    err = predicted / measured - 1: positive means the measured growth past the fitted range slowed."""
+    head = f"[外挿の見立て] 外挿の TPOT の誤差（絶対値 {abs(f['err']):.0%}）は、内挿のいちばん大きい誤差（{f['held']:.0%}）"
+    if abs(f["err"]) <= f["held"] + 0.02:                  # 2 points of margin: noise, rounding
+        return head + "と同じくらいか、それ以下です。この実行では、直線の式が当てはめた範囲の外にもそのまま当てはまっています。"
+    head += "より大きいです。"
+    eff = (f"当てはめ直した compute_eff（{f['eff_refit']:.2f}、全体では {f['eff']:.2f}）も、ルーフラインの項の傾きを変えます。"
+           if abs(f["eff_refit"] - f["eff"]) > 0.1 * f["eff"] else "")
+    if f["err"] > 0:                                       # the measured growth slowed past the fitted range
+        end = (f"直線の上の端の同時 {f['end']} は、全体の当てはめの直線より実測が遅め（誤差 {_pct(f['end_err'])}）なので、"
+               "当てはめ直した直線はその分だけ急になり、その先を多めに予測します。計測の揺れ（⚠ の警告）がまず疑われます。"
+               if f["end_err"] < -0.02 else "")
+        return (head + f"予測が多すぎる向き（実測の伸びが同時 {f['end']} から先で緩やかになった）です。" + end + eff
+                + "CPU でも、まとめる数が増えると行列積のカーネルが1回読んだ重みをより多くの行に使えて効率が上がり"
+                "（compute_eff が一定でなくなり）、1リクエストあたりの時間が減ることがあります。")
+    end = (f"直線の上の端の同時 {f['end']} は、全体の当てはめの直線より実測が速め（誤差 {_pct(f['end_err'])}）なので、"
+           "当てはめ直した直線はその分だけ緩やかになっています。" if f["end_err"] > 0.02 else "")
+    cores = ("、スレッドがほかのプログラムとコアを取り合ったり" if f["threads"] > 1 else "")
+    return (head + f"予測が少なすぎる向き（実測の伸びが同時 {f['end']} から先で急になった）です。" + end + eff
+            + f"CPU では、まとめる数が増えると KV や途中の行列がキャッシュに収まらなくなったり{cores}、"
+            "計測中にほかのプログラムが動いたりして、1リクエストあたりの時間が増えることが考えられます。")
 
 
 __all__ = ["constants_rows", "cost_line", "default_model_on_gpu", "extrapolation", "extrapolation_lines",
-           "prediction_lines", "right_end_overhead", "serving_constant_lines", "serving_overhead_lines",
+           "extrapolation_verdict", "prediction_lines", "right_end_overhead", "serving_constant_lines", "serving_overhead_lines",
            "slope_lines", "slope_verdict", "tpot_slope_split", "ttft_overhead_share"]

@@ -117,14 +117,49 @@ def test_extrapolation_refits_without_the_largest_concurrency_and_predicts_it():
     ext = ex.extrapolation(run)
     assert ext["fit_on"] == (1, 4) and ext["row"]["concurrency"] == 8
     assert abs(ext["row"]["err_tpot_ms"]) < 0.05                       # a straight line extends
-    assert "それ以下です" in ex.extrapolation_lines(run, ext)[1]
+    assert "それ以下です" in ex.extrapolation_lines(run, ext)[-1]
     bent = _synthetic_run(tpot_scale_at_largest=1.5)                   # planted: c=8 is 1.5x slower
     ext = ex.extrapolation(bent)
     assert ext["row"]["err_tpot_ms"] == pytest.approx(1 / 1.5 - 1, abs=0.05)
     lines = ex.extrapolation_lines(bent, ext)
-    assert "外挿" in lines[0] and "より大きいです" in lines[1] and "キャッシュ" in lines[1]
+    assert "外挿" in lines[0] and "より大きいです" in lines[-1] and "キャッシュ" in lines[-1]
+    assert "少なすぎる向き" in lines[-1] and "コアを取り合" not in lines[-1]     # no threads recorded: one
     assert ex.extrapolation({**run, "concurrencies": [1, 2]}) is None
 
+
+def _ext(err=0.14, held=0.08, end_err=-0.08, threads=1, eff=0.30, eff_refit=0.30):
+    return {"err": err, "held": held, "end": 8, "end_err": end_err, "threads": threads, "eff": eff,
+            "eff_refit": eff_refit}
+
+
+def test_extrapolation_verdict_follows_the_sign_and_threads():
+    over = ex.extrapolation_verdict(_ext())                       # the blind reader's run: +14%, c=8 at -8%
+    assert "多すぎる向き" in over and "同時 8 は" in over and "キャッシュ" not in over and "コア" not in over
+    assert "compute_eff（" not in over
+    assert "compute_eff（0.20" in ex.extrapolation_verdict(_ext(eff_refit=0.20))
+    assert "同時 8 は" not in ex.extrapolation_verdict(_ext(end_err=0.0))
+    under = ex.extrapolation_verdict(_ext(err=-0.14))             # planted: the growth steepened
+    assert "少なすぎる向き" in under and "キャッシュ" in under and "コアを取り合" not in under
+    assert "コアを取り合" in ex.extrapolation_verdict(_ext(err=-0.14, threads=2))
+    assert "それ以下です" in ex.extrapolation_verdict(_ext(err=0.09))
+
+
+def test_saved_extrapolation_verdict_follows_the_saved_numbers():
+    """The saved [外挿の見立て] is the one extrapolation_verdict gives for the printed [外挿の材料]."""
+    import json
+    import re
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parents[2] / "labs/10_pareto_tco_lab.ipynb").read_text("utf-8"))
+    text = "".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
+                   for o in c.get("outputs", []))
+    m = re.search(r"\[外挿の材料\] 外挿の TPOT の誤差 ([+-]?\d+)%、内挿のいちばん大きい誤差（絶対値）(\d+)%、"
+                  r"全体の当てはめでの同時 (\d+) の TPOT の誤差 ([+-]?\d+)%、compute_eff は全体 ([\d.]+)・"
+                  r"当てはめ直し ([\d.]+)、スレッド数 (\d+)", text)
+    verdict = re.search(r"\[外挿の見立て\][^\n]*", text)
+    assert m and verdict, "the lab's saved outputs lack the extrapolation facts and verdict"
+    f = {"err": int(m[1]) / 100, "held": int(m[2]) / 100, "end": int(m[3]), "end_err": int(m[4]) / 100,
+         "eff": float(m[5]), "eff_refit": float(m[6]), "threads": int(m[7])}
+    assert ex.extrapolation_verdict(f) == verdict[0]
 
 
 def _split(roof, seq, c_compute, a=1, b=16):
