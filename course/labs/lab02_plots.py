@@ -56,7 +56,7 @@ def plot_roofline(res: dict, gpu: str | None = None):
         for p in pred:
             p["attainable"] = roofline.attainable_flops(p["intensity"], gm, "flops_bf16")
         _points(ax, pred, "attainable", False, f"{gpu} 予測・BF16 ")
-        ax.set_title(f"ルーフライン: このマシン（リッジ {ridge:.1f} FLOP/B）と {gpu}（予測、リッジ {g_ridge:.0f} FLOP/B）",
+        ax.set_title(f"ルーフライン: このマシン（リッジ {ridge:.1f} FLOP/B）と {gpu}（予測、リッジ {g_ridge:.1f} FLOP/B）",
                      fontsize=10)
     else:
         ax.set_title(f"このマシンのルーフライン（リッジポイント {ridge:.1f} FLOP/B）と実測したステップ", fontsize=10)
@@ -97,7 +97,7 @@ def plot_gpu_rooflines(gpus, machine: dict | None = None, flops_key: str = "flop
     fig, ax = figure(9, 5.2)
     for g in gpus:
         gm = roofline.gpu_machine(g)
-        draw_roof(ax, gm, "flops_bf16", f"{g}（リッジ {roofline.ridge_point(gm):.0f} FLOP/B）", GPU_COLORS.get(g, "gray"))
+        draw_roof(ax, gm, "flops_bf16", f"{g}（リッジ {roofline.ridge_point(gm):.1f} FLOP/B）", GPU_COLORS.get(g, "gray"))
     if machine is not None:
         draw_roof(ax, machine, flops_key, f"このマシン（実測、リッジ {roofline.ridge_point(machine, flops_key):.1f} FLOP/B）",
                   "black", style="--")
