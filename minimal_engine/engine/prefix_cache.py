@@ -53,9 +53,10 @@ class PrefixCache:
 
     def lookup(self, seq, count: bool = False) -> list[int]:
         """Block ids of the longest cached run of seq's full blocks, leaving at least one token to
-        compute. count: the lookup serves a request (its tokens counted in queries and hits)."""
-        hits = []
-        for h in self.hashes(seq, (len(seq) - 1) // self.block_size):
+        compute; none for prompt logprobs, which need every token computed (as vLLM). count: the
+        lookup serves a request (its tokens counted in queries and hits)."""
+        hits, full = [], (len(seq) - 1) // self.block_size
+        for h in self.hashes(seq, 0 if seq.params.prompt_logprobs is not None else full):
             block = self.cached.get(h)
             if block is None:
                 break

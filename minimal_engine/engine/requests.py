@@ -79,9 +79,6 @@ def check_request(token_ids: list[int], params: SamplingParams, vocab: int, conf
     if biased:
         raise ValueError(f"logit_bias token ids must be in [0, {vocab - 1}] (the vocabulary), "
                          f"got {biased[:5]}")
-    if params.prompt_logprobs is not None and config.enable_prefix_caching:
-        raise ValueError("prompt_logprobs needs every prompt token computed: not with "
-                         "enable_prefix_caching")
     max_len = config.max_model_len
     if len(token_ids) >= max_len:
         raise ValueError(f"prompt has {len(token_ids)} tokens; max_model_len is {max_len}, "

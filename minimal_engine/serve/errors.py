@@ -53,8 +53,7 @@ def refusal(message: str, chat: bool, params, prompt_logprobs_sent: bool) -> Req
     logprobs and never sent prompt_logprobs."""
     param = _param_of(re.sub(r"^prompt \d+: ", "", message), chat, params)
     if param == "prompt_logprobs" and not prompt_logprobs_sent:
-        param, message = "echo", message.replace(
-            "prompt_logprobs needs", "echo with logprobs (the prompt's logprobs) needs", 1)
+        param = "echo"
     return RequestError(message, param)
 
 

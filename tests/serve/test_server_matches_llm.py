@@ -162,10 +162,22 @@ def test_server_agrees_with_offline(llm):
     assert got == pytest.approx([e[t].logprob for e, t in zip(chat.logprobs, chat.token_ids)], abs=1e-5)
 
 
-def test_prompt_logprobs_refused_with_prefix_caching():
-    llm = LLM(device="cpu", enable_prefix_caching=True, num_kv_blocks=16)
-    with pytest.raises(ValueError, match="prompt_logprobs needs every prompt token computed"):
-        llm.generate([PROMPT], SamplingParams(prompt_logprobs=1), use_tqdm=False)
+def test_prompt_logprobs_under_prefix_caching_compute_every_token():
+    """As vLLM: a request for prompt logprobs reads nothing from the prefix cache (every prompt token
+    is computed), so its logprobs equal an engine's without caching, even when the prefix is cached.
+    Before: refused with a ValueError."""
+    params = SamplingParams(prompt_logprobs=1, max_tokens=1)
+    prompt = PROMPT * 12                                     # two full blocks of 16 and more
+    plain = LLM(device="cpu", num_kv_blocks=16).generate([prompt], params, use_tqdm=False)[0]
+    cached = LLM(device="cpu", enable_prefix_caching=True, num_kv_blocks=16)
+    cached.generate([prompt], SamplingParams(max_tokens=1), use_tqdm=False)       # fills the cache
+    out = cached.generate([prompt], params, use_tqdm=False)[0]
+    assert out.num_cached_tokens == 0
+    want = [None if d is None else d[t].logprob for d, t in zip(plain.prompt_logprobs, plain.prompt_token_ids)]
+    got = [None if d is None else d[t].logprob for d, t in zip(out.prompt_logprobs, out.prompt_token_ids)]
+    assert got == pytest.approx(want, abs=1e-5)
+    again = cached.generate([prompt], SamplingParams(max_tokens=1), use_tqdm=False)[0]
+    assert again.num_cached_tokens > 0                     # the others still read the cache
 
 
 def test_server_n_agrees_with_offline_n(llm):
