@@ -12,8 +12,9 @@ same token ids and lengths go through
 
 * ``continuous``: the engine, ``LLM(max_num_seqs=concurrency)`` (continuous batching, its default);
 * ``static``: the same engine with ``batching="static"``: groups of ``concurrency`` run to completion;
-* ``hf_static``: transformers ``generate`` on left-padded static batches of ``concurrency``
-  (``minimal_engine.bench.hf_baselines.run_hf_static``; its TTFT counts from each batch's start).
+* ``hf_static``: transformers ``generate`` on static batches of ``concurrency``
+  (``minimal_engine.bench.hf_baselines.run_hf_static``, which pads left to the longest prompt: every prompt
+  here has ``prompt_len`` tokens, so no padding is added; its TTFT counts from each batch's start).
 
 Arrivals: all at once (``rate=None``) or Poisson at ``rate`` requests/s (engine policies; transformers
 takes the batches as they are). ``kv_blocks`` > 0 shrinks the engine's KV pool to that many blocks to
@@ -161,6 +162,7 @@ def run_batching_lab(prompt_len=None, concurrency=None, num_requests=None, outpu
                "ttft_ms": statistics.median(r["median_ttft_ms"] for r in rs),
                "p90_ttft_ms": statistics.median(r["p90_ttft_ms"] for r in rs),
                "tpot_ms": statistics.median(r["median_tpot_ms"] for r in rs), "duration_s": mid["duration"],
+               "tpot_ms_min": min(r["median_tpot_ms"] for r in rs), "tpot_ms_max": max(r["median_tpot_ms"] for r in rs),
                "ttft_ms_list": mid.get("ttft_ms_list"), "tpot_ms_list": mid.get("tpot_ms_list"),
                "num_preemptions": mid.get("num_preemptions"), "tokens": mid.get("tokens"),
                "prefill_step_share": mid.get("prefill_step_share")}

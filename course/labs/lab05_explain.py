@@ -26,8 +26,12 @@ ones a 2-4 core CPU shows:
 * the engine's static policy vs transformers ``generate`` is an implementation difference, mainly each
   step's overhead (generate's Python loop, logits processors and stopping criteria, cache concatenation,
   the streamer; the engine's scheduler and block table). Finished rows matter only where one row's compute
-  is a large share of a step (larger models or batches); the sweep's 1-request row, with no finished rows
-  and no padding, shows the per-step difference alone.
+  is a large share of a step (larger models or batches); the sweep's 1-request row, with no finished rows,
+  shows the per-step difference alone (every prompt has ``prompt_len`` tokens: no padding at any batch);
+* static's tok/s/user is often the higher: on this small model a CPU step is mostly fixed time, so the main
+  cause is continuous's decode steps that also run a new request's prefill (``prefill_step_share``); a
+  static group's shrinking batch helps only where a step's time grows with the batch (the sweep's
+  static TPOT column: ``sweep_predictions`` fits its fixed share).
 """
 from __future__ import annotations
 
@@ -106,8 +110,28 @@ def _hf_sentence(r: dict) -> str:
            "時刻を記録するストリーマー）がエンジンより重いと考えられ" if q > 1 else
            "エンジンのステップごとの処理（スケジューラーとブロック表）が `generate` より重いと考えられ")
     return (f"静的（エンジン）÷ transformers の出力 tok/s {q:.2f} 倍：同時リクエスト数 {r['concurrency']} のこの実行では"
-            f"{who}です。{why}、どちらが勝つかはマシンで変わる実装の差です（終わった行やパディングのない同時リクエスト数 1 "
-            "の差は、ラボのスイープで見られます）。方式のコストは連続 ÷ 静的で読みます。")
+            f"{who}です。{why}、どちらが勝つかはマシンで変わる実装の差です（終わった行のない同時リクエスト数 1 の差は、ラボのスイープで"
+            "見られます。プロンプトは長さがそろっているので、パディングはどの同時リクエスト数でも入りません）。"
+            "方式のコストは連続 ÷ 静的で読みます。")
+
+
+def _tpot_sentence(r: dict) -> str:
+    """tok/s/user: which policy had the shorter TPOT, whether the repeats' ranges part, and the mixed-step share."""
+    c, s = r["c"], r["s"]
+    if c.get("tpot_ms") is None or s.get("tpot_ms") is None or c.get("prefill_step_share") is None:
+        return ""
+    apart = None if c.get("tpot_ms_min") is None or c["tpot_ms_min"] == c["tpot_ms_max"] else (
+        c["tpot_ms_max"] < s["tpot_ms_min"] or s["tpot_ms_max"] < c["tpot_ms_min"])
+    head = (f"TPOT の中央値は連続 {c['tpot_ms']:.1f}・静的 {s['tpot_ms']:.1f} ms（{_range_words(apart)}）、連続の Decode の"
+            f"ステップの {100 * c['prefill_step_share']:.0f} % に新しいリクエストの Prefill も入っていました"
+            f"（静的 {100 * s['prefill_step_share']:.0f} %）。")
+    if apart and s["tpot_ms"] < c["tpot_ms"]:
+        return head + ("静的の tok/s/user が高いのは、主にこの重いステップのためです（組が小さくなってステップが速くなる効果は、"
+                       "1ステップの時間が件数とともに伸びる分だけです。ラボのスイープの静的の TPOT で確かめる）。")
+    if apart:
+        return head + ("この実行では連続の TPOT のほうが短く、方式の差とは逆向きです。計測の途中で負荷が変わった可能性があります"
+                       "（負荷の警告を確かめ、繰り返しを増やして測り直す）。")
+    return head + "この実行では、tok/s/user の差が計測のばらつきより大きいとは言えません。"
 
 
 def _slo_sentence(res: dict) -> str:
@@ -129,6 +153,7 @@ def run_reading(res: dict) -> str:
     lines = [_gap_sentence(r)]
     if "hf_ratio" in r:
         lines.append(_hf_sentence(r))
+    lines.append(_tpot_sentence(r))
     lines.append(f"グッドプットはリクエストを数えるので、1件が SLO の境目をまたぐと、連続で約 {r['goodput_step_cont']:.2f}、"
                  f"静的で約 {r['goodput_step']:.2f} 件/s（1 ÷ 実行時間）動きます。差がこの刻みより小さいときは比べません。")
     lines.append(_slo_sentence(res))
@@ -145,28 +170,34 @@ def sweep_table(runs: dict[int, dict]) -> str:
         line = (f"同時リクエスト数 {r['concurrency']:>2}: 連続 ÷ 静的 {r['ratio']:.2f} 倍（{_range_words(r['apart'])}、"
                 f"ステップ数の比 {r['step_ratio']:.2f} 倍、空き枠 {100 * r['idle_share']:.0f} % からの {r['bound']:.2f} 倍）")
         if "hf_ratio" in r:
-            faster = "エンジン" if r["hf_ratio"] > 1 else "transformers"
-            line += f"、静的 ÷ transformers {r['hf_ratio']:.2f} 倍（速いのは {faster}）"
+            faster = "エンジン" if r["hf_ratio"] > 1 else " transformers"   # a space only before Latin
+            line += f"、静的 ÷ transformers {r['hf_ratio']:.2f} 倍（速いのは{faster}）"
         out.append(line + f"、静的の TPOT 中央値 {r['tpot_static']:.1f} ms、グッドプット1件の刻み 連続 "
                    f"{r['goodput_step_cont']:.2f}・静的 {r['goodput_step']:.2f} 件/s")
     one = next((r for r in sweep_rows(runs) if r["concurrency"] == 1 and "hf_ratio" in r), None)
     if one:
-        faster = "エンジン" if one["hf_ratio"] > 1 else "transformers"
-        out.append(f"同時リクエスト数 1 には終わった行もパディングもないので、そこでの差（{one['hf_ratio']:.2f} 倍、速いのは "
-                   f"{faster}、{_range_words(one['hf_apart'])}）はステップごとの処理の重さの差です。")
+        faster = "エンジン" if one["hf_ratio"] > 1 else " transformers"
+        out.append(f"同時リクエスト数 1 には終わった行がないので（プロンプトの長さがそろっているので、パディングはどの行にも"
+                   f"ありません）、そこでの差（{one['hf_ratio']:.2f} 倍、速いのは{faster}、{_range_words(one['hf_apart'])}）は"
+                   "ステップごとの処理の重さの差です。")
     return "\n".join(out)
 
 
 def sweep_predictions(runs: dict[int, dict]) -> list[Prediction]:
     """The sweep's predictions: (1) from 2 requests at a time, continuous beats static beyond the repeats' range
-    yet below the step-count ratio; (2) the step time grows, but much less than the batch (fixed time dominates).
+    yet below the step-count ratio; (2) the step time grows, yet at the largest concurrency at least half of a
+    step is fixed time: static's TPOT fitted as a + b * n through the lowest and highest concurrency, n being
+    static's mean batch (output tokens / static steps: its groups shrink as members finish), and a / TPOT >= 0.5.
     A step time that falls as the batch grows is load noise, not the prediction holding."""
     rows = sweep_rows(runs)
     multi = [r for r in rows if r["concurrency"] >= 2]
     gaps = "、".join(f"{r['concurrency']}: {r['ratio']:.2f}（ステップ数の比 {r['step_ratio']:.2f}、{_range_words(r['apart'])}）"
                     for r in multi)
     lo, hi = rows[0], rows[-1]
-    k = hi["concurrency"] / lo["concurrency"]
+    n_lo, n_hi = (sum(runs[r["concurrency"]]["output_lens"]) / r["steps_static"] for r in (lo, hi))
+    slope = (hi["tpot_static"] - lo["tpot_static"]) / (n_hi - n_lo) if n_hi > n_lo else 0.0
+    fixed = lo["tpot_static"] - slope * n_lo
+    share = fixed / hi["tpot_static"]
     growth = hi["tpot_static"] / lo["tpot_static"]
     tp = [r["tpot_static"] for r in rows]
     rising = all(b >= 0.95 * a for a, b in zip(tp, tp[1:]))
@@ -184,10 +215,13 @@ def sweep_predictions(runs: dict[int, dict]) -> list[Prediction]:
                    "比が 1 に近いか幅が重なるなら、Prefill と1トークンあたりの計算が実行時間の多くを占めて差が薄まっているか、"
                    "ほかのプログラムの負荷で計測がぶれています（警告を確かめ、繰り返しや出力長を増やして測り直す）。"
                    "ステップ数の比を超えたなら計測のばらつきです"),
-        Prediction(f"同時リクエスト数を {k:g} 倍にすると、1ステップの時間（静的の TPOT の中央値）は伸びるが、{k / 2:g} 倍より小さい"
-                   "（1ステップの多くは件数によらない固定の時間）",
-                   rising and 0.95 <= growth < k / 2,
-                   "静的の TPOT 中央値 " + " → ".join(f"{t:.1f}" for t in tp) + f" ms（{growth:.2f} 倍）", why),
+        Prediction(f"同時リクエスト数を {lo['concurrency']} → {hi['concurrency']} にすると、1ステップの時間（静的の TPOT の"
+                   f"中央値）は伸びるが、{hi['concurrency']} 件ずつの組でも1ステップの半分以上は件数によらない固定の時間",
+                   rising and growth >= 0.95 and share >= 0.5,
+                   "静的の TPOT 中央値 " + " → ".join(f"{t:.1f}" for t in tp) + f" ms（{growth:.2f} 倍）。静的の"
+                   f"ステップの平均の件数（出力トークン ÷ ステップ数）{n_lo:.1f} → {n_hi:.1f} 件の2点に直線を当てはめると、"
+                   f"固定 {fixed:.1f} ms・1件あたり {slope:.2f} ms で、{hi['concurrency']} 件ずつの組での固定の割合 "
+                   f"{100 * share:.0f} %", why),
     ]
 
 
@@ -239,9 +273,11 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
                    f"最大 − 最小 {lo['spread']} → {hi['spread']}、空き枠 {100 * lo['idle_share']:.1f} → "
                    f"{100 * hi['idle_share']:.1f} %",
                    "乱数の種やリクエスト数を変えると、組ごとの最長の出力長が変わる。種を変えて平均を見る"),
-        Prediction(f"{span} で、連続 / 静的の出力 tok/s の比は 1.1 倍を超えて広がらない",
+        Prediction(f"{span} で、連続 / 静的の出力 tok/s の比は、出力長 {hi['output_len']} の比が {lo['output_len']} の比の"
+                   " 1.1 倍を超えるほどには広がらない",
                    hi["ratio"] < 1.1 * lo["ratio"],
-                   f"連続 / 静的 {lo['ratio']:.2f} → {hi['ratio']:.2f} 倍",
+                   f"連続 / 静的 {lo['ratio']:.2f} → {hi['ratio']:.2f} 倍（{hi['output_len']} の比 ÷ {lo['output_len']} の比 "
+                   f"= {hi['ratio'] / lo['ratio']:.2f}）",
                    "出力が短いと 64 トークンの Prefill が実行時間の多くを占め、Decode の空き枠の差が tok/s に"
                    "出にくい（出力が長いほど出やすい）。ほかのプログラムが CPU を使っていれば、負荷の警告を確かめ、"
                    "繰り返しを増やして測り直す"),

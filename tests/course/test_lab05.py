@@ -195,6 +195,7 @@ def test_task1_verdicts_follow_the_numbers():
     gap_up = task1_predictions({16: base, 128: _task1_run(long_, 140, 100)})
     assert [p.held for p in gap_up] == [True, False]
     assert gap_up[1].verdict().startswith(MISSED) and "1.10 → 1.40" in gap_up[1].verdict()
+    assert "128 の比 ÷ 16 の比 = 1.27" in gap_up[1].verdict()          # ch05 third reading #6: a ratio of ratios
 
 
 def test_task1_saved_verdicts_agree_with_the_saved_table():
