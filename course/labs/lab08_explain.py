@@ -153,8 +153,9 @@ def step_fit(rows: list[dict]) -> dict:
 
 def concurrency_predictions(rows: list[dict], k: int) -> list[Prediction]:
     """Rows: concurrency, base_tok_s (no speculation) and ngram_speedup. The CPU mechanism: a fixed
-    time per step (the weight pass, memory-bound, plus Python and the other per-step work: see
-    weight_pass_prediction), which both batching and speculation amortise, plus a per-token time.
+    time per step (Python and the other per-step work, plus the weight pass, whose share and whether it
+    hides extra rows weight_pass_prediction measures), which both batching and speculation amortise,
+    plus a per-token time.
     The fit alone cannot tell the weight pass from Python: both look like fixed time."""
     f = step_fit(rows)
     a, b = f["fixed_ms"], f["per_token_ms"]
@@ -212,9 +213,11 @@ def k_gain_prediction(speedups: dict[int, float], lengths: dict[int, float] | No
 
 def weight_pass_prediction(linear_ms: dict[int, float], step_ms: float) -> Prediction:
     """linear_ms: batch -> time of one pass through every Linear layer (lab08_linears.linear_pass_ms);
-    step_ms: the engine's no-speculation step at the smallest batch. The weight pass is memory-bound
-    (4 rows cost less than twice 1 row: the extra rows hide behind reading the weights) and a large part
-    (a quarter or more) of the step: part of the fixed time is reading the weights, not only Python."""
+    step_ms: the engine's no-speculation step at the smallest batch. Expected: the weight pass is
+    bound by reading the weights (4 rows cost less than twice 1 row: the extra rows hide behind it) and a
+    large part (a quarter or more) of the step, so part of the fixed time is reading the weights, not only
+    Python. Either part can fail on a given CPU (a small share: mostly Python; time growing with the rows:
+    compute-bound Linear layers)."""
     b0, b1 = sorted(linear_ms)[0], sorted(linear_ms)[1]
     t0, t1 = linear_ms[b0], linear_ms[b1]
     share = t0 / step_ms if step_ms else float("nan")

@@ -6,8 +6,9 @@ inside one decode step), to split the step's "fixed time" on this CPU::
 Each layer is the engine's own module (CpuLinear, the kernel the engine chose at load), fed B rows, as
 in a decode step of B requests (lm_head included: it also runs on one row per request). The figure is
 the minimum over ``repeats`` passes. If the time hardly grows from 1 to 4 rows, the extra rows are
-hidden behind reading the weights (memory-bound: the same reason as on a GPU), so the weight pass is
-part of the per-step fixed time that batching and speculation share; the rest of the step is Python,
+hidden behind reading the weights (the roofline idea behind a GPU's small batches; whether it holds on
+this CPU, and how large a share of the step the pass is, is measured, not assumed), so the weight pass
+is part of the per-step fixed time that batching and speculation share; the rest of the step is Python,
 attention, sampling and the scheduler.
 """
 from __future__ import annotations
