@@ -274,7 +274,8 @@ def plot_steps(res: dict):
     ax2.legend(fontsize=7, loc="upper left")
     ax2.set_title(f"KV キャッシュの量（{res['dtype']}）", fontsize=10)
     ax2.grid(alpha=0.3)
-    fig.suptitle(f"{res['model']}・プロンプト {res['prompt_len']} + 出力 {res['output_len']} トークン・"
+    name = "既定モデル" if res["model"] == "default" else res["model"]
+    fig.suptitle(f"{name}・プロンプト {res['prompt_len']} + 出力 {res['output_len']} トークン・"
                  f"{res['threads']} スレッド" + (f"・繰り返し {res['repeats']} 回の中央値" if res["repeats"] > 1 else ""),
                  fontsize=11)
     return fig

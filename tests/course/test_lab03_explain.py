@@ -111,7 +111,8 @@ def test_task4_verdicts_follow_the_numbers():
     planted = {"default": {"cached_ms": 5.3, "ratio": 4.0}, "synthetic:llama-125m": {"cached_ms": 8.0, "ratio": 1.5}}
     assert [p.held for p in ex.task4_predictions(planted)] == [False, False]
     assert "負荷の揺れの範囲" in ex.task4_ratio_note({"default": {"ratio": 5.73}, "synthetic:llama-125m": {"ratio": 6.0}})
-    assert "llama-125m の形 のほうが" in ex.task4_ratio_note(good)
+    note = ex.task4_ratio_note(good)     # side by side, no direction read (the dtypes differ)
+    assert "のほうが" not in note and "既定モデル 4.00 倍、llama-125m の形 12.00 倍" in note
 
 
 def test_failure_reasons_name_the_failed_part():
@@ -126,6 +127,19 @@ def test_failure_reasons_name_the_failed_part():
     assert "2.4 倍より大きい" in reason and "1.6 倍未満" not in reason and "起動" not in reason
     flat = ex.task1_numbers(totals((80, 160, 320), (0.45, 0.60, 0.80), (1.6, 4.1, 11.4)))
     assert "1.6 倍未満" in ex.task1_predictions(flat)[0].verdict()
+    # no cache only doubles: with P = 64 the positions grow by more than 2.2x, so the reason is the fixed
+    # time, not the NP term; with a long prompt (P = 512) the positions themselves grow by 2.2x or less
+    slow = ex.task1_predictions(ex.task1_numbers(totals((80, 160, 320), (0.45, 0.87, 1.75), (1.6, 3.3, 6.7))))
+    assert "固定の時間 a" in slow[1].verdict() and "NP の項" not in slow[1].verdict()
+    long_prompt = totals((80, 160, 320), (0.45, 0.87, 1.75), (1.6, 3.3, 6.7), p=512)
+    assert "NP の項" in ex.task1_predictions(ex.task1_numbers(long_prompt))[1].verdict()
+
+
+def test_task2_table_prints_the_context_kv_against_the_weights():
+    runs = {p: {"cached_ms": [5.0], "no_cache_ms": [9.0], "kv_bytes": [15360 * (p + 32)], "weight_bytes": 40265216}
+            for p in (32, 448)}
+    table = ex.task2_table(ex.task2_numbers(runs))
+    assert "文脈の K・V 7.03 MiB（重み 38.4 MiB）" in table
 
 
 # ---------------------------------------------------------------- the saved notebooks
