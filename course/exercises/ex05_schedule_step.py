@@ -262,10 +262,18 @@ def check(fn, ctx=None) -> list:
         return out
     (mine, base), (mine_s, base_s) = got
     same = mine == base
-    out.append(case("エンジンのスケジューラーとして動かす", inp, f"組み込みのスケジューラーと同じトークン列（{_speed(base_s)}）",
-                    f"{'同じ' if same else '違う'}トークン列（{_speed(mine_s)}）", same,
-                    "あなたの計画でエンジンを動かすと、生成されるトークン列が変わりました。"))
+    c = case("エンジンのスケジューラーとして動かす", inp, f"組み込みのスケジューラーと同じトークン列（{_speed(base_s)}）",
+             f"{'同じ' if same else '違う'}トークン列（{_speed(mine_s)}）", same,
+             "あなたの計画でエンジンを動かすと、生成されるトークン列が変わりました。")
+    if same:
+        c.message += SPEED_NOTE
+    out.append(c)
     return out
+
+
+# The engine case's tok/s: the plans are the same, so are the steps (blind reading ch05 third #9)
+SPEED_NOTE = ("（tok/s の読み方：計画が同じなのでステップも同じです。2つの tok/s の差は計測のばらつきと、あなたの関数を"
+              "毎ステップ呼ぶ分の Python の処理で、どちらのスケジューラーが速いかを表すものではありません）")
 
 
 GRADER = Grader(id="05_schedule_step", chapter=5, title_ja="連続バッチングの1ステップを計画する", check=check, hints=[

@@ -95,6 +95,7 @@ def test_engine_timing_is_fair_and_the_report_survives_a_broken_progress_file(tm
     r = grade("05_schedule_step", solution())
     engine = next(c for c in r.cases if "エンジン" in c.name)
     assert calls == [3] and "中央値 10（9〜11）" in engine.got and "中央値 20（19〜21）" in engine.expected
+    assert ex.SPEED_NOTE in engine.message and "計測のばらつき" in engine.message     # ch05 third reading #9
     assert r.passed and "進み具合を保存できませんでした" in r.summary
 
 
