@@ -4,7 +4,8 @@ Hand and random matrices (rows with outliers, an all-zero row, and a BF16 matrix
 float32 tensor (a bfloat16 / float16 scale is refused with that reason: rounded to 2^-8, it is neither max / 127
 within the tolerance nor the scale q was computed with; the engine casts the float32 scale to the model dtype), q in
 [-127, 127] (gpt-fast's amax / 127.5 with -128 is told apart and named: the engine, and so the grader, uses
-amax / 127), a per-column scale is named as such, and every row's round-trip error |q * scale - w| at most scale[n] / 2. Then the engine runs with the
+amax / 127), a per-column and a whole-tensor scale are named as such, and every row's round-trip error |q * scale - w|
+at most scale[n] / 2 (beyond it: floor/trunc is named when q equals it, else, on the BF16 case, dividing in BF16). Then the engine runs with the
 learner's quantizer (LLM(quantization="int8", quantizer=fn), the seam in features/quantization.py): its greedy tokens
 must equal those of the engine's own INT8 quantizer, and the grader reports the first-token agreement with the
 unquantized BF16 engine and the measured weight bytes (features.quantization.weight_bytes).
@@ -51,6 +52,7 @@ def _judge(w, res):
     if int(q.min()) < -127:
         return ("対称な量子化では -128 は使いません。[-127, 127] に収めてください（gpt-fast は -128 も使いますが、"
                 "この演習はエンジンの決め方で採点します）。")
+    low = w.dtype in (torch.bfloat16, torch.float16)
     w = w.float()
     amax = w.abs().amax(1)
     nz = amax > 0
@@ -58,10 +60,21 @@ def _judge(w, res):
         if torch.allclose(s[nz], amax[nz] / 127.5, rtol=1e-4):
             return ("scale が最大 ÷ 127.5 です（gpt-fast の決め方）。この演習はエンジンと同じ最大 ÷ 127 で、"
                     "q を [-127, 127] に収めます。")
+        if torch.allclose(s, torch.full_like(s, float(w.abs().max()) / 127), rtol=1e-3):
+            return ("テンソル全体で1つのスケール（全体の最大 ÷ 127）になっています。行ごとに w.abs().amax(dim=1) ÷ 127 を"
+                    "使ってください（全体で1つだと、外れ値のない行まで粗くなります）。")
+        if w.shape[0] == w.shape[1] and torch.allclose(s, w.abs().amax(0) / 127, rtol=1e-3):
+            return "scale が列（入力）ごとの最大 ÷ 127 です。行（出力チャネル）ごとに amax(dim=1) を使ってください。"
         return "scale は各行の絶対値の最大 ÷ 127 です（行ごとに別のスケール。外れ値のある行だけが粗くなります）。"
     err = (q.float() * s[:, None] - w).abs().amax(1)
     if bool((err > s / 2 * 1.001 + 1e-7).any()):
-        return "丸めの誤差が scale / 2 を超える行があります。切り捨て（floor や int()）ではなく torch.round で丸めてください。"
+        floor = torch.floor(w / s[:, None]).clamp(-127, 127)
+        if bool((q.float() == floor).all() or (q.float() == torch.trunc(w / s[:, None]).clamp(-127, 127)).all()):
+            return "丸めの誤差が scale / 2 を超える行があります。切り捨て（floor や int()）ではなく torch.round で丸めてください。"
+        if low:
+            return ("丸めの誤差が scale / 2 を超える行があります。w が BF16 のまま割ると、商が BF16 に丸められてずれます"
+                    "（100 の近くでは 0.5 刻み）。w = w.float() にしてから割り、torch.round で丸めてください。")
+        return "丸めの誤差が scale / 2 を超える行があります。w / scale を torch.round で最も近い整数に丸めてください。"
     return ""
 
 

@@ -30,7 +30,7 @@ def test_solution_passes():
 
 
 @pytest.mark.parametrize("name, promised", [
-    ("q_per_tensor", "行ごとに別のスケール"),
+    ("q_per_tensor", "テンソル全体で1つのスケール"),
     ("q_floor", "torch.round"),
     ("q_float", "int8"),
     ("q_zero_scale", "0 で割らない"),
@@ -130,3 +130,24 @@ def test_a_bf16_unit_case_catches_a_solution_without_float_before_the_engine():
     assert "float32 で返してください" in failed[0].message
     hint = _grader().hints[-1]
     assert "w = w.float()" in hint
+
+
+def _bf16_division(w):
+    """torch.round, but the division in BF16 (a float32 scale cast to w's dtype): the quotient rounds to BF16's spacing
+    (0.5 near 100), so the error exceeds scale / 2 on the BF16 case; the grader names the division, not floor."""
+    scale = w.abs().amax(dim=1).float().clamp_min(1e-12) / 127
+    return torch.round(w / scale.to(w.dtype)[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+
+def test_bf16_division_is_named_not_called_floor():
+    failed = [c for c in _grader().check(_bf16_division, CTX) if not c.passed]
+    assert len(failed) == 1 and "BF16 のランダム" in failed[0].name, [c.name for c in failed]
+    assert "w = w.float() にしてから割り" in failed[0].message and "floor" not in failed[0].message
+
+
+def test_a_square_per_column_scale_is_named_too():
+    from course.exercises.ex06_quantize_int8 import _judge
+    w = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [100.0, 1.0, -1.0]])
+    scale = w.abs().amax(0) / 127
+    why = _judge(w, (torch.round(w / scale[None, :]).clamp(-127, 127).to(torch.int8), scale))
+    assert "列（入力）ごとの最大" in why
