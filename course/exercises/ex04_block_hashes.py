@@ -146,4 +146,5 @@ GRADER = Grader(
     check=check,
     hints=["ハッシュするのは満杯のブロック（len(token_ids) // block_size 個）だけです。",
            "ブロック i のハッシュは (ブロック i−1 のハッシュ, ブロック i のトークンの tuple) から作ります。",
-           "prev = 0; for i in range(n): prev = hash((prev, tuple(token_ids[i*B:(i+1)*B]))); out.append(prev)"])
+           "prev を 0 から始め、満杯のブロックを前から順に見て、prev を「(prev, そのブロックの tuple) のハッシュ」に"
+           "置き換えるたびに結果の列へ足します。tuple をそのままキーにすると、数字の区切りの問題も起きません。"])

@@ -34,7 +34,10 @@ class SimConstants:
     allreduce_latency_us: float = 26.25  # fixed time of one all-reduce (plus bytes / link bandwidth) [fit]
     request_overhead_ms: float = 96.9  # serving overhead per TTFT under load, x (1 - 1/C); 0 when idle [fit]
     max_batched_tokens: int = 8192     # tokens per step (vLLM max_num_batched_tokens; InferenceX's scripts) [set]
-    memory_utilization: float = 0.9    # share of HBM the engine may use (vLLM gpu_memory_utilization) [set]
+    # vLLM gpu_memory_utilization defaulted to 0.9 in earlier releases
+    # (e.g. https://docs.vllm.ai/en/v0.10.2/api/vllm/config/cache.html) and is 0.92 in current vLLM
+    # (https://docs.vllm.ai/en/stable/api/vllm/config/cache/), both checked 2026-12-07; this keeps 0.9.
+    memory_utilization: float = 0.9    # share of HBM the engine may use [set]
 
 
 DEFAULT_CONSTANTS = SimConstants()

@@ -415,3 +415,9 @@ def test_chapter_1_bank_follows_the_corrected_lesson_and_terms():
 def _progress_file(tmp_path, monkeypatch):
     """A graded answer records the quiz score (course.exercises.progress): keep it out of work/."""
     monkeypatch.setenv("COURSE_PROGRESS_FILE", str(tmp_path / "progress.json"))
+
+
+def test_chapter4_exact_byte_answer_accepts_only_the_integer():
+    q = {q.id: q for q in bank.load_bank("04_kv_cache_memory")}["kv_70b_fp8"]   # 163,840 B, asked as an integer
+    assert check.check_answer(q, "163,840")[0] and check.check_answer(q, "160 KiB")[0]
+    assert check.check_answer(q, "164000")[0] is False and check.check_answer(q, "163839")[0] is False
