@@ -22,6 +22,8 @@ from minimal_engine.calculators import roofline
 # (16.1 GB weights + 8.6 GB KV) / 3.35 TB/s = 7.4 ms) and fits its 80 GB (at context 1,024 its KV alone is 137 GB).
 DATASHEET_CASES = ((1, 1024), (64, 1024), (1024, 64))
 LOADED_RATIO = 10   # a measured step this many times its bound: machine load, not only fixed time
+REL_TOL = 1e-6      # a correct formula computed in float32 (np.float32 inputs) lands within ~1e-7 of the float64
+                    # answer: it passes (blind reading ch02, reviews6 #6); the hand cases' near misses differ by 2e-6
 
 
 def reference(weight_bytes, kv_bytes, flops, peak_flops, bandwidth) -> float:
@@ -47,22 +49,22 @@ def _case(fn, name, args, timeout_s) -> Case:
     if isinstance(got, bool) or not isinstance(got, numbers.Real):
         return Case(name, inp, f"{exp:.6g} 秒", repr(got), False,
                     f"戻り値は秒を表す float にしてください（{type(got).__name__} が返りました）")
-    ok = math.isclose(float(got), exp, rel_tol=1e-9)
+    ok = math.isclose(float(got), exp, rel_tol=REL_TOL)
     if ok:
         return Case(name, inp, f"{exp:.6g} 秒", f"{float(got):.6g} 秒", True, "OK")
     exp_text, got_text = _seconds(exp, float(got)), _seconds(float(got), exp)
     mem, comp = (w + kv) / bw, f / peak
-    if math.isclose(float(got), 1000 * exp, rel_tol=1e-9):
+    if math.isclose(float(got), 1000 * exp, rel_tol=REL_TOL):
         msg = "ミリ秒で返しています（1000 倍）。秒で返してください"
-    elif math.isclose(float(got), mem + comp, rel_tol=1e-9):
+    elif math.isclose(float(got), mem + comp, rel_tol=REL_TOL):
         msg = "2つの時間を足しています。下限は大きいほう（max）です：演算とメモリの読み出しは重なって進みます"
-    elif math.isclose(float(got), min(mem, comp), rel_tol=1e-9):
+    elif math.isclose(float(got), min(mem, comp), rel_tol=REL_TOL):
         side = "メモリ側（(weight_bytes + kv_bytes) ÷ bandwidth）" if mem < comp else "演算側（flops ÷ peak_flops）"
         msg = (f"返した値は{side}の時間だけで、この入力ではそれが小さいほうです。片方だけを返したか、min を"
                "とったかです。下限は2つの時間の大きいほう（max）です")
-    elif math.isclose(float(got), max(comp, w / bw), rel_tol=1e-9):
+    elif math.isclose(float(got), max(comp, w / bw), rel_tol=REL_TOL):
         msg = "KV キャッシュの読み出し（kv_bytes）を忘れています。バイト数は重み＋KV です"
-    elif math.isclose(float(got), max(comp, (w + kv) * bw), rel_tol=1e-6):
+    elif math.isclose(float(got), max(comp, (w + kv) * bw), rel_tol=REL_TOL):
         msg = "バイト数を帯域で割ってください（掛けています）"
     else:
         msg = ("メモリ側（(weight_bytes + kv_bytes) ÷ bandwidth）と演算側（flops ÷ peak_flops）の大きいほうです"

@@ -98,3 +98,17 @@ def test_blind_reading_ch02_grader_diagnoses(fn, promised):
     assert not r.passed
     msgs = [c.message for c in r.cases if not c.passed]
     assert msgs and any(promised in m for m in msgs), str(r)
+
+
+def in_float32(w, kv, f, peak, bw):
+    import numpy as np
+    w, kv, f, peak, bw = (np.float32(x) for x in (w, kv, f, peak, bw))
+    return max((w + kv) / bw, f / peak)
+
+
+def test_a_float32_result_of_the_right_formula_passes():
+    """Blind reading ch02 (reviews6) #6: np.float32 rounding (~1e-7) is not a wrong formula."""
+    from course.exercises import ex02_decode_step_bound as ex
+    r = grade("02_decode_step_bound", in_float32, record=False, engine=False)
+    assert r.cases and all(c.passed for c in r.cases), str(r)
+    assert ex.REL_TOL <= 1e-6    # the hand case's near miss (1.000002 vs 1) still fails
