@@ -9,6 +9,7 @@ Three layers, as in lab 1 (tests call the first two; notebooks stay thin):
        res = run_roofline("default", context=64, batches=[1, 8, 32], chunks=[16, 128, 512], repeats=3)
        res["points"][0]  # kind, size, flops, bytes (weights, KV read, KV written), intensity,
                          # measured_ms (median) / _min / _max, predicted_ms, bound, achieved GFLOP/s and GB/s
+       res["excess"]      # batch 1 without its Linear layers (fixed_ms) and the load average (course.labkit.excess)
        predict_on_gpu(res, "H100")                        # the same steps, predicted on a datasheet GPU
 
    Decode points: ``batch`` requests with ``context`` prompt tokens each, timed by the bench's
@@ -38,6 +39,7 @@ from minimal_engine.bench import roofline
 from minimal_engine.bench.offline import decode_step_time
 from minimal_engine.sampling_params import SamplingParams
 
+from course.labkit import excess
 from course.labkit.load import check_load
 from course.labkit.machine import format_machine_ja, machine_peaks
 from course.labkit.peaks import layer_shapes, model_peaks, peak_text, with_model_peak
@@ -179,6 +181,8 @@ def run_roofline(model="default", device: str = "cpu", context: int = DEFAULT_CO
             points.append({**_point(kind, size, max(lens), cost, times), "requests": len(lens)})
         if progress:
             progress(i + 1, len(todo))
+    # batch 1's step without its Linear layers and the load average: where the excess goes (labkit/excess.py)
+    fixed = excess.measure(llm, context, DECODE_STEPS, repeats, seed) if ("decode", 1) in todo else None
     warnings = [load["warning"]] if load and load["warning"] else []
     if skipped:
         warnings.append("このモデルでは測れない大きさを飛ばしました（文脈長の上限か KV プールの容量を超えます）: "
@@ -186,7 +190,7 @@ def run_roofline(model="default", device: str = "cpu", context: int = DEFAULT_CO
     return {"model": model, "device": device, "context": context, "repeats": repeats, "threads": threads,
             "dtype": str(llm.dtype).replace("torch.", ""), "dtype_bytes": nbytes, "flops_key": key,
             "machine": machine, "points": points, "skipped": skipped, "warnings": warnings,
-            "model_config": cfg}
+            "model_config": cfg, "excess": fixed}
 
 
 def predict_on_gpu(res: dict, gpu: str, dtype_bytes: int = 2) -> list[dict]:

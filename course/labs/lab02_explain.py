@@ -18,7 +18,10 @@ The predictions (課題1-5 of the lab):
   3. Batch-1 decode takes clearly longer than its prediction (fixed per-step time and slower weight reads
      between small operators; a ratio within NEAR of the threshold is printed as within noise); the longest prefill is
      closer to its prediction; no point beats its prediction (the roof is an upper bound: a point
-     above it means the measured peak or bandwidth is not the machine's true one).
+     above it means the measured peak or bandwidth is not the machine's true one). After the verdicts,
+     ``excess_reading`` splits batch 1's excess into the step without its Linear layers (fixed time) and the rest
+     (slower weight reads), and says from the load average whether both include waiting for a CPU
+     (``course.labkit.excess``; blind reading ch02, reviews6 #2).
   4. GFLOP/s grows nearly in proportion to the threads; GB/s grows less (the ridge moves right).
   5. On a datasheet GPU the same steps are predicted in microseconds, decode at batch 32 still
      bandwidth-bound.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import math
 
+from course.labkit import excess
 from course.labkit.predictions import Prediction
 from minimal_engine.bench import roofline
 
@@ -56,6 +60,12 @@ def facts(res: dict, rows: list[dict] | None = None, gpu_predictions: dict | Non
            "prefill": _kind_rows(res, "prefill"),
            "threads": [{"threads": r["threads"], "gflops": r[key] / 1e9, "gb_s": r["bandwidth"] / 1e9}
                        for r in sorted(rows or [], key=lambda r: r["threads"])], "gpus": {}}
+    one = next((p for p in res["points"] if p["kind"] == "decode" and p["size"] == 1), None)
+    if res.get("excess") and one is not None:         # 課題3's reading: where batch 1's excess goes
+        x = res["excess"]
+        out["excess"] = {"fixed_ms": x["fixed_ms"], "predicted_ms": one["predicted_ms"],
+                         "weight_mb": one["weight_bytes"] / 1e6, "load1": x["load1"], "cores": x["cores"],
+                         "threads": res.get("threads") or m.get("threads") or 1}
     decode_sizes = [d["size"] for d in out["decode"]]
     batch = GPU_BATCH if GPU_BATCH in decode_sizes else max(decode_sizes, default=None)
     for g, pred in (gpu_predictions or {}).items():
@@ -79,7 +89,22 @@ def facts_text(f: dict) -> str:
     lines += [f"スレッド {r['threads']}: {r['gflops']:.1f} GFLOP/s、帯域 {r['gb_s']:.2f} GB/s" for r in f["threads"]]
     lines += [f"{g} の予測: いちばん長い点 {x['max_ms']:.4f} ms、Decode バッチ {x['batch']} は{_bound_ja(x['bound'])}"
               for g, x in f["gpus"].items()]
+    if f.get("excess"):
+        x = f["excess"]
+        lines.append(f"内訳の材料（Decode バッチ 1）: 線形層を除いたステップ {x['fixed_ms']:.3f} ms、予測 "
+                     f"{x['predicted_ms']:.3f} ms、重み {x['weight_mb']:.2f} MB、load average "
+                     + ("-" if x["load1"] is None else f"{x['load1']:.2f}") + f"（コア {x['cores']}、スレッド {x['threads']}）")
     return "\n".join(lines)
+
+
+def excess_reading(f: dict) -> str:
+    """課題3's computed sentence: batch 1's excess over its prediction as fixed time + slower reads, and whether the
+    load average says threads waited for a CPU ('' without the batch-1 point or its Linear-free step)."""
+    x, one = f.get("excess"), next((p for p in f["decode"] if p["size"] == 1), None)
+    if not x or one is None:
+        return ""
+    return excess.sentence_ja(excess.split(one["measured_ms"], x["predicted_ms"], x["fixed_ms"], x["weight_mb"] * 1e6,
+                                           f["gb_s"] * 1e9, x["load1"], x["cores"], x["threads"]))
 
 
 def _sizes(rows: list[dict]) -> str:
@@ -224,12 +249,12 @@ def report(f: dict) -> str:
     for i, fn in enumerate((task1_predictions, task2_predictions, task3_predictions, task4_predictions,
                             task5_predictions), 1):
         ps = fn(f)
-        note = task4_note(f) if fn is task4_predictions else ""
+        note = task4_note(f) if fn is task4_predictions else excess_reading(f) if fn is task3_predictions else ""
         parts.append(f"課題{i}:\n" + (verdicts(ps) if ps else "（この実行では判定できません: 点が足りません）")
                      + (f"\n{note}" if note else ""))
     return "\n".join(parts)
 
 
-__all__ = ["all_predictions", "facts", "facts_text", "report", "task1_predictions", "task2_predictions",
+__all__ = ["all_predictions", "excess_reading", "facts", "facts_text", "report", "task1_predictions", "task2_predictions",
            "task3_predictions", "task4_note", "task4_predictions",
            "task5_predictions"]

@@ -98,6 +98,25 @@ def test_run_roofline_points(result):
     assert pts[1]["intensity"] > pts[0]["intensity"] and pts[3]["intensity"] > pts[2]["intensity"]
 
 
+def test_run_roofline_measures_the_step_without_its_linear_layers(result):
+    """Blind reading ch02 (reviews6) #2: batch 1's excess is split from the run (course.labkit.excess)."""
+    import torch
+    from course.labkit import excess
+    from course.labs import lab02_explain
+    from course.runtime import get_llm
+    x = result["excess"]
+    assert 0 < x["fixed_ms"] and x["cores"] >= 1 and "load1" in x
+    f = lab02_explain.facts(result)
+    assert f["excess"]["predicted_ms"] == pytest.approx(result["points"][0]["predicted_ms"])
+    assert lab02_explain.excess_reading(f).startswith("内訳：")
+    model = get_llm("default").model                       # the stand-ins are undone: the layers compute again
+    lin = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    x1 = torch.ones(1, lin.in_features, dtype=lin.weight.dtype)
+    with excess.without_linear_layers(model):
+        assert not lin(x1).any()
+    assert "forward" not in vars(lin) and lin(x1).any()
+
+
 def test_predict_on_gpu_and_readouts(result):
     from course.labs import lab02
     pred = lab02.predict_on_gpu(result, "H100")

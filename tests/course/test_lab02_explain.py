@@ -177,3 +177,54 @@ def test_lab2_saved_verdicts_agree_with_its_saved_numbers():
     for line, p in zip(saved, derived):
         assert line.startswith(HELD if p.held else MISSED), (line, p.verdict())
         assert p.text in line
+
+
+# ---------------------------------------------------------------- 課題3's reading: where batch 1's excess goes
+EXCESS = re.compile(r"^内訳の材料（Decode バッチ 1）: 線形層を除いたステップ ([\d.]+) ms、予測 ([\d.]+) ms、重み ([\d.]+) MB、"
+                    r"load average ([\d.]+|-)（コア (\d+)、スレッド (\d+)）", re.M)
+
+
+def parse_excess(text: str) -> dict | None:
+    m = EXCESS.search(text)
+    if not m:
+        return None
+    fixed, pred, mb, load, cores, threads = m.groups()
+    return {"fixed_ms": float(fixed), "predicted_ms": float(pred), "weight_mb": float(mb),
+            "load1": None if load == "-" else float(load), "cores": int(cores), "threads": int(threads)}
+
+
+def excess_facts(load1):
+    f = good_facts()                                     # batch 1: 3.1 ms measured, 2.4 x its prediction
+    f["excess"] = {"fixed_ms": 0.8, "predicted_ms": 3.1 / 2.4, "weight_mb": 40.24, "load1": load1, "cores": 2,
+                   "threads": 1}
+    return f
+
+
+def test_excess_reading_splits_the_excess_and_reads_the_load():
+    """Blind reading ch02 (reviews6) #2: the excess is split from the run, and the load average decides whether
+    both parts include waiting for a CPU."""
+    quiet, busy = ex.excess_reading(excess_facts(0.9)), ex.excess_reading(excess_facts(3.6))
+    assert "超過 1.81 ms" in quiet and "0.80 ms（44%）" in quiet and "1.01 ms（56%）" in quiet, quiet
+    assert "CPU を待つスレッドはほぼありませんでした" in quiet and "譲って待った" not in quiet
+    assert "load average（1分）は 3.6" in busy and "譲って待った" in busy, busy
+    assert "混み具合はわかりません" in ex.excess_reading(excess_facts(None))
+    assert ex.excess_reading(good_facts()) == ""         # no Linear-free step measured: nothing is claimed
+    assert parse_excess(ex.facts_text(excess_facts(3.6))) == excess_facts(3.6)["excess"] | {"predicted_ms": 1.292}
+
+
+def test_lab2_saved_excess_reading_follows_its_saved_numbers():
+    nb = json.loads((ROOT / "labs/02_roofline_lab.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "lab02_explain" in "".join(c["source"]))
+    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    f = parse_facts(text)
+    f["excess"] = parse_excess(text)
+    if f["excess"] is None:
+        pytest.skip("saved before the reading existed")
+    reading = ex.excess_reading(f)
+    nums = re.compile(r"超過 ([\d.]+) ms。そのうち固定の時間（線形層を除いたステップ）が ([\d.]+) ms（(\d+)%）、残りの "
+                      r"(-?[\d.]+) ms（(-?\d+)%）")
+    saved, again = nums.search(text), nums.search(reading)
+    assert saved and again, (text, reading)
+    for a, b in zip(saved.groups(), again.groups()):     # re-derived from 3-decimal facts: a rounding step apart
+        assert float(a) == pytest.approx(float(b), abs=1.01 if "." not in a else 0.011), (saved.group(0), reading)
+    assert ("譲って待った" in reading) == ("譲って待った" in text)
