@@ -23,6 +23,8 @@ from minimal_engine.config import EngineConfig
 
 STEP_BUDGET = EngineConfig.max_num_batched_tokens   # the lab's engine keeps the default (runtime)
 SPIKE_SHARE, SPIKE_SHARE_TEXT = 0.25, "4分の1"   # 課題4: TPOT's rise against ITL max's rise
+TPOT_SHARE = 4   # 課題3: TPOT grows by less than a quarter of the concurrency's factor (1/2 never failed)
+PLATEAU = 1.25   # 課題5: with prompt 256, the sweep's last doubling gains less than this (nearly flat)
 FALL = 0.1   # a TPOT this much shorter at a larger concurrency is more than the sweep's usual noise
 BUSY = "ほかのプログラムが CPU を使っている（→ 負荷の警告を確かめ、繰り返しを増やして測り直す）"
 
@@ -99,8 +101,9 @@ def sweep_predictions(rows: list[dict], prompt_len: int | None = None) -> list[P
     ttft_ratio = last["ttft_ms"] / first["ttft_ms"]
     tokens = ("" if prompt_len is None else f"、最初の Prefill ステップのプロンプト {first['concurrency'] * prompt_len:,}"
               f" → {min(last['concurrency'] * prompt_len, STEP_BUDGET):,} トークン")
-    out = [Prediction(f"同時リクエスト数を {grow:.0f} 倍にしても、TPOT は {grow / 2:.0f} 倍未満しか伸びない",
-                      tpot_ratio < grow / 2,
+    out = [Prediction(f"同時リクエスト数を {grow:.0f} 倍にしても、TPOT は {grow / TPOT_SHARE:.0f} 倍未満しか伸びない"
+                      f"（人数に比例するなら {grow:.0f} 倍）",
+                      tpot_ratio < grow / TPOT_SHARE,
                       f"TPOT {first['tpot_ms']:.1f} → {last['tpot_ms']:.1f} ms（{tpot_ratio:.2f} 倍）",
                       "1ステップの固定の時間に比べて計算が重い（大きなモデル、スレッドが少ない）。"
                       "モデルを既定に戻し、負荷の警告を確かめる"),
@@ -122,6 +125,18 @@ def sweep_predictions(rows: list[dict], prompt_len: int | None = None) -> list[P
             gains[-1] < gains[0], "倍にするごとの伸び " + "、".join(f"{g:.2f} 倍" for g in gains),
             "スイープの点が少ない。スイープの一覧に大きな値を足す"))
     return out
+
+
+def plateau_predictions(rows: list[dict], prompt_len: int) -> list[Prediction]:
+    """課題5 on the longer-prompt sweep: its last doubling of concurrency gains less than PLATEAU x output tok/s
+    (the burst's prefill takes most of the time, so tok/s flattens)."""
+    a, b = rows[-2], rows[-1]
+    gain = b["tok_s"] / a["tok_s"]
+    return [Prediction(f"プロンプト {prompt_len} では、同時リクエスト数 {a['concurrency']} → {b['concurrency']} の"
+                       f" tok/s（出力）の伸びが {PLATEAU} 倍未満（ほぼ頭打ち）", gain < PLATEAU,
+                       f"tok/s（出力）{a['tok_s']:.1f} → {b['tok_s']:.1f}（{gain:.2f} 倍）",
+                       "Prefill が所要時間に占める割合がまだ小さい（コアが多い、GPU）。プロンプト長か"
+                       "同時リクエスト数を増やす。" + BUSY)]
 
 
 # ---------------------------------------------------------------- 課題4: a late long prompt
@@ -208,8 +223,25 @@ def shape_reading(res: dict) -> str:
         rest = r["tpot_ms"] - r["read_ms"]
         lines.append(f"{r['label']}（{r['dtype']}）: {r['layers']} 層、{r['params'] / 1e6:.1f}M パラメータ、"
                      f"1ステップで読む {r['step_bytes'] / 1e6:.0f} MB → 帯域で読むだけなら {r['read_ms']:.1f} ms。"
-                     f"TPOT {r['tpot_ms']:.1f} ms のうち残り {rest:.1f} ms（1層あたり {rest / r['layers']:.2f} ms）")
+                     f"TPOT {r['tpot_ms']:.1f} ms のうち残り {rest:.1f} ms（残り ÷ 層数 {rest / r['layers']:.2f} ms。"
+                     f"1ステップに1回だけの時間も層数で割って入っています）")
+    by = {r["model"]: r for r in res["rows"]}
+    if all(m in by for m in PAIR):
+        per_layer, per_step = layer_fit(by[PAIR[0]], by[PAIR[1]])
+        lines.append(f"2つの形の残りの差から（1層あたりの時間が同じと仮定した目安。層の幅が違うので、負の値は"
+                     f"その仮定が合わないしるし）: 1層あたり {per_layer:.2f} ms、層の数によらない1ステップの時間 "
+                     f"{per_step:.2f} ms")
     return "\n".join(lines)
+
+
+PAIR = ("synthetic:llama-125m", "synthetic:smollm2-135m")
+
+
+def layer_fit(x: dict, y: dict) -> tuple[float, float]:
+    """rest = per_step + layers x per_layer through two shapes' rests (TPOT - read time): (per_layer, per_step)."""
+    rx, ry = (r["tpot_ms"] - r["read_ms"] for r in (x, y))
+    per_layer = (ry - rx) / (y["layers"] - x["layers"])
+    return per_layer, rx - x["layers"] * per_layer
 
 
 def _pair(rows: list[dict], a: str, b: str) -> tuple[dict, dict]:
@@ -217,17 +249,16 @@ def _pair(rows: list[dict], a: str, b: str) -> tuple[dict, dict]:
     return by[a], by[b]
 
 
-def shape_predictions(rows: list[dict], a: str = "synthetic:llama-125m",
-                      b: str = "synthetic:smollm2-135m") -> list[Prediction]:
+def shape_predictions(rows: list[dict], a: str = PAIR[0], b: str = PAIR[1]) -> list[Prediction]:
     """課題6: the shape with more layers (b) has the longer TPOT, and less than half of the gap is the
     time to read its extra bytes at the measured bandwidth (the rest grows with the layers)."""
     x, y = _pair(rows, a, b)
     gap, read_gap = y["tpot_ms"] - x["tpot_ms"], y["read_ms"] - x["read_ms"]
     rest_x, rest_y = ((r["tpot_ms"] - r["read_ms"]) / r["layers"] for r in (x, y))
-    width = (f"1層あたりの残りの時間が {x['label']} {rest_x:.2f} ms、{y['label']} {rest_y:.2f} ms で、"
-             f"細い層のほうが大きく短い。このマシンでは残りの時間の多くが呼び出しの固定分ではなく、層の幅に応じた"
-             f"計算（行列とベクトルの積。BF16 は CPU によっては FP32 より遅く計算される）なので、層を細くして"
-             f"数を増やしても TPOT はあまり伸びない") if rest_y < 0.6 * rest_x else ""
+    width = (f"残り ÷ 層数が {x['label']} {rest_x:.2f} ms、{y['label']} {rest_y:.2f} ms で、層の多い形のほうが"
+             f"大きく短い。残りの時間が層の数ほどには伸びていない。理由は2つ考えられる：細い層の計算が短い（層の幅に"
+             f"応じた行列とベクトルの積が大きい。BF16 は CPU によっては FP32 より遅く計算される）か、層の数によらない"
+             f"1ステップの時間（サンプリング、スケジューリングなど）が大きい（上の目安の行）") if rest_y < 0.6 * rest_x else ""
     reads = y["read_ms"] > 0.5 * y["tpot_ms"]
     return [
         Prediction(f"層の多い {y['label']}のほうが、{x['label']}より TPOT が長い", gap > 0.1 * x["tpot_ms"],
@@ -245,5 +276,5 @@ def shape_predictions(rows: list[dict], a: str = "synthetic:llama-125m",
 
 
 __all__ = ["BUSY", "FALL", "SPIKE_SHARE", "STEP_BUDGET", "burst_times", "decode_split_reading", "first_gap_reading", "first_gaps",
-           "late_long_predictions",
+           "late_long_predictions", "layer_fit", "PAIR", "PLATEAU", "plateau_predictions", "TPOT_SHARE",
            "prefill_steps", "shape_predictions", "shape_reading", "sweep_predictions", "sweep_reading"]

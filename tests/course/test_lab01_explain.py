@@ -61,6 +61,8 @@ def test_predictions_turn_with_a_planted_number():
     assert [p.held for p in ex.sweep_predictions(ROWS)] == [True, True, True, True]
     slow = ROWS[:-1] + [row(16, 229.5, 6.9 * 9, 828.5)]        # TPOT grows 9x for 16x requests
     assert ex.sweep_predictions(slow)[0].held is False
+    five = ROWS[:-1] + [row(16, 229.5, 6.9 * 5, 828.5)]        # 5x: passed the old 16/2 bound, not 16/4
+    assert ex.sweep_predictions(five)[0].held is False and "4 倍未満" in ex.sweep_predictions(five)[0].verdict()
     zigzag = ROWS[:2] + [row(4, 57.6, 5.9, 460.6)] + ROWS[3:]  # TPOT 7.0 -> 5.9 ms: falls by more than 10%
     assert [p.held for p in ex.sweep_predictions(zigzag)] == [True, False, True, True]
     assert "7.0 → 5.9 → 8.7" in ex.sweep_predictions(zigzag)[1].verdict()
@@ -136,8 +138,25 @@ def test_shape_predictions_turn_with_a_planted_number():
     assert [p.held for p in missed] == [False, False]
     for p in missed:
         assert "3.48 ms" in p.verdict() and "1.27 ms" in p.verdict() and "帯域が狭く" not in p.verdict()
+        assert "層の数によらない" in p.verdict()           # the per-step time is named, not only the width
     text = ex.shape_reading({"rows": layered, "bandwidth": 27e9, "threads": 1})
-    assert "27.0 GB/s" in text and "TPOT 25.4 ms のうち残り 14.4 ms（1層あたり 0.48 ms）" in text
+    assert "27.0 GB/s" in text and "TPOT 25.4 ms のうち残り 14.4 ms（残り ÷ 層数 0.48 ms。" in text
+    # rests 5.2 (12 layers) and 14.4 (30 layers): 0.51 ms per layer and -0.93 ms per step
+    assert "1層あたり 0.51 ms、層の数によらない1ステップの時間 -0.93 ms" in text
+
+
+def test_layer_fit_separates_a_per_step_time():
+    # 12 x 0.44 + 2.1 and 30 x 0.44 + 2.1: the fit gets both back (rest ÷ layers would say 0.62 and 0.51)
+    x, y = shape("synthetic:llama-125m", 12, 7.38 + 5.0, 5.0), shape("synthetic:smollm2-135m", 30, 15.3 + 5.0, 5.0)
+    assert ex.layer_fit(x, y) == pytest.approx((0.44, 2.1))
+
+
+def test_plateau_prediction_on_the_longer_prompt_sweep():
+    flat = [row(4, 208, 10.0, 268.0), row(8, 535, 14.0, 258.0), row(16, 1107, 32.2, 281.3)]
+    p = ex.plateau_predictions(flat, prompt_len=256)[0]
+    assert p.held is True and "8 → 16" in p.verdict() and "1.09 倍" in p.verdict()
+    growing = flat[:-1] + [row(16, 900, 20.0, 400.0)]               # 1.55x: not flat
+    assert ex.plateau_predictions(growing, prompt_len=256)[0].held is False
 
 
 def saved_text(marker: str) -> str:
@@ -164,6 +183,17 @@ def test_lab1_saved_sweep_verdicts_agree_with_the_saved_rows():
 
 
 SHAPE = re.compile(r"^(.+?)（\w+）: (\d+) 層、.*帯域で読むだけなら ([\d.]+) ms。TPOT ([\d.]+) ms", re.M)
+
+
+def test_lab1_saved_plateau_verdict_agrees_with_the_saved_summary():
+    text = saved_text("plateau_predictions")
+    pairs = re.findall(r"同時 +(\d+): .*?tok/s（出力）= \d+ × \d+ ÷ [\d.]+ s = (\d+)", text)
+    rows = [row(int(c), 1.0, 1.0, float(t)) for c, t in pairs]
+    saved = [x for x in text.splitlines() if x.startswith((HELD, MISSED))]
+    assert len(rows) >= 2 and len(saved) == 1, text
+    tok = re.search(r"tok/s（出力）([\d.]+) → ([\d.]+)", saved[0])
+    held = float(tok.group(2)) / float(tok.group(1)) < ex.PLATEAU
+    assert saved[0].startswith(HELD if held else MISSED)
 
 
 def test_lab1_saved_shape_verdicts_agree_with_the_saved_rows():
