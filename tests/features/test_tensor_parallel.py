@@ -89,6 +89,20 @@ def test_default_model_same_greedy_tokens_and_comm_formula(default_pair):
     assert stats["seconds"] > 0
 
 
+def test_every_rank_records_its_all_reduces_on_one_clock(default_pair):
+    """trace_calls (lab 7's per-rank measurement): each rank's (entry, exit, bytes) for the same calls in order."""
+    _, two = default_pair
+    two.model.trace_calls(True)
+    two.generate(["今日は"], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True), use_tqdm=False)
+    traces = two.model.trace_calls(False)
+    layers = two.model_config.num_layers
+    assert len(traces) == 2 and len(traces[0]) == len(traces[1]) == 3 * 2 * layers   # 3 steps
+    for r0, r1 in zip(*traces):
+        assert r0[2] == r1[2] and r0[0] <= r0[1] and r1[0] <= r1[1]
+        assert r0[0] <= r1[1] and r1[0] <= r0[1]          # one call: neither left before the other entered
+    assert two.model.comm.trace is None                     # recording stopped
+
+
 def test_each_rank_holds_its_own_heads(default_pair):
     _, two = default_pair
     pool = two.engine.runner.kv_caches[0][0]                  # rank 0: 3 of the default model's 5 KV heads

@@ -29,13 +29,17 @@ class Comm:
 
     def reset(self) -> None:
         self.all_reduces, self.bytes, self.seconds, self.send_seconds, self.steps = 0, 0, 0.0, 0.0, 0
+        self.trace = None            # a list: every call's (entry, exit, bytes) in time.perf_counter seconds
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         t0 = time.perf_counter()
         self.pg.allreduce([t]).wait()                                   # in place: t = sum over ranks
         if t.is_cuda:
             torch.cuda.synchronize(t.device)                            # so that the time is the transfer's
-        self.seconds += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        self.seconds += t1 - t0
+        if self.trace is not None:                                      # measurements (TensorParallelModel.trace_calls)
+            self.trace.append((t0, t1, t.numel() * t.element_size()))
         self.all_reduces += 1
         self.bytes += t.numel() * t.element_size()
         return t

@@ -141,6 +141,20 @@ class TensorParallelModel(nn.Module):
         self._finalizer()
         self.error = self.error or "the tensor-parallel workers were closed (llm.close())"
 
+    def trace_calls(self, on: bool) -> list | None:
+        """For measurements (lab 7): on=True starts recording every rank's all-reduce calls; on=False stops and
+        returns one list per rank (rank 0 first) of (entry, exit, bytes), time.perf_counter seconds: the
+        system-wide monotonic clock, so the ranks' times on one machine compare directly."""
+        self.comm.trace = [] if on else self.comm.trace
+        msg = pickle.dumps(("trace", on))
+        for c in self.conns:
+            c.send_bytes(msg)
+        if on:
+            return None
+        out = [self.comm.trace or []]
+        self.comm.trace = None
+        return out + self._wait_for("trace")
+
     def inject_failure(self, rank: int) -> None:
         """For tests: worker `rank` raises an error in its next step."""
         self.conns[rank - 1].send_bytes(pickle.dumps(("fail", None)))

@@ -76,6 +76,11 @@ def worker_main(rank: int, world: int, port: int, spec: tuple, dtype, device_typ
         if kind == "fail":
             fail_next = True
             continue
+        if kind == "trace":                        # payload True: start recording; False: stop and send them
+            if not payload:
+                _send(conn, "trace", comm.trace or [])
+            comm.trace = [] if payload else None
+            continue
         try:
             input_ids, batch = payload
             if fail_next:
