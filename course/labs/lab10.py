@@ -27,7 +27,8 @@ from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import check_device, check_int, is_quick
 from minimal_engine.tools.sim_calibration import fit_machine_all, machine_spec, machine_table
 from minimal_engine.calculators.sim_tables import SIM_GPUS, inferencex_cost_inputs
-from minimal_engine.calculators.simulator import simulate_sweep
+from minimal_engine.calculators.simulator import simulate, simulate_sweep
+from course.labs.lab10_plots import plot_frontiers, plot_run  # noqa: F401  (re-exported: lab10.plot_run)
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "minimal_engine" / "default_model"
 PROMPT_LEN_RANGE = (1, 448)
@@ -174,17 +175,30 @@ def cheapest_meeting_slo(ttft_slo_ms: float, tpot_slo_ms: float, model="llama-3.
                          output_len=1024, gpus=("H100", "H200", "B200", "MI300X", "MI355X"), tps=(1, 2, 4, 8),
                          concurrencies=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)) -> list[dict]:
     """For each GPU x precision x TP: the highest-throughput concurrency whose predicted TTFT and TPOT meet the
-    SLO; returned cheapest first by $/M output tokens (InferenceX hyperscaler prices). All values are 予測."""
+    SLO and whose KV fits; returned cheapest first by $/M output tokens (InferenceX hyperscaler prices). The
+    grid (capped at the memory limit, which is added) brackets the largest passing concurrency, and bisection
+    finds it to one request, so neither the grid's end nor its step decides a row. All values are 予測."""
     best = []
     for gpu in gpus:
         for dtype in native_dtypes(gpu):
             for tp in tps:
-                rows = simulate_sweep(model, gpu, concurrencies=list(concurrencies), num_gpus=tp, tp=tp,
-                                      weight_dtype=dtype, kv_dtype="fp8" if dtype != "bf16" else "bf16",
-                                      input_len=input_len, output_len=output_len, **inferencex_cost_inputs(gpu))
-                ok = [r for r in rows if r["fits"] and r["ttft_ms"] <= ttft_slo_ms and r["tpot_ms"] <= tpot_slo_ms]
-                if ok:
-                    best.append(max(ok, key=lambda r: r["output_tok_s_per_gpu"]))
+                kw = dict(num_gpus=tp, tp=tp, weight_dtype=dtype, kv_dtype="fp8" if dtype != "bf16" else "bf16",
+                          input_len=input_len, output_len=output_len, **inferencex_cost_inputs(gpu))
+                run = {}
+
+                def ok(c: int) -> bool:
+                    r = run.setdefault(c, simulate(model, gpu, concurrency=c, **kw))
+                    return r["fits"] and r["ttft_ms"] <= ttft_slo_ms and r["tpot_ms"] <= tpot_slo_ms
+                cap = simulate(model, gpu, concurrency=1, **kw)["max_concurrency"]
+                grid = sorted({c for c in concurrencies if c < cap} | ({cap} if cap >= 1 else set()))
+                good = [c for c in grid if ok(c)]
+                if not good:
+                    continue
+                lo, hi = good[-1], next((c for c in grid if c > good[-1]), None)
+                while hi is not None and hi - lo > 1:                  # TTFT and TPOT grow with concurrency
+                    mid = (lo + hi) // 2
+                    lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+                best.append(max((run[c] for c in run if ok(c)), key=lambda r: r["output_tok_s_per_gpu"]))
     return sorted(best, key=lambda r: r["usd_per_m_output_tokens"])
 
 
@@ -241,60 +255,7 @@ def history_csv(history: list[dict], learner: str = "") -> str:
     return to_csv(history, learner, fields=("learner",) + HISTORY_FIELDS)
 
 
-# ---------------------------------------------------------------- plots
-def plot_run(res: dict):
-    """Left: this machine's frontier, measured (実測) and predicted (予測). Right: TPOT and TTFT per concurrency."""
-    from course.labkit.charts import figure
-    fig, (a1, a2) = figure(11, 4, 1, 2)
-    t = res["table"]
-    a1.plot([1000 / r["tpot_ms"] for r in t], [r["tok_s"] for r in t], "o-", color="tab:blue", label="実測")
-    a1.plot([1000 / r["pred_tpot_ms"] for r in t], [r["pred_tok_s"] for r in t], "s--", color="tab:orange",
-            label="予測（シミュレーター）")
-    for r in t:
-        a1.annotate(str(r["concurrency"]), (1000 / r["tpot_ms"], r["tok_s"]), fontsize=7, xytext=(3, 3),
-                    textcoords="offset points")
-    a1.set_xlabel("tok/s/user")
-    a1.set_ylabel("出力 tok/s（マシン全体）")
-    a1.set_title("このマシンのフロンティア（点の数字は同時リクエスト数）", fontsize=9)
-    cs = [r["concurrency"] for r in t]
-    for key, color, name in (("tpot_ms", "tab:blue", "TPOT"), ("ttft_ms", "tab:green", "TTFT")):
-        a2.plot(cs, [r[key] for r in t], "o-", color=color, label=f"{name} 実測")
-        a2.plot(cs, [r["pred_" + key] for r in t], "s--", color=color, alpha=0.6, label=f"{name} 予測")
-    a2.set_xscale("log", base=2)
-    a2.set_yscale("log")
-    a2.set_xlabel("同時リクエスト数")
-    a2.set_ylabel("ms")
-    for a in (a1, a2):
-        a.grid(alpha=0.3)
-        a.legend(fontsize=7)
-    fig.suptitle(f"プロンプト {res['prompt_len']}・出力 {res['output_len']} トークン（全員が同時に到着）", fontsize=10)
-    return fig
-
-
-def plot_frontiers(res: dict | None, dc: dict, title: str = "tok/s/GPU と tok/s/user（両対数）", ax=None, grey=()):
-    """Datacenter curves (予測) and, if given, this machine (実測 and 予測, the machine counted as one "GPU").
-    Curves named in ``grey`` (made by a fitted constant's form, not by hardware) are drawn grey and dotted."""
-    from course.labkit.charts import figure
-    fig, ax = figure(8, 5) if ax is None else (ax.figure, ax)
-    for label, rows in dc.items():
-        ax.plot([r["interactivity"] for r in rows], [r["output_tok_s_per_gpu"] for r in rows], ":" if label in grey
-                else "o-", color="0.6" if label in grey else None, markersize=3, label=f"{label}（予測）")
-    if res is not None:
-        t = res["table"]
-        ax.plot([1000 / r["tpot_ms"] for r in t], [r["tok_s"] for r in t], "k*-", markersize=9, label="このマシン（実測）")
-        ax.plot([1000 / r["pred_tpot_ms"] for r in t], [r["pred_tok_s"] for r in t], "k+--", label="このマシン（予測）")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("tok/s/user（インタラクティビティ）")
-    ax.set_ylabel("出力 tok/s / GPU")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-    return fig
-
-
-__all__ = ["COST_EXAMPLE", "DC_CONFIGS", "HISTORY_FIELDS", "add_run", "at_interactivity", 
-           "cheapest_meeting_slo", "cost_at_interactivity",
-           "cheapest_table_html", "datacenter_frontiers", "default_repeats", "defaults", "history_csv",
-           "history_html", "native_dtypes", "pareto_front", "plot_frontiers", "plot_run", "readout_html",
-           "run_pareto_lab", "sweep_concurrencies"]
+__all__ = ["COST_EXAMPLE", "DC_CONFIGS", "HISTORY_FIELDS", "add_run", "at_interactivity", "cheapest_meeting_slo",
+           "cost_at_interactivity", "cheapest_table_html", "datacenter_frontiers", "default_repeats", "defaults",
+           "history_csv", "history_html", "native_dtypes", "pareto_front", "plot_frontiers",
+           "plot_run", "readout_html", "run_pareto_lab", "sweep_concurrencies"]

@@ -2,13 +2,12 @@
 
     constants_rows(res)         # this machine's constants: value, measured / fitted / set, meaning
     prediction_lines(res)       # the errors as sentences (held-out TPOT, tok/s; TTFT at fit points)
+    tpot_order_lines(res)       # a TPOT shorter at a larger concurrency, against the repeats' ranges
     cost_line(res, usd, watts)  # $/M output tokens and tok/s/user, smallest to largest concurrency
-    default_model_on_gpu(res)   # the default model on one GPU, two ways (予測)
-    serving_overhead_lines(curves)   # ... which part of that curve a constant decides
     ttft_overhead_share(res)    # how much of the predicted batch-1 TTFT the fitted overheads make
     right_end_overhead(res)     # the batch-1 fixed time: layers x (layer + seq x 1), and seq's share
     tpot_slope_split(res)       # the TPOT growth, smallest to largest concurrency: roofline vs seq_overhead_us
-    slope_verdict(split)        # which of the two made most of it, and why (a plain function of the numbers)
+    slope_verdict(split)        # which of the two made most of it, or 判定できない within SHARE_BAND / one fit step
     extrapolation(res)          # refit without the largest concurrency and predict it (外挿)
 
 A sentence that quotes a measured figure is printed by the notebook's cell, so re-executing the
@@ -19,11 +18,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minimal_engine.calculators.sim_step import DEFAULT_CONSTANTS
-from minimal_engine.calculators.simulator import get_sim_model, simulate, simulate_batch
-from minimal_engine.tools.sim_calibration import fit_machine_all, machine_table
+from minimal_engine.calculators.simulator import get_sim_model, simulate_batch
+from minimal_engine.tools.sim_calibration import fit_machine, fit_machine_all, machine_table
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "minimal_engine" / "default_model"
+EFF_STEP = 0.05        # fit_machine_all searches compute_eff on this grid step (sim_calibration_machine.py)
+SHARE_BAND = 10        # roofline share within 50 ± this many points: the two terms are the same size (undecided)
 
 
 def constants_rows(res: dict) -> list[dict]:
@@ -78,6 +78,30 @@ def prediction_lines(res: dict) -> list[str]:
     return out
 
 
+def _tpot_range(q: dict) -> str:
+    return f"{q['tpot_ms']:.1f} ms（繰り返し {q.get('tpot_ms_min', q['tpot_ms']):.1f}〜{q.get('tpot_ms_max', q['tpot_ms']):.1f}）"
+
+
+def tpot_order_lines(res: dict) -> list[str]:
+    """Where a concurrency's measured TPOT (median) is shorter than a smaller concurrency's, against the repeats'
+    ranges: within them it cannot be told from noise; beyond them it is a real effect of this machine."""
+    rows, out = sorted(res["rows"], key=lambda r: r["concurrency"]), []
+    for i, r in enumerate(rows):
+        prev = max(rows[:i], key=lambda q: q["tpot_ms"], default=None)
+        if prev is None or r["tpot_ms"] >= prev["tpot_ms"]:
+            continue
+        line = (f"[TPOT の順序] 同時 {r['concurrency']} の TPOT {_tpot_range(r)} は、同時 {prev['concurrency']} の "
+                f"{_tpot_range(prev)} より短い。")
+        if res.get("repeats", 1) < 2:
+            out.append(line + "繰り返しが1回なので、計測の揺れかどうかは判定できません。")
+        elif r.get("tpot_ms_max", r["tpot_ms"]) >= prev.get("tpot_ms_min", prev["tpot_ms"]):
+            out.append(line + "2つの繰り返しの幅が重なるので、計測の揺れと区別できません（内挿の誤差もこの点で大きく出ます）。")
+        else:
+            out.append(line + "繰り返しの幅を超える差です。CPU の行列積のライブラリは行数でカーネルを選び分けるので、"
+                       "1行より数行の方が1行あたり速いことがあります（この実行では確かめていません）。")
+    return out or ["[TPOT の順序] TPOT（中央値）は、同時リクエスト数とともに短くなることなく伸びました。"]
+
+
 def _pct(x: float) -> str:
     """A signed percentage, "0%" (not "-0%") when it rounds to zero."""
     return "0%" if round(x * 100) == 0 else f"{x:+.0%}"
@@ -100,37 +124,6 @@ def cost_line(res: dict, usd_per_hour: float, watts: float) -> str:
             f"{b['tok_s_per_user']:.0f} です。")
 
 
-def default_model_on_gpu(res: dict, gpu: str = "H100", dtype: str = "bf16") -> dict:
-    """The default model on one ``gpu`` at this run's lengths and concurrencies (予測), two ways:
-    ``batch``: all requests at once (``simulate_batch``, this lab's workload; no serving overhead),
-    and ``served``: InferenceX's closed loop (``simulate``) with the fitted serving overhead
-    ``request_overhead_ms x (1 - 1/C)``. Rows carry interactivity and output_tok_s_per_gpu."""
-    kw = dict(weight_dtype=dtype, kv_dtype=dtype, input_len=res["prompt_len"],
-              output_len=res["output_len"])
-    model = DEFAULT_MODEL_DIR
-    batch, served = [], []
-    for c in res["concurrencies"]:
-        b = simulate_batch(model, gpu, concurrency=c, **kw)
-        batch.append({"concurrency": c, "interactivity": b["tok_s_per_user"],
-                      "output_tok_s_per_gpu": b["tok_s"], "ttft_ms": b["ttft_ms"],
-                      "tpot_ms": b["tpot_ms"]})
-        s = simulate(model, gpu, num_gpus=1, tp=1, concurrency=c, **kw)
-        served.append({k: s[k] for k in ("concurrency", "interactivity", "output_tok_s_per_gpu",
-                                         "ttft_ms", "tpot_ms")})
-    return {"gpu": gpu, "batch": batch, "served": served,
-            "request_overhead_ms": DEFAULT_CONSTANTS.request_overhead_ms}
-
-
-def serving_overhead_lines(curves: dict) -> list[str]:
-    """What the fitted serving constant, not the GPU, does to the default model's curve (予測)."""
-    out = []
-    for b, s in zip(curves["batch"], curves["served"]):
-        out.append(f"同時 {b['concurrency']:>2}: 全員同時 {b['output_tok_s_per_gpu']:>9,.0f} tok/s/GPU"
-                   f"（TTFT {b['ttft_ms']:6.1f} ms）、閉ループ＋サービングの定数 {s['output_tok_s_per_gpu']:>9,.0f}"
-                   f" tok/s/GPU（TTFT {s['ttft_ms']:6.1f} ms）")
-    return out
-
-
 def ttft_overhead_share(res: dict) -> dict:
     """The predicted TTFT at the run's smallest concurrency, with this machine's fitted constants
     and with the two per-step overheads set to 0: how much of the TTFT compute_eff does not
@@ -143,15 +136,6 @@ def ttft_overhead_share(res: dict) -> dict:
                                               "seq_overhead_us": 0}, **kw)["ttft_ms"]
     return {"concurrency": kw["concurrency"], "ttft_ms": full, "overhead_ms": full - bare,
             "share": (full - bare) / full}
-
-
-def serving_constant_lines(gpu: dict) -> list[str]:
-    """Where the closed-loop curve's drop from the smallest concurrency comes from: the constant's
-    formula request_overhead_ms x (1 - 1/C), printed for each concurrency of the curve."""
-    r = gpu["request_overhead_ms"]
-    return [f"同時 {s['concurrency']:>2}: 定数の分 {r:.1f} × (1 − 1/{s['concurrency']}) = "
-            f"{r * (1 - 1 / s['concurrency']):5.1f} ms（TTFT の予測 {s['ttft_ms']:6.1f} ms のうち）"
-            for s in gpu["served"]]
 
 
 def right_end_overhead(res: dict) -> dict:
@@ -171,32 +155,49 @@ def tpot_slope_split(res: dict) -> dict:
     """The predicted TPOT growth from the run's smallest to its largest concurrency, split into the roofline
     term (the simulator with both per-step overheads at 0) and the rest (seq_overhead_us x layers x dC),
     with the measured growth and the concurrency from which decode is compute-bound: 2 FLOP per parameter
-    and request against the parameter's bytes, above the ridge GFLOP/s x compute_eff / (GB/s x memory_eff)."""
+    and request against the parameter's bytes, above the ridge GFLOP/s x compute_eff / (GB/s x memory_eff).
+    The split is the fitted model's, not a measurement: seq_overhead_us is fitted to what the roofline term
+    leaves of the measured TPOT, so ``near`` repeats it with compute_eff one fit step (EFF_STEP) lower and
+    higher, the overheads refitted: (compute_eff, roofline share) pairs."""
     s, dtype = res["spec"], res.get("dtype", "fp32")
     a, b = min(res["concurrencies"]), max(res["concurrencies"])
     kw = dict(weight_dtype=dtype, kv_dtype=dtype, input_len=res["prompt_len"], output_len=res["output_len"])
-    bare = {**s, "layer_overhead_us": 0.0, "seq_overhead_us": 0.0}
 
     def tpot(spec: dict, c: int) -> float:
         return simulate_batch(DEFAULT_MODEL_DIR, spec, concurrency=c, **kw)["tpot_ms"]
 
-    roof, pred = tpot(bare, b) - tpot(bare, a), tpot(s, b) - tpot(s, a)
+    def split(spec: dict) -> tuple[float, float]:
+        bare = {**spec, "layer_overhead_us": 0.0, "seq_overhead_us": 0.0}
+        return tpot(bare, b) - tpot(bare, a), tpot(spec, b) - tpot(spec, a)
+
+    (roof, pred), near = split(s), []
+    for e in (s["compute_eff"] - EFF_STEP, s["compute_eff"] + EFF_STEP):
+        if e > 0 and res.get("rows") and all("tpot_ms" in r for r in res["rows"]):
+            r2, p2 = split(fit_machine({**s, "compute_eff": e}, DEFAULT_MODEL_DIR, res["rows"], res["prompt_len"],
+                                       res["output_len"], dtype))
+            near.append((e, r2 / p2 if p2 else 1.0))
     meas = {t["concurrency"]: t["tpot_ms"] for t in res["table"]}
     flops = s["flops_fp32" if dtype == "fp32" else "flops_bf16"]
     ridge = flops * s["compute_eff"] / (s["bandwidth"] * s["memory_eff"])       # FLOP per byte
     per_request = 2 / (4 if dtype == "fp32" else 2)                            # decode FLOP/B per request
     return {"from": a, "to": b, "pred_ms": pred, "measured_ms": meas[b] - meas[a], "roof_ms": roof,
-            "seq_ms": pred - roof, "gflops": flops / 1e9, "compute_eff": s["compute_eff"],
+            "seq_ms": pred - roof, "roof_share": roof / pred if pred else 1.0, "near": near,
+            "gflops": flops / 1e9, "compute_eff": s["compute_eff"],
             "gbs": s["bandwidth"] * s["memory_eff"] / 1e9, "ridge": ridge, "per_request": per_request,
             "c_compute": ridge / per_request, "dtype": dtype}
 
 
+def _near_text(sp: dict) -> str:
+    return "、".join(f"{e:.2f} で {x:.0%}" for e, x in sp["near"])
+
+
 def slope_lines(sp: dict) -> list[str]:
     """The split as printed lines, then the verdict (``slope_verdict``)."""
-    tot = sp["pred_ms"] or 1.0
+    near = (f"。compute_eff を当てはめの刻み（{EFF_STEP}）だけ動かして当てはめ直すと、ルーフラインの項は"
+            f" {_near_text(sp)}" if sp["near"] else "")
     return [f"[TPOT の伸びの内訳] 同時 {sp['from']} → {sp['to']} で TPOT の予測は {sp['pred_ms']:+.1f} ms"
-            f"（実測 {sp['measured_ms']:+.1f} ms）。うちルーフラインの項 {sp['roof_ms']:+.1f} ms（{sp['roof_ms'] / tot:.0%}）、"
-            f"seq_overhead_us の項 {sp['seq_ms']:+.1f} ms（{sp['seq_ms'] / tot:.0%}）",
+            f"（実測 {sp['measured_ms']:+.1f} ms）。うちルーフラインの項 {sp['roof_ms']:+.1f} ms（{sp['roof_share']:.0%}）、"
+            f"seq_overhead_us の項 {sp['seq_ms']:+.1f} ms（{1 - sp['roof_share']:.0%}）" + near,
             f"[Decode が演算で決まる境目] 演算性能 {sp['gflops']:.0f} GFLOP/s × compute_eff {sp['compute_eff']:.2f}"
             f" ÷ 帯域 {sp['gbs']:.1f} GB/s = {sp['ridge']:.1f} FLOP/B。{sp['dtype']} の Decode は1リクエストあたり"
             f" {sp['per_request']:.1f} FLOP/B なので、同時 約 {sp['c_compute']:.1f} から上は演算で決まります",
@@ -204,19 +205,29 @@ def slope_lines(sp: dict) -> list[str]:
 
 
 def slope_verdict(sp: dict) -> str:
-    """Which term made most of the predicted TPOT growth, with the mechanism that can do it on a CPU."""
-    head = f"[傾きを決めたもの] 同時 {sp['from']} → {sp['to']} の TPOT の伸びの大きい方は、"
-    if sp["roof_ms"] >= sp["seq_ms"] and sp["c_compute"] >= sp["to"]:
-        return (head + "ルーフラインの項でした。調べた範囲では Decode は帯域で決まるので、伸びたのは重みではなく、"
+    """Which term made most of the predicted TPOT growth, with the mechanism that can do it on a CPU; 判定できない
+    when the roofline share (in printed whole percent) is within 50 ± SHARE_BAND or one fit step of compute_eff
+    (``near``) puts it on the other side of 50."""
+    pct = [round(100 * sp["roof_share"])] + [round(100 * x) for _, x in sp.get("near", [])]
+    head = (f"[傾きを決めたもの] 同時 {sp['from']} → {sp['to']} の TPOT の伸びを、当てはめたモデルで2つの項に分けると"
+            "（分け方は当てはめによるもので、測定ではありません）、")
+    if abs(pct[0] - 50) <= SHARE_BAND or len({p > 50 for p in pct}) > 1:
+        near = f"。compute_eff を当てはめの刻みだけ動かすと {_near_text(sp)}" if sp.get("near") else ""
+        return (head + f"判定できない：2つの項は同じくらいで、どちらが大きいとは言えません（ルーフラインの項 {pct[0]}%{near}）。"
+                "seq_overhead_us の項は、実測の TPOT からルーフラインの項を引いた残りに当てはめた直線なので、"
+                "ルーフラインの項の割合は compute_eff（TTFT で当てはめた値）しだいで動きます。この実行から言えるのは、"
+                "どちらの項も伸びに効いている、ということまでです。")
+    if pct[0] > 50 and sp["c_compute"] >= sp["to"]:
+        return (head + "大きい方はルーフラインの項でした。調べた範囲では Decode は帯域で決まるので、伸びたのは重みではなく、"
                 "同時リクエスト数に比例して増える KV を読む時間です。")
-    if sp["roof_ms"] >= sp["seq_ms"]:
-        return (head + "ルーフラインの項でした。このマシンでは、演算性能と帯域の比が小さいので、まとめる数が増えると "
+    if pct[0] > 50:
+        return (head + "大きい方はルーフラインの項でした。このマシンでは、演算性能と帯域の比が小さいので、まとめる数が増えると "
                 "Decode が重みを読む時間ではなく行列積の計算で決まります。その先では1ステップの計算が同時リクエスト数に"
                 "比例して伸び、傾きは測った GFLOP/s と compute_eff（TTFT で当てはめた値）で決まります。"
                 "GPU では演算性能と帯域の比がずっと大きいので、この境目ははるかに大きな同時リクエスト数にあります。")
     where = ("調べた範囲では Decode はほぼ帯域で決まり、重みを1回読む時間はまとめる数によらないので"
              if sp["c_compute"] >= sp["to"] else "Decode が演算で決まる範囲もありますが、その伸びより")
-    return (head + f"seq_overhead_us の項でした。{where}、リクエストごとに層ごとにかかる処理（Python で1リクエストずつ"
+    return (head + f"大きい方は seq_overhead_us の項でした。{where}、リクエストごとに層ごとにかかる処理（Python で1リクエストずつ"
             "扱う分など）の積み重ねが伸びの大部分です。")
 
 
@@ -278,6 +289,6 @@ def extrapolation_verdict(f: dict) -> str:
             "計測中にほかのプログラムが動いたりして、1リクエストあたりの時間が増えることが考えられます。")
 
 
-__all__ = ["constants_rows", "cost_line", "default_model_on_gpu", "extrapolation", "extrapolation_lines",
-           "extrapolation_verdict", "prediction_lines", "right_end_overhead", "serving_constant_lines", "serving_overhead_lines",
-           "slope_lines", "slope_verdict", "tpot_slope_split", "ttft_overhead_share"]
+__all__ = ["constants_rows", "cost_line", "extrapolation", "extrapolation_lines", "extrapolation_verdict",
+           "prediction_lines", "right_end_overhead", "slope_lines", "slope_verdict", "tpot_order_lines",
+           "tpot_slope_split", "ttft_overhead_share"]

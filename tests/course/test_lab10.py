@@ -74,6 +74,20 @@ def test_cheapest_configuration_meets_the_slo():
     assert lab10.cheapest_meeting_slo(1, 1, gpus=("H100",), tps=(1,), concurrencies=(1,)) == []
 
 
+def test_cheapest_rows_stop_at_the_slo_or_memory_not_at_the_grid():
+    """Each row is the largest concurrency meeting the SLO to one request (C + 1 misses it or does not fit),
+    whatever the grid: a coarse grid and a fine one give the same rows (blind reading ch10 2026-12-07b #2)."""
+    from minimal_engine.calculators.simulator import simulate
+    kw = dict(gpus=("MI355X",), tps=(1, 2))
+    coarse, fine = (lab10.cheapest_meeting_slo(2000, 50, concurrencies=g, **kw) for g in ((1, 512), tuple(range(1, 2049, 64))))
+    assert [(b["tp"], b["concurrency"]) for b in coarse] == [(b["tp"], b["concurrency"]) for b in fine]
+    for b in coarse:
+        if b["concurrency"] < b["max_concurrency"]:
+            n = simulate("llama-3.3-70b", b["gpu"], num_gpus=b["num_gpus"], tp=b["tp"], weight_dtype=b["weight_dtype"],
+                         kv_dtype=b["kv_dtype"], input_len=1024, output_len=1024, concurrency=b["concurrency"] + 1)
+            assert n["tpot_ms"] > 50 or n["ttft_ms"] > 2000
+
+
 def test_history_readout_and_plots(res):
     history = []
     lab10.add_run(history, res)

@@ -3,6 +3,7 @@ H100 curve shows what the fitted serving constant, not the GPU, decides."""
 import pytest
 
 from course.labs import lab10_explain as ex
+from course.labs import lab10_serving as sv
 from minimal_engine.calculators.simulator import DEFAULT_CONSTANTS
 from minimal_engine.tools.sim_calibration import machine_spec
 
@@ -24,7 +25,7 @@ def res():
              _row(4, "held-out", 23, 30, 4.0, 4.4, 800, 880),
              _row(8, "fit", 47, 94, 5.0, 5.0, 1200, 1100)]
     rows = [{"concurrency": t["concurrency"], "tok_s": t["tok_s"], "total_tok_s": 3 * t["tok_s"],
-             "tok_s_per_user": 1000 / t["tpot_ms"]} for t in table]
+             "tok_s_per_user": 1000 / t["tpot_ms"], "tpot_ms": t["tpot_ms"], "ttft_ms": t["ttft_ms"]} for t in table]
     return {"spec": spec, "peaks": {"bandwidth": 25e9}, "table": table, "rows": rows,
             "prompt_len": 64, "output_len": 32, "concurrencies": [1, 2, 4, 8]}
 
@@ -54,7 +55,7 @@ def test_cost_line_uses_the_given_prices(res):
 
 
 def test_serving_constant_not_the_gpu_shapes_the_default_model_curve(res):
-    gpu = ex.default_model_on_gpu(res)
+    gpu = sv.default_model_on_gpu(res)
     b, s = gpu["batch"], gpu["served"]
     assert b[0]["output_tok_s_per_gpu"] == pytest.approx(s[0]["output_tok_s_per_gpu"], rel=0.05)
     for bb, ss in zip(b[1:], s[1:]):
@@ -62,7 +63,7 @@ def test_serving_constant_not_the_gpu_shapes_the_default_model_curve(res):
         assert ss["ttft_ms"] >= DEFAULT_CONSTANTS.request_overhead_ms * (1 - 1 / c)   # all of it
         assert ss["ttft_ms"] > 50 * bb["ttft_ms"]
         assert ss["output_tok_s_per_gpu"] < bb["output_tok_s_per_gpu"] / 5
-    assert len(ex.serving_overhead_lines(gpu)) == 4
+    assert len(sv.serving_overhead_lines(gpu)) == 4
 
 
 def test_ttft_overhead_share_follows_the_fitted_overheads(res):
@@ -75,8 +76,8 @@ def test_ttft_overhead_share_follows_the_fitted_overheads(res):
 
 
 def test_serving_constant_lines_show_the_formula_not_the_gpu(res):
-    gpu = ex.default_model_on_gpu(res)
-    lines = ex.serving_constant_lines(gpu)
+    gpu = sv.default_model_on_gpu(res)
+    lines = sv.serving_constant_lines(gpu)
     r = DEFAULT_CONSTANTS.request_overhead_ms
     assert "= " + f"{0:5.1f}" + " ms" in lines[0]                    # C = 1: nothing
     assert f"= {r / 2:5.1f} ms" in lines[1]                          # C = 2: half of it
@@ -162,20 +163,33 @@ def test_saved_extrapolation_verdict_follows_the_saved_numbers():
     assert ex.extrapolation_verdict(f) == verdict[0]
 
 
-def _split(roof, seq, c_compute, a=1, b=16):
+def _split(roof, seq, c_compute, a=1, b=16, share=None, near=()):
     return {"from": a, "to": b, "pred_ms": roof + seq, "measured_ms": roof + seq, "roof_ms": roof,
-            "seq_ms": seq, "gflops": 34.0, "compute_eff": 0.6, "gbs": 10.1, "ridge": 2.0,
+            "seq_ms": seq, "roof_share": roof / (roof + seq) if share is None else share, "near": list(near),
+            "gflops": 34.0, "compute_eff": 0.6, "gbs": 10.1, "ridge": 2.0,
             "per_request": 0.5, "c_compute": c_compute, "dtype": "fp32"}
 
 
 def test_slope_verdict_follows_planted_numbers():
-    roof = ex.slope_verdict(_split(12.2, 10.5, 4.0))             # the blind reader's split of the run
-    assert "ルーフラインの項でした" in roof and "compute_eff" in roof and "演算で決まります" not in roof
+    roof = ex.slope_verdict(_split(14.0, 6.0, 4.0))              # 70% roofline, compute-bound from c=4
+    assert "大きい方はルーフラインの項でした" in roof and "compute_eff" in roof and "演算で決まります" not in roof
+    assert "測定ではありません" in roof                           # a model attribution, not a measurement
     seq = ex.slope_verdict(_split(2.0, 10.5, 4.0))               # planted: seq_overhead_us dominates
-    assert "seq_overhead_us の項でした" in seq and "演算で決まる範囲もありますが" in seq
+    assert "大きい方は seq_overhead_us の項でした" in seq and "演算で決まる範囲もありますが" in seq
     assert "ほぼ帯域で決まり" in ex.slope_verdict(_split(2.0, 10.5, 40.0))
-    kv = ex.slope_verdict(_split(12.0, 10.5, 40.0))              # roofline grew without compute: KV reads
+    kv = ex.slope_verdict(_split(14.0, 6.0, 40.0))               # roofline grew without compute: KV reads
     assert "KV を読む時間" in kv
+
+
+def test_slope_verdict_is_undecided_for_a_near_tie_or_a_flip_within_one_fit_step():
+    """The blind reading's run: 51% roofline, 47% one fit step of compute_eff away: not a finding."""
+    tie = ex.slope_verdict(_split(2.3, 2.1, 6.5, share=0.51, near=[(0.75, 0.58), (0.85, 0.47)]))
+    assert "判定できない" in tie and "ルーフラインの項でした" not in tie and "0.85 で 47%" in tie
+    assert "判定できない" in ex.slope_verdict(_split(6.0, 4.0, 6.5, share=0.60))          # on the band's edge
+    flip = ex.slope_verdict(_split(6.5, 3.5, 6.5, share=0.65, near=[(0.75, 0.72), (0.85, 0.45)]))
+    assert "判定できない" in flip                                                       # one step flips it
+    kept = ex.slope_verdict(_split(6.5, 3.5, 6.5, share=0.65, near=[(0.75, 0.72), (0.85, 0.58)]))
+    assert "大きい方はルーフラインの項でした" in kept
 
 
 def test_tpot_slope_split_adds_up_and_follows_the_overheads(res):
@@ -186,7 +200,9 @@ def test_tpot_slope_split_adds_up_and_follows_the_overheads(res):
     assert sp["measured_ms"] == pytest.approx(2.0) and sp["ridge"] == pytest.approx(100e9 * 1.4 / 25e9)
     res["spec"] = {**res["spec"], "seq_overhead_us": 0.0}       # no per-request time: the roofline is all
     sp0 = ex.tpot_slope_split(res)
-    assert sp0["seq_ms"] == pytest.approx(0, abs=1e-9) and "ルーフラインの項でした" in ex.slope_lines(sp0)[-1]
+    assert sp0["seq_ms"] == pytest.approx(0, abs=1e-9) and sp0["roof_share"] == pytest.approx(1.0)
+    assert [e for e, _ in sp["near"]] == pytest.approx([1.35, 1.45])     # one fit step either side, refitted
+    assert all(0 <= x <= 1.0 + 1e-9 for _, x in sp["near"])
 
 
 def test_saved_slope_verdict_follows_the_saved_numbers():
@@ -197,10 +213,28 @@ def test_saved_slope_verdict_follows_the_saved_numbers():
     nb = json.loads((Path(__file__).resolve().parents[2] / "labs/10_pareto_tco_lab.ipynb").read_text("utf-8"))
     text = "".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
                    for o in c.get("outputs", []))
-    m = re.search(r"\[TPOT の伸びの内訳\] 同時 (\d+) → (\d+) .*?ルーフラインの項 ([+-][\d.]+) ms.*?"
-                  r"seq_overhead_us の項 ([+-][\d.]+) ms", text)
+    m = re.search(r"\[TPOT の伸びの内訳\] 同時 (\d+) → (\d+) .*?ルーフラインの項 ([+-][\d.]+) ms（(\d+)%）.*?"
+                  r"seq_overhead_us の項 ([+-][\d.]+) ms[^\n]*", text)
     c = re.search(r"同時 約 ([\d.]+) から上は演算で決まります", text)
     verdict = re.search(r"\[傾きを決めたもの\][^\n]*", text)
     assert m and c and verdict, "the lab's saved outputs lack the TPOT slope split"
-    sp = _split(float(m[3]), float(m[4]), float(c[1]), int(m[1]), int(m[2]))
+    near = [(float(e), int(x) / 100) for e, x in re.findall(r"([\d.]+) で (\d+)%", m[0].split("当てはめ直すと")[-1])]
+    assert len(near) == 2, m[0]
+    sp = _split(float(m[3]), float(m[5]), float(c[1]), int(m[1]), int(m[2]), share=int(m[4]) / 100, near=near)
     assert ex.slope_verdict(sp) == verdict[0]
+
+
+def _order_res(repeats, rows):
+    return {"repeats": repeats, "rows": [{"concurrency": c, "tpot_ms": m, "tpot_ms_min": lo, "tpot_ms_max": hi}
+                                         for c, m, lo, hi in rows]}
+
+
+def test_tpot_order_lines_flag_an_inversion_against_the_repeats_ranges():
+    """The saved run's c=4 TPOT (6.3 ms) below c=1 and c=2 (blind reading ch10 2026-12-07b #6)."""
+    inside = ex.tpot_order_lines(_order_res(3, [(1, 6.7, 6.5, 7.4), (2, 7.0, 6.6, 7.2), (4, 6.3, 6.2, 6.9)]))
+    assert len(inside) == 1 and "同時 4 の TPOT 6.3 ms" in inside[0] and "同時 2 の 7.0 ms" in inside[0]
+    assert "区別できません" in inside[0]
+    beyond = ex.tpot_order_lines(_order_res(3, [(1, 6.7, 6.6, 6.8), (2, 7.0, 6.9, 7.1), (4, 6.3, 6.2, 6.4)]))
+    assert "繰り返しの幅を超える差" in beyond[0]
+    assert "判定できません" in ex.tpot_order_lines(_order_res(1, [(1, 6.7, 6.7, 6.7), (2, 6.0, 6.0, 6.0)]))[0]
+    assert "伸びました" in ex.tpot_order_lines(_order_res(3, [(1, 6.7, 6.6, 6.8), (2, 7.0, 6.9, 7.1)]))[0]

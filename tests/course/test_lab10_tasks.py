@@ -39,13 +39,12 @@ def test_task2_verdicts_follow_the_numbers():
     assert [p.held for p in tk.task2_predictions(loose, cheaper)] == [True, True, False]
 
 
-def test_limit_reason_names_the_grid_end_memory_or_the_slo():
+def test_limit_reason_names_memory_or_the_slo():
     row = {"gpu": "MI355X", "num_gpus": 1, "tp": 1, "weight_dtype": "fp4", "kv_dtype": "fp8",
            "input_len": 8192, "output_len": 1024, "concurrency": 64, "max_concurrency": 1000}
-    assert tk.limit_reason({**row, "concurrency": 512}).startswith("調べた範囲の端")
-    assert tk.limit_reason({**row, "max_concurrency": 100}) == "メモリ（100 までしか入らない）"
-    assert tk.limit_reason(row, slo=(2000, 50)).startswith("SLO（同時 128 では TPOT")
-    assert tk.limit_reason(row, slo=(1e9, 1e9)).endswith("tok/s/GPU が多い")   # nothing binds at 128
+    assert tk.limit_reason({**row, "concurrency": 100, "max_concurrency": 100}) == "メモリ（100 までしか入らない）"
+    assert tk.limit_reason({**row, "concurrency": 100}, slo=(2000, 50)).startswith("SLO（同時 101 では TPOT")
+    assert tk.limit_reason(row, slo=(1e9, 1e9)).endswith("tok/s/GPU が多い")   # nothing binds at 65
 
 
 def _saved_stream(rel, marker):
@@ -71,25 +70,50 @@ def test_saved_task_verdicts_agree_with_the_tables_they_were_derived_from():
     assert [ln for ln in lesson.splitlines() if ln.startswith((HELD, MISSED))] == derived[:3]
 
 
-def _run(prompt, ttft, tok_s, pred_tok_s):
-    table = [{"concurrency": c, "ttft_ms": a, "tok_s": b, "pred_tok_s": p}
-             for c, a, b, p in zip((1, 2, 4), ttft, tok_s, pred_tok_s)]
+def _run(prompt, ttft, tok_s):
+    table = [{"concurrency": c, "ttft_ms": a, "tok_s": b} for c, a, b in zip((1, 2, 4), ttft, tok_s)]
     return {"prompt_len": prompt, "table": table}
 
 
+def _growth(measured, predicted):
+    """Planted context_growth rows: (short, long) TPOT, measured and predicted with the short run's constants."""
+    return [{"concurrency": c, "measured": m, "predicted": p} for c, m, p in zip((1, 2, 4), measured, predicted)]
+
+
+GROWTH = _growth(((6.7, 8.0), (7.0, 7.9), (6.3, 8.5)), ((6.7, 6.8), (6.8, 7.1), (7.1, 7.7)))
+
+
 def test_task1_verdicts_follow_the_numbers():
-    short = _run(64, (12, 19, 33), (195, 353, 612), (198, 348, 563))
-    long = _run(256, (40, 70, 130), (160, 280, 450), (165, 280, 430))
-    assert [p.held for p in tk.task1_predictions(short, long)] == [True, True, True]
-    flat = _run(256, (40, 70, 130), (200, 280, 450), (165, 280, 430))          # planted: c=1 not slower
-    p = tk.task1_predictions(short, flat)
+    short = _run(64, (12, 19, 33), (195, 353, 612))
+    long = _run(256, (40, 70, 130), (160, 280, 450))
+    assert [p.held for p in tk.task1_predictions(short, long, GROWTH)] == [True, True, True]
+    flat = _run(256, (40, 70, 130), (200, 280, 450))          # planted: c=1 not slower
+    p = tk.task1_predictions(short, flat, GROWTH)
     assert [q.held for q in p] == [True, False, True] and "同時 1 195.0 → 200.0" in p[1].verdict()
     assert p[1].verdict().startswith(MISSED) and "揺れ" in p[1].verdict()
-    assert not tk.task1_predictions(short, _run(256, (10, 70, 130), (160, 280, 450), (165, 280, 430)))[0].held
-    assert not tk.task1_predictions(short, _run(256, (40, 70, 130), (160, 280, 450), (165, 400, 430)))[2].held
+    assert not tk.task1_predictions(short, _run(256, (10, 70, 130), (160, 280, 450)), GROWTH)[0].held
+    kv_enough = _growth(((6.7, 8.0), (7.0, 7.9), (6.3, 8.5)), ((6.7, 6.8), (6.8, 7.1), (7.1, 9.7)))   # c=4: +2.6 > +2.2
+    third = tk.task1_predictions(short, long, kv_enough)[2]
+    assert not third.held and "同時 4 実測 +2.2 ms・予測 +2.6 ms" in third.verdict()
+
+
+def test_context_growth_uses_the_short_runs_constants_on_the_long_run():
+    """Not each run's own refit (it would follow the long run's measurements by construction)."""
+    from minimal_engine.tools.sim_calibration import machine_spec
+    spec = {**machine_spec({"flops_bf16": 200e9, "flops_fp32": 100e9, "bandwidth": 25e9}, memory_gb=8),
+            "layer_overhead_us": 400.0, "seq_overhead_us": 20.0, "compute_eff": 1.0}
+    rows = [{"concurrency": c, "ttft_ms": 10.0 * c, "tpot_ms": 5.0 + c, "tok_s": 100.0 * c} for c in (1, 4)]
+    short = {"spec": spec, "prompt_len": 64, "output_len": 16, "dtype": "fp32",
+             "table": [{"concurrency": r["concurrency"], "tpot_ms": r["tpot_ms"], "pred_tpot_ms": 3.0} for r in rows]}
+    long = {"spec": {**spec, "seq_overhead_us": 9e9}, "prompt_len": 256, "output_len": 16, "dtype": "fp32", "rows": rows}
+    g = tk.context_growth(short, long)
+    assert [r["concurrency"] for r in g] == [1, 4] and all(r["predicted"][0] == 3.0 for r in g)
+    assert all(r["predicted"][1] < 100 for r in g)                     # the long run's own constants are not used
+    assert [r["measured"] for r in g] == [(6.0, 6.0), (9.0, 9.0)]
 
 
 PAIR = re.compile(r"同時 (\d+) ([\d.]+) → ([\d.]+)")
+GROWS = re.compile(r"実測 ([+-][\d.]+) ms・予測 ([+-][\d.]+) ms")
 
 
 def test_lab_saved_task1_verdicts_agree_with_the_numbers_printed_in_them():
@@ -98,7 +122,9 @@ def test_lab_saved_task1_verdicts_agree_with_the_numbers_printed_in_them():
     text = _saved_stream("labs/10_pareto_tco_lab.ipynb", "task1_predictions")
     lines = [ln for ln in text.splitlines() if ln.startswith((HELD, MISSED))]
     assert len(lines) == 3, text
-    for line, rises in zip(lines, (True, False, False)):
+    grows = [(float(m), float(p)) for m, p in GROWS.findall(lines[2])]
+    assert grows and lines[2].startswith(HELD if all(p < m for m, p in grows) else MISSED), lines[2]
+    for line, rises in zip(lines[:2], (True, False)):
         pairs = [(float(a), float(b)) for _, a, b in PAIR.findall(line)]
         assert pairs, line
         held = all((b > a) if rises else (b < a) for a, b in pairs)
