@@ -85,6 +85,12 @@ def get_hardware(gpu, constants: SimConstants | None = None) -> Hardware:
         s: GpuSpec = g.spec
         flops = {"bf16": s.bf16_tflops * 1e12, "fp8": (g.fp8_tflops or s.bf16_tflops) * 1e12}
         flops["fp4"] = g.fp4_tflops * 1e12 if g.fp4_tflops else flops["fp8"]
+        # Memory: the marketed capacity (GpuSpec.memory_gb) read as 10^9 B, the same unit for every GPU. A runtime
+        # sees more: nvidia-smi (NVML) totals are 81,559 MiB = 85.5e9 B for H100 80GB and 143,771 MiB = 150.8e9 B for
+        # H200 141GB (https://thundergolfer.com/blog/nvidia-gpu-memory-capacity, checked 2026-12-07); no runtime
+        # total is cited here for B200, MI300X or MI355X, so the marketed figure is kept for all. The memory limits
+        # (max_concurrency) therefore lean low; the activation and CUDA-graph reservations the simulator does not
+        # subtract lean the other way (lesson 10 prints H200's limit both ways).
         return Hardware(s.name, s.memory_gb * 1e9, s.hbm_tb_s * 1e12, flops, g.link_gb_s * 1e9, g.tgp_w, c)
     if not isinstance(gpu, dict):
         raise ValueError(f"gpu must be a name ({', '.join(SIM_GPUS)}) or a spec dict, got {gpu!r}")
