@@ -6,13 +6,11 @@ Plain functions (tests call them; the notebook stays thin)::
     res["runs"][2]["decode_ms"], res["runs"][2]["decode_comm_share"], res["same_tokens"]  # TP=2 == TP=1 tokens
     allreduce_bytes_per_token("llama-3.3-70b")              # 2 x hidden x 2 B per layer (bf16)
     tp_dp_table("llama-3.3-70b", "H100", ...)               # predicted (予測) by minimal_engine.calculators.simulator
-Measured part: the default model in float32 with ``tensor_parallel_size`` 1 and ``tp`` (worker processes talking
-through gloo, features/tensor_parallel/model.py): medians over ``repeats`` of a prefill step of ``prompt_len``
-tokens and a decode step of ``batch_size`` requests, and for TP the communication part (all-reduce waits plus
-sending the step to the workers). Threads: each of TP=N's processes gets max(1, threads // N) (the engine's rule);
-TP=1 gets N x that, capped at the usable cores, and is also timed with one rank's threads (``tp1_own``: the first
-prediction compares TP=N with the faster TP=1). The load check counts every thread the run uses;
-``res["threads_per_config"]`` records them.
+Measured part: the default model in float32, TP=1 against TP=N (gloo workers, features/tensor_parallel/model.py):
+medians over ``repeats`` of a prefill step and a decode step, TP=N's communication (all-reduce calls plus sending the
+step), and every rank's record of each all-reduce (``res["calls"]``, lab07_calls). Threads: TP=N's processes get
+max(1, threads // N) each (the engine's rule); TP=1 gets N x that up to the usable cores, and is also timed with one
+rank's threads (``tp1_own_*``); ``res["threads_per_config"]`` records them, and the load check counts them all.
 """
 from __future__ import annotations
 
@@ -25,12 +23,12 @@ from course.labkit.history import to_csv
 from course.labkit.load import check_load, usable_cpus
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
+from course.labs.lab07_calls import call_stats, lm_head_share, pair_calls, rank0_share
 from course.runtime import apply_thread_policy, cached_llm, check_device, check_int, clear_llm_cache, is_quick
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench.offline import decode_step_time
 from minimal_engine.bench.workload import random_requests
 from minimal_engine.calculators import tp_allreduce_bytes
-from minimal_engine.features.tensor_parallel.sharding import head_ranges, split_sizes
 
 PROMPT_LEN_RANGE = (8, 384)
 BATCH_RANGE = (1, 16)
@@ -62,31 +60,6 @@ def _engine(tp: int, device: str, threads: int = 0) -> LLM:
     return cached_llm(("lab7", tp, device, threads), make)   # TP=N's per-rank threads are fixed at construction
 
 
-def lm_head_share(cfg) -> float:
-    """Share of one token's matrix-multiply weights in lm_head (vocab x hidden), from the shape:
-    the part that TP replicates and only rank 0 computes (lab07_explain.ratio_reading)."""
-    attn = cfg.hidden_size * cfg.head_dim * (2 * cfg.num_heads + 2 * cfg.num_kv_heads)
-    per_layer = attn + 3 * cfg.hidden_size * cfg.intermediate_size
-    head = cfg.vocab_size * cfg.hidden_size
-    return head / (cfg.num_layers * per_layer + head)
-
-
-def rank0_share(cfg, tp: int, rows: int = 1, logit_rows: int = 1) -> dict:
-    """Rank 0's share of TP=1's matrix-multiply work in one step of `rows` tokens, `logit_rows` of which go
-    through lm_head: its query/KV heads (sharding.head_ranges: 3 of 5 for TP=2), its slice of the
-    intermediate size (split_sizes) and the whole replicated lm_head (lab07_explain.ratio_reading)."""
-    q, kv = head_ranges(cfg.num_heads, cfg.num_kv_heads, tp, 0)
-    inter0 = split_sizes(cfg.intermediate_size, tp)[0]
-    h, d = cfg.hidden_size, cfg.head_dim
-
-    def layer(nq, nkv, inter):
-        return h * d * (2 * nq + 2 * nkv) + 3 * h * inter
-    head = cfg.vocab_size * h * logit_rows
-    full = cfg.num_layers * rows * layer(cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size) + head
-    mine = cfg.num_layers * rows * layer(len(q), len(kv), inter0) + head
-    return {"share": mine / full, "heads": len(q), "num_heads": cfg.num_heads}
-
-
 def close_all() -> None:
     """Stop every worker process this lab started (also done at interpreter exit)."""
     clear_llm_cache("lab7")
@@ -95,6 +68,18 @@ def close_all() -> None:
 def _comm(engine) -> float:
     c = engine.comm_stats
     return 0.0 if c is None else c["seconds"] + c["send_seconds"]
+
+
+def _traced(llm: LLM, k: int, fn):
+    """fn() with every rank's all-reduces recorded (engine's TensorParallelModel.trace_calls) when k > 1."""
+    if k == 1:
+        return fn(), None
+    llm.model.trace_calls(True)
+    try:
+        out = fn()
+    finally:
+        traces = llm.model.trace_calls(False)
+    return out, traces
 
 
 def prefill_step(llm: LLM, prompt_len: int, seed: int = 0) -> dict:
@@ -122,18 +107,22 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
     tp_model = _engine(n, device, threads).model        # features/tensor_parallel/model.py
     per_rank = tp_model.per_rank             # torch threads of each rank: max(1, threads // n)
     tp1_threads = max(per_rank, min(n * per_rank, usable_cpus()))   # same total, never more than the cores
-    samples = {k: [] for k in (1, n)}
-    own = []                                 # TP=1 decode with one rank's threads
+    samples, own = {k: [] for k in (1, n)}, []   # own: TP=1 (prefill, decode) with one rank's threads
+    calls = {"prefill": [], "decode": []}    # TP=N's all-reduces as every rank recorded them (lab07_calls)
+    per_step = 2 * tp_model.config.num_layers
     for rep in range(repeats):               # TP=1, TP=N, TP=1, ...: both meet the same load
         for k in samples:
             llm = _engine(k, device, threads)
             torch.set_num_threads(tp1_threads if k == 1 else threads)
             try:
-                pre = prefill_step(llm, p, seed=rep)
-                dec = decode_step_time(llm, b, p, num_steps=num_steps, seed=rep)
+                pre, tr = _traced(llm, k, lambda: prefill_step(llm, p, seed=rep))
+                calls["prefill"] += pair_calls(tr) if tr else []
+                dec, tr = _traced(llm, k, lambda: decode_step_time(llm, b, p, num_steps=num_steps, seed=rep))
+                calls["decode"] += pair_calls([t[-(num_steps + 1) * per_step:] for t in tr]) if tr else []
                 if k == 1:
                     torch.set_num_threads(per_rank)
-                    own.append(decode_step_time(llm, b, p, num_steps=num_steps, seed=rep)["median_step_ms"])
+                    own.append((prefill_step(llm, p, seed=rep)["ms"],
+                                decode_step_time(llm, b, p, num_steps=num_steps, seed=rep)["median_step_ms"]))
             finally:
                 torch.set_num_threads(threads)
             samples[k].append((pre["ms"], pre["comm_ms"], dec["median_step_ms"], dec.get("comm_ms", 0.0)))
@@ -149,22 +138,25 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
                    "decode_ms_min": min(r[2] for r in rows), "decode_ms_max": max(r[2] for r in rows)}
     res = {"prompt_len": p, "batch_size": b, "tp": n, "device": device, "repeats": repeats, "threads": threads,
            "threads_per_config": {1: (tp1_threads, 1), n: (per_rank, n)},   # (torch threads per process, processes)
-           "tp1_own_decode_ms": statistics.median(own), "load_warned": bool(load and load["warning"]),
+           "tp1_own_prefill_ms": statistics.median(o[0] for o in own),
+           "tp1_own_decode_ms": statistics.median(o[1] for o in own), "load_warned": bool(load and load["warning"]),
+           "calls": {kind: call_stats(c) for kind, c in calls.items()},
            "runs": runs, "load": load, "same_tokens": tokens[1] == tokens[n],
            "decode_speedup": runs[1]["decode_ms"] / runs[n]["decode_ms"],
            "prefill_speedup": runs[1]["prefill_ms"] / runs[n]["prefill_ms"],
-           # TP=N's non-communication time over TP=1's step (equal total threads): 1 when the work
-           # splits evenly; rank 0 has more (rank0_share) and loses CPU to the others (lab07_explain)
+           # TP=N's non-communication time over TP=1's step (lab07_explain.ratio_reading)
            "decode_compute_ratio": (runs[n]["decode_ms"] - runs[n]["decode_comm_ms"]) / runs[1]["decode_ms"],
            "prefill_compute_ratio": (runs[n]["prefill_ms"] - runs[n]["prefill_comm_ms"]) / runs[1]["prefill_ms"],
            "allreduces_per_step": 2 * cfg.num_layers, "lm_head_share": lm_head_share(cfg),
-           # what the compute ratio would be from rank 0's share of the matmuls alone, with threads that
-           # scale perfectly: share x (TP=1's threads / rank 0's threads); decode: every row samples
-           "rank0": rank0_share(cfg, n, b, b),
-           "decode_expected_ratio": rank0_share(cfg, n, b, b)["share"] * tp1_threads / per_rank,
-           "prefill_expected_ratio": rank0_share(cfg, n, p, 1)["share"] * tp1_threads / per_rank,
+           "rank0": rank0_share(cfg, n, b, b),            # decode: every row samples; prefill: the last row only
+           "prefill_rank0_share": rank0_share(cfg, n, p, 1)["share"],
            "decode_allreduce_bytes": tp_allreduce_bytes(cfg.num_layers, cfg.hidden_size, b, 4),
            "prefill_allreduce_bytes": tp_allreduce_bytes(cfg.num_layers, cfg.hidden_size, p, 4)}
+    for kind, share in (("decode", res["rank0"]["share"]), ("prefill", res["prefill_rank0_share"])):
+        # rank 0 computes on TP=1's per-rank threads: between its matmul share (all time in matmuls) and all
+        # (all time fixed per layer) of TP=1's time with those threads, over TP=1's step with its own threads
+        scale = res[f"tp1_own_{kind}_ms"] / runs[1][f"{kind}_ms"]
+        res[f"{kind}_expected_range"] = (share * scale, scale)
     res["warnings"] = [load["warning"]] if load and load["warning"] else []
     if not res["same_tokens"]:
         res["warnings"].append("TP=1 と TP の貪欲トークンが一致しませんでした（float32 では一致するはずです）。")
@@ -232,16 +224,13 @@ def readout_html(res: dict) -> str:
                      _v(r["decode_ms"]), "—" if k == 1 else f"{100 * r['decode_comm_share']:.0f}%"))
     head = (f"構成", f"Prefill {res['prompt_len']} トークン [ms]", "うち通信", f"Decode（バッチ {res['batch_size']}）[ms]",
             "うち通信")
-    note = (f"<div>{threads_ja(res)}。TP={n} / TP=1 の速さ: Prefill {res['prefill_speedup']:.2f} 倍、Decode {res['decode_speedup']:.2f} 倍"
-            f"（1 より小さければ遅くなっています。TP=1 を {res['threads_per_config'][res['tp']][0]} スレッドで測ると Decode "
-            f"{res['tp1_own_decode_ms']:.1f} ms）。TP={n} の通信以外の時間 ÷ TP=1 の1ステップ: Prefill "
-            f"{res['prefill_compute_ratio']:.2f}、Decode {res['decode_compute_ratio']:.2f}（合計のスレッド数がそろっていれば、"
-            f"仕事が均等に分かれると 1 に近くなります。ランク 0 は多めのヘッドと複製した lm_head を少ないスレッドで"
-            f"計算するので、行列積の量だけから見込んだ比は Prefill {res['prefill_expected_ratio']:.2f}、"
-            f"Decode {res['decode_expected_ratio']:.2f}。これを超えた分は、コアの取り合いなど）。"
-            f"貪欲トークンの一致: {'○' if res['same_tokens'] else '×'}。"
-            f" 1ステップの all-reduce: {res['allreduces_per_step']} 回、Decode {res['decode_allreduce_bytes']:,} B、"
-            f"Prefill {res['prefill_allreduce_bytes']:,} B。</div>")
+    own = res["threads_per_config"][n][0]
+    note = (f"<div>{threads_ja(res)}。TP={n} / TP=1 の速さ: Prefill {res['prefill_speedup']:.2f} 倍、Decode "
+            f"{res['decode_speedup']:.2f} 倍（1 より小さければ遅くなっています）。TP=1 を {own} スレッドで測ると Prefill "
+            f"{res['tp1_own_prefill_ms']:.1f} ms、Decode {res['tp1_own_decode_ms']:.1f} ms。TP={n} の通信以外の時間 ÷ TP=1 の"
+            f"1ステップ: Prefill {res['prefill_compute_ratio']:.2f}、Decode {res['decode_compute_ratio']:.2f}（読み方は"
+            f"下の説明）。貪欲トークンの一致: {'○' if res['same_tokens'] else '×'}。 1ステップの all-reduce: "
+            f"{res['allreduces_per_step']} 回、Decode {res['decode_allreduce_bytes']:,} B、Prefill {res['prefill_allreduce_bytes']:,} B。</div>")
     reps = f"<div style='color:#555'>繰り返し {res['repeats']} 回の中央値</div>" if res["repeats"] > 1 else ""
     return reps + table_html(rows, head, right={1, 2, 3, 4}) + note + warnings_html(res["warnings"])
 

@@ -31,6 +31,7 @@ import os
 import re
 
 from course.labkit.predictions import Prediction
+from course.labs.lab07_calls import WAIT_MOSTLY, calls_reading
 
 UNDECIDED = "判定できない（負荷）"
 SLOW_TP1 = 1.10        # TP=1 with its threads this much slower than with one rank's: its threads collapsed
@@ -126,21 +127,23 @@ def tp_predictions(f: dict) -> list[Prediction]:
 
 
 def ratio_reading(res: dict) -> str:
-    """Why TP=N's non-communication time over TP=1's step differs from 1, with this run's numbers:
-    first what rank 0's share of the matmuls alone predicts (``res["*_expected_ratio"]``), then, per
-    phase, whether the measured ratio is above that, within it, or below 1."""
+    """Why TP=N's non-communication time over TP=1's step differs from 1, with this run's numbers: the range
+    that rank 0's work predicts (``res["*_expected_range"]``: rank 0's matmul share to all of TP=1's time on
+    rank 0's thread count, measured), then, per phase, whether the measured ratio is above, within or below it."""
     n, (per_rank, _) = res["tp"], res["threads_per_config"][res["tp"]]
     tp1_threads, r0 = res["threads_per_config"][1][0], res["rank0"]
+    lo_d, hi_d = res["decode_expected_range"]
     lines = [
-        f"TP={n} の通信以外の時間 ÷ TP=1 の1ステップ: Prefill {res['prefill_compute_ratio']:.2f}、"
+        f"TP={n} の通信以外の時間 ÷ TP=1（{tp1_threads} スレッド）の1ステップ: Prefill {res['prefill_compute_ratio']:.2f}、"
         f"Decode {res['decode_compute_ratio']:.2f}。",
-        f"行列積の量だけから見込んだ比: Prefill {res['prefill_expected_ratio']:.2f}、"
-        f"Decode {res['decode_expected_ratio']:.2f}。ランク 0 は {r0['num_heads']} ヘッドのうち "
-        f"{r0['heads']} つ、中間次元の約 1/{n}、各ランクに複製した lm_head（1トークンの行列積の重みの "
-        f"{100 * res['lm_head_share']:.0f}%）を持ち、サンプリングもランク 0 だけがします。Decode では TP=1 の "
-        f"{100 * r0['share']:.0f}% の行列積を {per_rank} スレッドで計算します（TP=1 は {tp1_threads} スレッド）。"
-        "見込みはスレッドが理想どおりに効くとした値です。層ごとの固定の時間（Python と演算の呼び出し）は "
-        "TP=1 もランク 0 も1回ずつ払うので、比を 1 に近づけます。相手のランクを待つ時間は通信に入り、"
+        f"ランク 0 は {r0['num_heads']} ヘッドのうち {r0['heads']} つ、中間次元の約 1/{n}、各ランクに複製した lm_head"
+        f"（1トークンの行列積の重みの {100 * res['lm_head_share']:.0f}%）を持ち、Decode では TP=1 の {100 * r0['share']:.0f}% の"
+        f"行列積を {per_rank} スレッドで計算します（lm_head とサンプリングは TP=1 も同じだけ払います）。ランク 0 の計算の時間は、"
+        f"同じ {per_rank} スレッドの TP=1（Prefill {res['tp1_own_prefill_ms']:.1f} ms、Decode {res['tp1_own_decode_ms']:.1f} ms）の"
+        f"「行列積の割合」倍（時間がすべて行列積のとき）から 1 倍（すべて層ごとの固定の時間のとき）のあいだのはずです。",
+        f"TP=1 の {tp1_threads} スレッドの1ステップで割った比の見込み: Prefill {res['prefill_expected_range'][0]:.2f}〜"
+        f"{res['prefill_expected_range'][1]:.2f}、Decode {lo_d:.2f}〜{hi_d:.2f}（TP=1 のスレッドの効き方は測った値。"
+        f"Decode では {tp1_threads} スレッドが {per_rank} スレッドの {hi_d:.2f} 倍の時間）。相手のランクを待つ時間は通信に入り、"
         "すでに引いてあります。",
     ]
     why = undecidable(facts(res))
@@ -148,69 +151,41 @@ def ratio_reading(res: dict) -> str:
         lines.append(f"- {UNDECIDED}：{why}。この実行の比からは原因を判定できません（ほかのプログラムを止めて測り直してください）。")
         return "\n".join(lines)
     for kind in ("Prefill", "Decode"):
-        m, e = res[f"{kind.lower()}_compute_ratio"], res[f"{kind.lower()}_expected_ratio"]
-        if m < 1:
-            lines.append(f"- {kind} {m:.2f} は 1 より小さく、TP={n} にだけある時間は見えていません。TP=1 の "
-                         f"{tp1_threads} スレッドが理想どおりには速くならない（行列が小さい）か、ほかのプログラムが"
-                         "コアを使っていて多くのスレッドを使う TP=1 が遅れたためです（負荷の警告を確かめてください）。")
-        elif m <= e + 0.05:
-            lines.append(f"- {kind} {m:.2f} は見込み {e:.2f} 以内です。ランク 0 の仕事の多さ（多めのヘッドと "
-                         "lm_head）とスレッドの少なさで説明できます。")
+        m, (lo, hi) = res[f"{kind.lower()}_compute_ratio"], res[f"{kind.lower()}_expected_range"]
+        if m > hi + 0.05:
+            lines.append(f"- {kind} {m:.2f} は見込みの上限 {hi:.2f} を超えています。ランク 0 は、同じスレッド数の TP=1 が"
+                         "モデル全体を計算するより長くかかっていて、仕事の分け方では説明できません。この計測では原因を"
+                         f"分けられません。候補は、{n} つのプロセスのスレッド（PyTorch と gloo）がこのマシンの "
+                         f"{os.cpu_count()} コアを分け合うことと、キャッシュの影響です。")
+        elif m >= lo - 0.05:
+            lines.append(f"- {kind} {m:.2f} は見込み {lo:.2f}〜{hi:.2f} の中です。ランク 0 の仕事の割合（多めのヘッドと"
+                         " lm_head）と、測った TP=1 のスレッドの効き方で説明できます。")
         else:
-            lines.append(f"- {kind} {m:.2f} は見込み {e:.2f} を超えています。超えた分は、計算中にほかのプロセス"
-                         f"（相手のランクと gloo のスレッド）に CPU を取られる時間と、キャッシュが温まっていない（コールドキャッシュ）ことによる遅れです（{n} "
-                         f"プロセスが、このマシンの {os.cpu_count()} コアを取り合います）。")
+            lines.append(f"- {kind} {m:.2f} は見込みの下限 {lo:.2f} より小さく、ランク 0 が行列積の割合から見込むより速く"
+                         "計算しました。TP=1 の測定が遅れた（ほかのプログラムがコアを使っていた）かもしれません。"
+                         "負荷の警告を確かめて測り直してください。")
     return "\n".join(lines)
 
 
 def comm_reading(res: dict, floor: dict | None = None) -> str:
-    """The time per all-reduce call, and with ``floor`` (``lab07_ping.bare_allreduce_us`` for the
-    same byte sizes) how much of it is gloo's own time and how much is waiting for the peer."""
+    """The time per all-reduce call, then what every rank recorded of those calls (``res["calls"]``,
+    ``lab07_calls.calls_reading``) beside the bare all-reduce between idle processes (``floor``:
+    ``lab07_ping.bare_allreduce_us`` for the same byte sizes), median against median."""
     f, calls = facts(res), res["allreduces_per_step"]
     dec_b, pre_b = res["decode_allreduce_bytes"] // calls, res["prefill_allreduce_bytes"] // calls
-    dec_us = 1000 * f["decode_call_ms"]
-    text = (f"1回の all-reduce（と入力の送信）あたり: Decode {dec_us:.0f} µs（{dec_b:,} B）、"
-            f"Prefill {1000 * f['prefill_call_ms']:.0f} µs（{pre_b:,} B）。")
-    if not floor or dec_b not in floor:
-        return text + ("そのうち gloo 自体の時間がどれだけかは、何もしない2プロセスの all-reduce"
-                       "（lab07_ping.bare_allreduce_us）と比べるとわかります。")
-    fd = floor[dec_b]["median_us"]
-    sizes = "、".join(f"{b:,} B で {floor[b]['median_us']:.0f} µs（p90 {floor[b]['p90_us']:.0f} µs）"
-                      for b in sorted(floor))
-    text += (f"\n何もしない2プロセスの all-reduce（計算なし、{floor[dec_b]['calls']} 回の中央値）: {sizes}。"
-             "これが gloo の1回ごとの時間（2つのプロセスの間で CPU を受け渡す時間を含む）です。")
-    text += _growth(res, floor, dec_b, pre_b)
-    wait = dec_us - fd
-    if wait >= 0.5 * dec_us:
-        return text + (f"\nDecode の1回 {dec_us:.0f} µs のうち、これを超える {wait:.0f} µs"
-                       f"（{100 * wait / dec_us:.0f}%）は、相手のランクが同じ all-reduce に来るまで待つ時間"
-                       "（と入力の送信）で、1回の時間の大半です。ループバック通信（ソケット）の帯域の分ではありません。")
-    if wait > 0:
-        return text + (f"\nDecode の1回 {dec_us:.0f} µs のうち、相手のランクを待つ時間（と入力の送信）は "
-                       f"{wait:.0f} µs（{100 * wait / dec_us:.0f}%）で、1回の時間の大半は gloo 自体の時間です。")
-    return text + (f"\nDecode の1回 {dec_us:.0f} µs は、何もしない all-reduce と同じくらいかそれより短く、"
-                   "相手のランクを待つ時間は見えていません（何もしない all-reduce を測ったときのほうが"
-                   "マシンが混んでいたかもしれません。負荷を確かめて測り直してください）。")
-
-
-def _growth(res: dict, floor: dict, dec_b: int, pre_b: int) -> str:
-    """From decode to prefill: gloo's own time per call against the byte ratio, and the rest of the call
-    (waiting for the peer rank, which computes meanwhile) against TP=N's non-communication time."""
-    if pre_b not in floor or pre_b == dec_b:
-        return ""
-    f, two = facts(res), res["runs"][res["tp"]]
-    gloo = floor[pre_b]["median_us"] / floor[dec_b]["median_us"]
-    waits = [1000 * f[f"{k}_call_ms"] - floor[b]["median_us"] for k, b in (("decode", dec_b), ("prefill", pre_b))]
-    comp = (two["prefill_ms"] - two["prefill_comm_ms"]) / (two["decode_ms"] - two["decode_comm_ms"])
-    out = (f"\nDecode から Prefill で、gloo 自体の1回の時間は {gloo:.1f} 倍（運ぶバイト数は {pre_b / dec_b:.0f} 倍）"
-           f"{'で、バイト数ほどには増えません' if gloo < pre_b / dec_b / 2 else 'で、バイト数とともに増えています'}。")
-    if min(waits) <= 0:
-        return out + "1回の残り（相手を待つ時間）は片方で見えていないので、その伸びは比べられません。"
-    w = waits[1] / waits[0]
-    near = 0.5 <= w / comp <= 2
-    return out + (f"1回の残り（相手のランクが計算を終えるのを待つ時間と入力の送信）は {w:.1f} 倍、TP={res['tp']} の"
-                  f"通信以外の時間（計算）は {comp:.1f} 倍で、" + ("待つ時間は相手の計算とほぼ一緒に伸びています。"
-                  if near else "待つ時間の伸びは計算の伸びと大きく違います（負荷の変化や、待ち以外の時間を疑ってください）。"))
+    text = (f"1ステップの通信 ÷ all-reduce の回数: Decode {1000 * f['decode_call_ms']:.0f} µs（{dec_b:,} B）、"
+            f"Prefill {1000 * f['prefill_call_ms']:.0f} µs（{pre_b:,} B）（入力の送信を含む）。")
+    floor = floor or {}
+    if floor:
+        text += ("\n何もしない2プロセスの all-reduce（計算なし、" f"{next(iter(floor.values()))['calls']} 回）: " + "、".join(
+            f"{b:,} B で中央値 {floor[b]['median_us']:.0f} µs（p90 {floor[b]['p90_us']:.0f} µs）" for b in sorted(floor)) + "。")
+    else:
+        text += "\n何もしない2プロセスの all-reduce（lab07_ping.bare_allreduce_us）を測ると、そろってからの受け渡しと比べられます。"
+    for kind, size in (("Decode", dec_b), ("Prefill", pre_b)):
+        s = res.get("calls", {}).get(kind.lower())
+        if s and s["calls"]:
+            text += "\n" + calls_reading(s, floor.get(size, {}).get("median_us"), kind)
+    return text
 
 
 def batch_facts(history: list[dict], tp: int = 2) -> dict:
@@ -252,25 +227,21 @@ def batch_reading(history: list[dict], tp: int = 2) -> str:
             f"{b['other_growth']:.2f} 倍になりました。")
 
 
-NOISE_MAX = 0.10      # a noise gauge wider than this decides nothing (a wide gauge would pass any drop)
-
-
 def batch_prediction(b: dict) -> Prediction:
-    """The lab's prediction for the batch sweep, decided by ``batch_facts``; 「判定できない（負荷）」 when
-    the noise gauge is wider than NOISE_MAX or a run of the sweep was busy."""
-    cls = Undecided if b["noise"] > NOISE_MAX or b.get("busy") else Prediction
-    why = ("負荷の警告が出たか、TP=1 が1ランク分のスレッドのときより遅くなった実行があり、" if b.get("busy") else
-           f"揺れの目安が {100 * NOISE_MAX:.0f} ポイントを超えていて、") + "下がったかどうかを決められません。" \
-        "ほかのプログラムを止め、繰り返しを増やして測り直してください" if cls is Undecided else None
-    return cls(
-        f"バッチを {b['batch_first']:.0f} から {b['batch_last']:.0f} にしても、TP={b['tp']} の Decode の"
-        "通信の割合は、測定の揺れを超えるほどには下がらない",
-        b["drop"] <= b["noise"],
-        f"通信の割合 {100 * b['share_first']:.0f}% → {100 * b['share_last']:.0f}%"
-        f"（{100 * b['drop']:.0f} ポイント下がった）、揺れの目安 {100 * b['noise']:.0f} ポイント",
-        why or ("相手のランクがすぐ動ける（空いたコアがある）マシンでは、通信の時間が計算ほどには増えず、"
-                "通信の割合が下がります（上の行の2つの伸び）。揺れが小さく出た実行かもしれないので、繰り返しを"
-                "増やして測り直してください"))
+    """The lab's prediction for the batch sweep, decided by ``batch_facts``: TP=tp's decode communication
+    time per step grows by less than half the bytes it carries (the batch ratio), as when each call's time
+    is mostly a per-call cost, not bytes; 「判定できない（負荷）」 when a run of the sweep was busy."""
+    ratio = b["batch_last"] / b["batch_first"]
+    text = (f"バッチを {b['batch_first']:.0f} から {b['batch_last']:.0f} にしても、TP={b['tp']} の Decode の通信の時間は、"
+            f"運ぶバイト数の伸び（{ratio:.0f} 倍）の半分も増えない")
+    measured = (f"通信の時間 {b['comm_growth']:.2f} 倍（通信の割合 {100 * b['share_first']:.0f}% → "
+                f"{100 * b['share_last']:.0f}%、揺れの目安 {100 * b['noise']:.0f} ポイント）")
+    if b.get("busy"):
+        return Undecided(text, False, measured, "負荷の警告が出たか、TP=1 が1ランク分のスレッドのときより遅くなった"
+                         "実行があります。ほかのプログラムを止め、繰り返しを増やして測り直してください")
+    return Prediction(text, b["comm_growth"] < ratio / 2, measured,
+                      "1回の all-reduce の時間が、このマシンではバイト数とともに伸びています（ソケットの帯域が効く"
+                      "大きさです）。プロンプト長やバッチを変えて、1回の時間とバイト数を比べてください")
 
 
 def tp_dp_reading(rows: list[dict]) -> str:
@@ -292,6 +263,6 @@ def tp_dp_reading(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["UNDECIDED", "Undecided", "batch_facts", "batch_prediction", "batch_reading", "comm_reading", "facts",
+__all__ = ["UNDECIDED", "Undecided", "WAIT_MOSTLY", "batch_facts", "batch_prediction", "batch_reading", "comm_reading", "facts",
            "facts_line", "parse_facts_line", "undecidable",
            "ratio_reading", "tp_dp_reading", "tp_predictions"]

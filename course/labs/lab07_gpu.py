@@ -3,9 +3,10 @@ TP group, per batch, printed beside the CPU batch sweep (``labs/07_parallelism_l
 
     print(gpu_share_line("llama-3.3-70b", "H100", 8, gpu_comm_shares("llama-3.3-70b", "H100", 8)))
 
-While decode is memory-bound, a larger batch hardly lengthens the step (the weights are read once for
-the whole batch), and the all-reduces' count and latency stay, so the share stays about flat; it falls
-only as the batch nears the regime where compute or the KV reads dominate (hundreds of requests).
+While decode is memory-bound and the weights dominate, a larger batch hardly lengthens the step (the weights
+are read once for the whole batch), and the all-reduces' count and latency stay, so the share stays about flat.
+At hundreds of requests both terms grow: the KV reads lengthen the step, and each all-reduce carries batch x
+hidden values, so its bytes grow too; the share can fall (8B, TP=2) or rise (70B, TP=8: 32% -> 34% at 256).
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 def gpu_comm_shares(model: str = "llama-3.3-70b", gpu: str = "H100", tp: int = 8, batches=(1, 16, 256),
                     context: int = 1024) -> dict:
     """The simulator's communication share of one decode step on a GPU TP group, per batch
-    (``sim_step.step_time_s``): t_comm / t. Flat while decode is memory-bound (the step hardly grows)."""
+    (``sim_step.step_time_s``): t_comm / t. About flat while the weight reads dominate; with hundreds of
+    requests it moves either way (KV reads lengthen the step, the all-reduce bytes grow with the batch)."""
     from minimal_engine.calculators.sim_step import get_hardware, get_sim_model, step_time_s
     m, hw = get_sim_model(model), get_hardware(gpu)
     out = {}

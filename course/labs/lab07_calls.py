@@ -1,0 +1,107 @@
+"""Lab 7: what one all-reduce of the engine's TP is made of, measured on every rank.
+
+    traces = tp_model.trace_calls(True) ... steps ... tp_model.trace_calls(False)   # engine records, rank 0 first
+    s = call_stats(traces)                  # medians per call (µs), who arrived last, rank 0's waiting share
+    print(calls_reading(s, floor_us))       # floor_us: lab07_ping.bare_allreduce_us(...)[size]["median_us"]
+
+Each rank records each all-reduce's entry and exit on time.perf_counter (one clock for every process of the
+machine, ``TensorParallelModel.trace_calls``). For call i the rank that enters last cannot wait for anyone:
+its time inside is the exchange itself once every rank is there. The earlier ranks first wait for it (the
+arrival gap), then exchange. Rank 0's time inside (what the lab's 「通信」 counts, besides sending the step)
+therefore splits into its wait before the last rank arrived and its time after; ``call_stats`` sums both over
+the calls (shares of rank 0's in-call total). The exchange is compared with the bare all-reduce between two
+idle processes (``lab07_ping``) by the same statistic: median against median. Why the exchange is slower
+while the ranks compute is not separated by these numbers; the candidates on a CPU with few cores are
+listed as candidates (``CANDIDATES``).
+"""
+from __future__ import annotations
+
+import statistics
+
+from minimal_engine.features.tensor_parallel.sharding import head_ranges, split_sizes
+
+CANDIDATES = ("gloo の受け渡しで、待っていたプロセスが起こされて CPU に割り当てられるまでの遅れ（両方のプロセスが"
+              "計算しているときのスケジューリング）、2つのランクのスレッド（PyTorch と gloo）が少ないコアを分け合うこと、"
+              "キャッシュの影響（計算の合間に通信のデータが追い出される）")
+
+
+def pair_calls(traces: list[list[tuple]]) -> list[list[tuple]]:
+    """Call i of every rank, side by side: [(entry, exit), one per rank] (the ranks make the same calls in order)."""
+    n = len(traces[0])
+    if any(len(t) != n for t in traces):
+        raise ValueError(f"ranks recorded different call counts: {[len(t) for t in traces]}")
+    return [[(t[i][0], t[i][1]) for t in traces] for i in range(n)]
+
+
+def call_stats(calls: list[list[tuple]]) -> dict:
+    """Per-call figures of paired calls (``pair_calls``; µs): each rank's median time inside, how often each rank
+    arrived last, the median arrival gap, the median time inside of the rank that arrived last (the exchange
+    with nobody to wait for), rank 0's median time after every rank arrived, and rank 0's waiting share."""
+    us = 1e6
+    ranks = len(calls[0])
+    last = [max(range(ranks), key=lambda r: c[r][0]) for c in calls]
+    gap = [(max(e for e, _ in c) - min(e for e, _ in c)) * us for c in calls]
+    inside = [[(c[r][1] - c[r][0]) * us for c in calls] for r in range(ranks)]
+    wait0 = [min(max(0.0, (max(e for e, _ in c) - c[0][0]) * us), d) for c, d in zip(calls, inside[0])]
+    after0 = [d - w for d, w in zip(inside[0], wait0)]
+    return {"calls": len(calls), "ranks": ranks,
+            "inside_median_us": [statistics.median(x) for x in inside],
+            "last_counts": [last.count(r) for r in range(ranks)],
+            "gap_median_us": statistics.median(gap),
+            "last_inside_median_us": statistics.median(inside[l][i] for i, l in enumerate(last)),
+            "rank0_after_median_us": statistics.median(after0),
+            "rank0_wait_share": sum(wait0) / sum(inside[0]) if sum(inside[0]) else 0.0}
+
+
+WAIT_MOSTLY = 0.5      # rank 0's waiting share above this: the call is mostly waiting for the last rank
+
+
+def calls_reading(s: dict, floor_us: float | None, label: str = "Decode") -> str:
+    """What the per-rank figures show (printed from ``call_stats``), and the verdict they support."""
+    ranks = "、".join(f"ランク {r} {m:.0f} µs" for r, m in enumerate(s["inside_median_us"]))
+    text = (f"{label} の all-reduce {s['calls']} 回（ランクごとの記録、中央値）: all-reduce の中の時間は {ranks}。"
+            f"最後に来たのはランク 0 が {s['last_counts'][0]} 回、ほかのランクが {s['calls'] - s['last_counts'][0]} 回。"
+            f"到着の差 {s['gap_median_us']:.0f} µs。最後に来たランク（だれも待たない）の中の時間 "
+            f"{s['last_inside_median_us']:.0f} µs。\n"
+            f"ランク 0 の all-reduce の中の時間の合計のうち、相手が来るまで待った分は {100 * s['rank0_wait_share']:.0f}%、"
+            f"全員がそろってからの受け渡しが {100 * (1 - s['rank0_wait_share']):.0f}% です。")
+    if floor_us:
+        x = s["last_inside_median_us"] / floor_us
+        text += (f"\nそろってからの受け渡し（最後に来たランクの中の時間）は中央値 {s['last_inside_median_us']:.0f} µs で、"
+                 f"何もしない2プロセスの all-reduce の中央値 {floor_us:.0f} µs の {x:.1f} 倍です。")
+    if s["rank0_wait_share"] > WAIT_MOSTLY:
+        return text + ("\n→ ランク 0 の all-reduce の時間の大半は、相手のランクが来るまで待つ時間です"
+                       "（相手がランク 0 より遅れて来ています）。")
+    text += "\n→ all-reduce の時間の大半は、相手を待つ時間では説明できません。全員がそろってからの受け渡しそのものに時間がかかっています。"
+    if floor_us and s["last_inside_median_us"] > 1.5 * floor_us:
+        text += ("何もしないプロセスどうしより遅いのは、両方のプロセスが計算しているときです。その原因の候補は、"
+                 f"{CANDIDATES}です。この計測では、これらを分けられません。")
+    return text
+
+
+def lm_head_share(cfg) -> float:
+    """Share of one token's matrix-multiply weights in lm_head (vocab x hidden), from the shape:
+    the part that TP replicates and only rank 0 computes (lab07_explain.ratio_reading)."""
+    attn = cfg.hidden_size * cfg.head_dim * (2 * cfg.num_heads + 2 * cfg.num_kv_heads)
+    per_layer = attn + 3 * cfg.hidden_size * cfg.intermediate_size
+    head = cfg.vocab_size * cfg.hidden_size
+    return head / (cfg.num_layers * per_layer + head)
+
+
+def rank0_share(cfg, tp: int, rows: int = 1, logit_rows: int = 1) -> dict:
+    """Rank 0's share of TP=1's matrix-multiply work in one step of `rows` tokens, `logit_rows` of which go
+    through lm_head: its query/KV heads (sharding.head_ranges: 3 of 5 for TP=2), its slice of the
+    intermediate size (split_sizes) and the whole replicated lm_head (lab07_explain.ratio_reading)."""
+    q, kv = head_ranges(cfg.num_heads, cfg.num_kv_heads, tp, 0)
+    inter0 = split_sizes(cfg.intermediate_size, tp)[0]
+    h, d = cfg.hidden_size, cfg.head_dim
+
+    def layer(nq, nkv, inter):
+        return h * d * (2 * nq + 2 * nkv) + 3 * h * inter
+    head = cfg.vocab_size * h * logit_rows
+    full = cfg.num_layers * rows * layer(cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size) + head
+    mine = cfg.num_layers * rows * layer(len(q), len(kv), inter0) + head
+    return {"share": mine / full, "heads": len(q), "num_heads": cfg.num_heads}
+
+
+__all__ = ["CANDIDATES", "WAIT_MOSTLY", "call_stats", "calls_reading", "lm_head_share", "pair_calls", "rank0_share"]
