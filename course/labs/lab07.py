@@ -8,7 +8,7 @@ Plain functions (tests call them; the notebook stays thin)::
     tp_dp_table("llama-3.3-70b", "H100", ...)               # predicted (予測) by minimal_engine.calculators.simulator
 Measured part: the default model in float32, TP=1 against TP=N (gloo workers, features/tensor_parallel/model.py):
 medians over ``repeats`` of a prefill step and a decode step, TP=N's communication (all-reduce calls plus sending the
-step), and every rank's record of each all-reduce (``res["calls"]``, lab07_calls). Threads: TP=N's processes get
+step), and every rank's record of each all-reduce (``res["calls"]``, course.labkit.tp_calls). Threads: TP=N's processes get
 max(1, threads // N) each (the engine's rule); TP=1 gets N x that up to the usable cores, and is also timed with one
 rank's threads (``tp1_own_*``); ``res["threads_per_config"]`` records them, and the load check counts them all.
 """
@@ -23,7 +23,7 @@ from course.labkit.history import to_csv
 from course.labkit.load import check_load, usable_cpus
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
-from course.labs.lab07_calls import call_stats, lm_head_share, pair_calls, rank0_share
+from course.labkit.tp_calls import call_stats, lm_head_share, pair_calls, rank0_share
 from course.runtime import apply_thread_policy, cached_llm, check_device, check_int, clear_llm_cache, is_quick
 from minimal_engine import LLM, SamplingParams
 from minimal_engine.bench.offline import decode_step_time
@@ -108,7 +108,7 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
     per_rank = tp_model.per_rank             # torch threads of each rank: max(1, threads // n)
     tp1_threads = max(per_rank, min(n * per_rank, usable_cpus()))   # same total, never more than the cores
     samples, own = {k: [] for k in (1, n)}, []   # own: TP=1 (prefill, decode) with one rank's threads
-    calls = {"prefill": [], "decode": []}    # TP=N's all-reduces as every rank recorded them (lab07_calls)
+    calls = {"prefill": [], "decode": []}    # TP=N's all-reduces as every rank recorded them (course.labkit.tp_calls)
     per_step = 2 * tp_model.config.num_layers
     for rep in range(repeats):               # TP=1, TP=N, TP=1, ...: both meet the same load
         for k in samples:

@@ -31,7 +31,7 @@ import os
 import re
 
 from course.labkit.predictions import Prediction
-from course.labs.lab07_calls import WAIT_MOSTLY, calls_reading
+from course.labkit.tp_calls import WAIT_MOSTLY, calls_reading
 
 UNDECIDED = "判定できない（負荷）"
 SLOW_TP1 = 1.10        # TP=1 with its threads this much slower than with one rank's: its threads collapsed
@@ -169,7 +169,7 @@ def ratio_reading(res: dict) -> str:
 
 def comm_reading(res: dict, floor: dict | None = None) -> str:
     """The time per all-reduce call, then what every rank recorded of those calls (``res["calls"]``,
-    ``lab07_calls.calls_reading``) beside the bare all-reduce between idle processes (``floor``:
+    ``course.labkit.tp_calls.calls_reading``) beside the bare all-reduce between idle processes (``floor``:
     ``lab07_ping.bare_allreduce_us`` for the same byte sizes), median against median."""
     f, calls = facts(res), res["allreduces_per_step"]
     dec_b, pre_b = res["decode_allreduce_bytes"] // calls, res["prefill_allreduce_bytes"] // calls

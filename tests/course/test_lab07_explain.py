@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def fake_calls(wait_share=0.19, last_us=815.0, calls=324):
-    """lab07_calls.call_stats of a run (planted)."""
+    """course.labkit.tp_calls.call_stats of a run (planted)."""
     return {"calls": calls, "ranks": 2, "inside_median_us": [1130.0, 1197.0], "last_counts": [182, calls - 182],
             "gap_median_us": 467.0, "last_inside_median_us": last_us, "rank0_after_median_us": last_us,
             "rank0_wait_share": wait_share}
@@ -121,7 +121,7 @@ def test_ratio_reading_does_not_explain_an_excess_the_run_did_not_show():
 
 
 def test_call_stats_by_hand():
-    from course.labs.lab07_calls import call_stats, pair_calls
+    from course.labkit.tp_calls import call_stats, pair_calls
     ms = 1e-3        # call 1: rank 1 enters 0.4 ms after rank 0; call 2: rank 0 enters 0.1 ms after rank 1
     traces = [[(0.0, 1.0 * ms, 8), (2.0 * ms, 2.9 * ms, 8)], [(0.4 * ms, 1.0 * ms, 8), (1.9 * ms, 2.9 * ms, 8)]]
     s = call_stats(pair_calls(traces))

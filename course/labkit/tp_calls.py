@@ -1,4 +1,5 @@
-"""Lab 7: what one all-reduce of the engine's TP is made of, measured on every rank.
+"""Tensor parallelism on a CPU (lab 7): what one all-reduce of the engine's TP is made of, measured on every rank,
+and rank 0's share of the matmuls (``rank0_share``, ``lm_head_share``: what the compute ratio is read against).
 
     traces = tp_model.trace_calls(True) ... steps ... tp_model.trace_calls(False)   # engine records, rank 0 first
     s = call_stats(traces)                  # medians per call (µs), who arrived last, rank 0's waiting share
