@@ -51,7 +51,7 @@ def check(fn, ctx=None) -> list:
     if missing:
         return [case("関数がそろっているか", "grade(\"07_shard_linear\", shard_columns, shard_rows=…, combine=…)", ", ".join(NAMES), "足りない: " + ", ".join(missing),
                      False, f"{', '.join(missing)} が見つかりません。grade に shard_rows=shard_rows, combine=combine も渡してください。")]
-    out = []
+    out, bad_shards = [], set()          # which shard functions failed a case: the MLP message points there
     w = torch.arange(5 * 4, dtype=torch.float32).reshape(5, 4)
     for kind, dim in (("shard_columns", 0), ("shard_rows", 1)):
         for world in (2, 3):
@@ -63,9 +63,11 @@ def check(fn, ctx=None) -> list:
                 inp = f"{kind}(w [5, 4], rank={r}, world={world})"
                 ok, got, msg = run(fns[kind], w.clone(), r, world)
                 if not ok:
+                    bad_shards.add(kind)
                     out.append(failed_call(f"{kind} のシャード", inp, f"形 {list(want.shape)}", msg))
                     continue
                 good = isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(got, want)
+                bad_shards |= set() if good else {kind}
                 if good:
                     message = ""
                 elif isinstance(got, torch.Tensor) and got.shape[1 - dim] != w.shape[1 - dim]:
@@ -93,6 +95,9 @@ def check(fn, ctx=None) -> list:
         y_ok = isinstance(y, torch.Tensor) and y.shape == y_full.shape and torch.allclose(y, y_full, atol=1e-4)
         if h_ok and y_ok:
             message = ""
+        elif bad_shards:
+            message = (f"{'・'.join(sorted(bad_shards))} のシャードの確かめで不合格になっています。まずそちらを直してください"
+                       "（シャードが違うと、combine が正しくても MLP の出力は合いません）。")
         elif not h_ok:
             message = "列分割した層の出力は、各ランクが別々の列を持つので、最後の次元で連結（combine(..., \"columns\")）します。"
         else:
