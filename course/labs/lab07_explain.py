@@ -5,20 +5,20 @@ the notebook), and each prediction of the lab is decided by the run (``labkit.pr
 
     f = facts(res)                   # the numbers the verdicts are decided on (parsed back)
     print(facts_line(f)); print(verdicts(tp_predictions(f)))
-    print(ratio_reading(res))        # TP=N's non-communication time / TP=1's step, against what
-                                     # rank 0's share of the matmuls predicts
-    print(comm_reading(res, floor))  # time per all-reduce, beside the bare gloo call (lab07_ping)
+    print(ratio_reading(res))        # TP=N's non-communication time / TP=1's step, against the range
+                                     # rank 0's work predicts (TP=1 timed on rank 0's threads)
+    print(comm_reading(res, floor))  # every rank's record of the all-reduces, beside the bare gloo call
     b = batch_facts(history); print(batch_reading(history)); print(batch_prediction(b).verdict())
     print(tp_dp_reading(rows))       # the simulator's TPOT and tok/s/GPU quoted by the lab
 
-The compute ratio (the lab's main explanation): a fixed per-layer time is paid once by TP=1 and once
-by TP=N's rank 0 (the other ranks run at the same time), and waiting for another rank is inside the
-subtracted communication time, so neither can raise it. Rank 0's share of the matmuls can: it holds
-more heads on an uneven split (3 of 5 for TP=2), its slice of the MLP and the whole replicated
-lm_head, with 1/N of TP=1's threads; ``lab07.rank0_share`` gives the ratio this alone predicts with
-perfectly scaling threads (about 1.3 for decode on the default model). A measured ratio above that
-is time rank 0 loses to the other processes while computing (N processes and gloo's threads share
-few cores) and cold caches; below 1 means TP=1's threads did not scale (small matrices) or load.
+The compute ratio: TP=N's non-communication time over TP=1's step. Rank 0 computes its share of the
+matmuls (3 of 5 heads for TP=2, its MLP slice, the whole replicated lm_head: ``rank0_share``) plus the
+same fixed per-layer time as TP=1, on one rank's threads; so its time lies between that share and all of
+TP=1's time measured on the same thread count (``tp1_own_*``). Divided by TP=1's step, that is the
+expected range (``*_expected_range``, TP=1's thread scaling measured, not assumed). Waiting for another
+rank is inside the subtracted communication. Above the range: not the split of work; the run does not
+separate the candidates (processes sharing few cores, cache effects). The all-reduce itself is read from
+every rank's record (``comm_reading``, course.labkit.tp_calls).
 
 Load: when the load check fired, or TP=1 with its threads was more than 10% slower than TP=1 with one
 rank's threads (OpenMP threads waiting for a descheduled one), the timing verdicts print 「判定できない

@@ -8,9 +8,9 @@ the engine's TP (``minimal_engine/features/tensor_parallel/comm.make_process_gro
 all-reduce back to back on a float32 tensor of each size. Rank 0 times each call as the engine's
 ``Comm.all_reduce`` does (until ``wait()`` returns). What this measures is gloo's own time per call
 on this machine, including handing the CPU between the two processes, but not any waiting for a peer
-that is still computing: the peer does nothing else. ``lab07_explain.comm_reading`` sets it beside
-the engine's time per call; the difference is the time rank 0 waited for its peer to reach the same
-all-reduce (and its share of sending the step to the worker).
+that is still computing: the peer does nothing else. ``lab07_explain.comm_reading`` sets its median beside the median exchange of the engine's calls (the
+time inside of the rank that arrived last, from every rank's record: course.labkit.tp_calls), median
+against median; the difference is time that only appears while both processes compute.
 """
 from __future__ import annotations
 
