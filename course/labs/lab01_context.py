@@ -17,7 +17,7 @@ the TPOT rise that call accounts for on this machine.
 
 vLLM's paged attention kernels read the blocks in place (no copy; "compatible with vLLM's paged KV caches",
 https://docs.vllm.ai/en/v0.8.3/design/kernel/paged_attention.html, read 2026-12), as this engine's CUDA
-path does (model/attention_paged.py). There the K/V reads still grow with the context, but next to the
+path does with Triton (model/attention_paged.py). There the K/V reads still grow with the context, but next to the
 weights of a large model they are small: ``gpu_share`` computes them for Llama 3.1 8B in BF16
 (``minimal_engine.calculators``).
 """
