@@ -174,7 +174,8 @@ def comm_reading(res: dict, floor: dict | None = None) -> str:
     f, calls = facts(res), res["allreduces_per_step"]
     dec_b, pre_b = res["decode_allreduce_bytes"] // calls, res["prefill_allreduce_bytes"] // calls
     text = (f"1ステップの通信 ÷ all-reduce の回数: Decode {1000 * f['decode_call_ms']:.0f} µs（{dec_b:,} B）、"
-            f"Prefill {1000 * f['prefill_call_ms']:.0f} µs（{pre_b:,} B）（入力の送信を含む）。")
+            f"Prefill {1000 * f['prefill_call_ms']:.0f} µs（{pre_b:,} B）（1回あたりの平均で、入力の送信と時間のかかった回を含みます。"
+            "1回ごとの中央値は下の行）。")
     floor = floor or {}
     if floor:
         text += ("\n何もしない2プロセスの all-reduce（計算なし、" f"{next(iter(floor.values()))['calls']} 回）: " + "、".join(
