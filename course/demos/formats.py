@@ -15,8 +15,8 @@ Formats and their scales (what `fake_quantize` emulates, along the last dimensio
             scale, stored (and dequantized) with it in BF16.
   * "fp8_e4m3_tensor": FP8 e4m3, one float32 scale for the whole matrix (amax / 448); torch's float8 cast rounds.
   The bits per weight count every scale the same way: a float32 scale for the whole tensor adds 32 / numel.
-  * "int4_channel" / "int4_g32": INT4 in [-8, 7], one scale per output row / per group of 32 values (amax / 7),
-            the scale in bf16 (gpt-fast's int4 uses groups of 32 with a scale and a zero point: asymmetric).
+  * "int4_channel" / "int4_g32": INT4 in [-7, 7] (symmetric: the type's -8 is not used), one scale per output row /
+            per group of 32 values (amax / 7), the scale in bf16 (gpt-fast's int4 uses groups of 32 with a scale and a zero point: asymmetric).
   * "mxfp4": OCP Microscaling MXFP4: E2M1 values, one E8M0 scale (a power of two) per block of 32;
             scale = 2^(floor(log2(amax)) - 2) (2 = the largest exponent of E2M1), values beyond 6 clip.
   * "nvfp4": NVIDIA NVFP4: E2M1 values, one FP8 e4m3 scale per block of 16 (amax / 6, rounded to e4m3), and
@@ -74,7 +74,7 @@ def grid(name: str) -> torch.Tensor:
     if name == "int8":
         return torch.arange(-127, 128, dtype=torch.float64)
     if name == "int4":
-        return torch.arange(-8, 8, dtype=torch.float64)
+        return torch.arange(-7, 8, dtype=torch.float64)        # symmetric, as INT8's [-127, 127]: -8 is not used
     raise ValueError(f"未知のフォーマット {name!r}（{', '.join(GRIDS)}） / unknown grid {name!r}")
 
 
@@ -112,7 +112,7 @@ def fake_quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, float]:
         g = 32 if fmt == "int4_g32" else k
         b = _blocks(w, g)
         s = (b.abs().amax(-1, keepdim=True).clamp_min(1e-12) / 7).to(torch.bfloat16).float()
-        return ((b / s).round().clamp(-8, 7) * s).reshape_as(w), 4 + 16 / g
+        return ((b / s).round().clamp(-7, 7) * s).reshape_as(w), 4 + 16 / g
     if fmt == "mxfp4":
         b = _blocks(w, 32)
         amax = b.abs().amax(-1, keepdim=True).clamp_min(2.0 ** -126)

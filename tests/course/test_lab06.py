@@ -19,7 +19,7 @@ def test_grids_of_the_formats():
     # the bit-layout builder reproduces torch's own float8 grids: the same builder makes E2M1
     assert torch.equal(formats.minifloat_grid(4, 3, 7, max_value=448), e4m3)
     assert torch.equal(formats.minifloat_grid(5, 2, 15, max_value=57344), e5m2)
-    assert formats.grid("int4").tolist() == list(range(-8, 8))
+    assert formats.grid("int4").tolist() == list(range(-7, 8))      # symmetric, as the text says: -8 is not used
     with pytest.raises(ValueError):
         formats.grid("fp3")
 
