@@ -48,6 +48,7 @@ SHORT_PROMPT_LEN = 16
 LONG_OUTPUT_LEN = 8
 NUM_KV_BLOCKS = 256                   # 4,096 token slots: the largest stream fits without preemption
 ARRIVAL_KINDS = ("late_long", "poisson")
+PREFILL_THREADS = 1                   # Disaggregation's prefill process (the decode process gets the lab's threads)
 
 
 def defaults() -> dict:
@@ -74,8 +75,8 @@ def _single(model: str, budget: int, device: str):
 def _disagg(model: str, device: str):
     def make():
         from minimal_engine.disagg.llm import DisaggregatedLLM
-        pair = DisaggregatedLLM(engine_model_arg(model), dtype="float32", device=device, prefill_threads=1, max_num_seqs=32,
-                                max_num_batched_tokens=max(BUDGET_RANGE), num_kv_blocks=NUM_KV_BLOCKS,
+        pair = DisaggregatedLLM(engine_model_arg(model), dtype="float32", device=device, prefill_threads=PREFILL_THREADS,
+                                max_num_seqs=32, max_num_batched_tokens=max(BUDGET_RANGE), num_kv_blocks=NUM_KV_BLOCKS,
                                 max_model_len=max_model_len(model))
         pair.generate(random_prompts(pair.llm, 16, 2), SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
                       timeout=120)
@@ -221,6 +222,7 @@ def run_interference_lab(prompt_len=None, num_decodes=None, output_len=None, num
     return {"model": model, "prompt_len": p, "short_prompt_len": SHORT_PROMPT_LEN, "kv_bytes_per_token": per_token,
             "num_decodes": n, "output_len": o, "num_long": k, "budgets": budgets,
             "arrivals": arrivals, "rate": rate, "device": device, "repeats": repeats, "threads": threads,
+            "prefill_threads": PREFILL_THREADS,
             "setups": out, "same_tokens": all(t == tokens[0] for t in tokens), "load": load, "warnings": warnings}
 
 
@@ -243,8 +245,10 @@ def readout_html(res: dict) -> str:
             f"p99 は小さい順に 0.99 × (標本の数 − 1) 番目の値（間は直線で補間）なので、{n} 個なら上から {need} 個以上が"
             "止められた間隔のとき、p99 もその値になります。KV 転送は、長いプロンプトと短いプロンプトの"
             "1件あたりを分けて示します。"
-            f" スレッド: 1エンジンは {res['threads']} スレッド × 1 プロセス、Disaggregation は Prefill のプロセス 1 スレッド"
-            f"＋ Decode のプロセス {res['threads']} スレッドで、CPU を多く使えます。")
+            f" スレッド: 1エンジンは {res['threads']} スレッド × 1 プロセス、Disaggregation は Prefill のプロセス "
+            f"{res.get('prefill_threads', PREFILL_THREADS)} スレッド＋ Decode のプロセス {res['threads']} スレッドで、"
+            "コアが空いていれば CPU を多く使えます" + ("（この実行では、下の警告のとおりほかのプログラムがコアを使っていました）。"
+                                                  if res["warnings"] else "。"))
     return (table_html(rows, head, right=set(range(1, len(head)))) + f"<div style='color:#555'>{same}。{note}</div>"
             + warnings_html(res["warnings"]))
 

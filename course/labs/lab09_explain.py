@@ -1,5 +1,6 @@
 """Lab 9's readings (lesson 9 prints them too): sentences printed from a run of ``lab09.run_interference_lab``,
-and the lab's tasks' predictions decided by the runs (``course.labkit.predictions``)::
+and the budget prediction decided by the run (``course.labkit.predictions``); the tasks' predictions are in
+``lab09_tasks``, the gap helpers (singles, stall_share, stall_bound, prefill_gaps) in ``course.labkit.itl``::
 
     res = lab09.run_interference_lab(**lab09.defaults())
     print(budget_reading(res)); print(budget_prediction(res).verdict())   # largest vs smallest budget
@@ -8,9 +9,7 @@ and the lab's tasks' predictions decided by the runs (``course.labkit.prediction
     print(disagg_itl_reading(res))   # Disaggregation's ITL while a long prompt prefills, vs the rest
     print(kv_reading(res))           # KV per long and per short prompt, against blocks x 16 x bytes per token
     print(pareto_reading(res))       # the setups no other setup dominates (course/TERMS.md)
-    print(verdicts(task1_predictions(res_128, res_448)))       # 課題1: a longer prompt
-    print(verdicts(task2_predictions(res, res_125m)))          # 課題2: llama-125m's shape, the same stream
-    print(verdicts(task3_predictions(res, res_poisson)))       # 課題3: Poisson arrivals
+    print(sweep_lines(sweep))        # per budget: the prefill steps' gaps vs the median, long gaps outside them
 
 Pure functions of result dicts (no engine, no lab09 import); tests plant contradicting numbers and re-derive
 the saved verdicts. p99 vs the max: a stalled step gives every decoding request one long gap; p99 interpolates at
@@ -21,44 +20,11 @@ from __future__ import annotations
 
 import math
 
+from course.labkit.itl import BUSY, STALL_FACTOR, gaps, p99_needs, prefill_gaps, singles, stall_bound, stall_share
 from course.labkit.predictions import Prediction
 from minimal_engine.engine.metrics import percentile
 
-SPREAD_MARGIN = 1.2         # 課題3 (2): a wider p10-p90 counts only beyond this x (one run on a busy CPU varies)
-STALL_FACTOR = 2.0          # a gap longer than this x the setup's median ITL: "long" (mostly a step shared with a prefill)
 BLOCK = 16                  # the engine's block size (tokens): the KV moves in whole blocks
-BUSY = "ほかのプログラムが CPU を使っていると ITL の裾が揺れます。負荷の警告を確かめ、ほかのカーネルを止めて測り直してください"
-
-
-def singles(res: dict) -> list[dict]:
-    """The one-engine setups, smallest budget first."""
-    return sorted((r for r in res["setups"].values() if r["budget"] is not None), key=lambda r: r["budget"])
-
-
-def gaps(r: dict) -> list[float]:
-    return [g for _, g in r["itl_points"]]
-
-
-def stall_share(r: dict) -> tuple[int, int]:
-    """(gaps longer than STALL_FACTOR x the median ITL, all gaps) of one setup."""
-    g = gaps(r)
-    return sum(x > STALL_FACTOR * r["median_itl_ms"] for x in g), len(g)
-
-
-def p99_needs(n: int) -> int:
-    """How many of the top gaps p99 reads (linear interpolation at rank 0.99 (n - 1), numpy's default): p99 is one of
-    the long gaps (or between two of them) when at least n - floor(0.99 (n - 1)) gaps are long, a share of about
-    1 % + 1/n: the share decides, and near the border the number of samples too."""
-    return n - math.floor(0.99 * (n - 1)) if n else 0
-
-
-def stall_bound(res: dict, r: dict) -> int | None:
-    """The most gaps that can share a step with a long prompt's prefill at budget r: num_long prompts x their prefill
-    steps (ceil(prompt_len / (budget - num_decodes))) x the decoding short requests. None when the run lacks them."""
-    if "num_long" not in res or "num_decodes" not in res:
-        return None
-    steps = math.ceil(res["prompt_len"] / max(1, r["budget"] - res["num_decodes"]))
-    return res["num_long"] * steps * res["num_decodes"]
 
 
 def stall_reading(res: dict) -> str:
@@ -124,8 +90,11 @@ def disagg_itl_reading(res: dict, ratio: float = 1.2) -> str:
     md, mr = percentile(during, 50), percentile(rest, 50)
     out = (f"Disaggregation の Decode 側の ITL: 長いプロンプトが Prefill のプロセスにいるあいだ（破線〜点線）の中央値"
            f" {md:.1f} ms（{len(during)} 個）、それ以外 {mr:.1f} ms（{len(rest)} 個）で {md / mr:.2f} 倍。")
-    out += (f"\n→ Prefill のあいだ ITL が伸びています。このマシンでは Prefill のプロセスが Decode のプロセスと同じコアと"
-            "メモリ帯域を使うからです（Prefill 用と Decode 用の GPU を分ければ、この原因はありません）。" if md > ratio * mr
+    out += (f"\n→ Prefill のあいだ ITL が伸びています。考えられる原因は、このマシンでは Prefill のプロセスが Decode の"
+            "プロセスと同じコアとメモリ帯域を使うことです（Prefill 用と Decode 用の GPU を分ければ、この原因はありません）。"
+            "Decode のプロセスの中でも、KV を受け取るスレッドが届いたバイト列を読むあいだ、ステップと CPU を分け合います。"
+            "ほかのプログラムの負荷でも同じように伸びるので、1回の実行のこの比だけでは、どれが原因かは分けられません。"
+            if md > ratio * mr
             else f"\n→ Prefill のあいだも ITL は {ratio:g} 倍までしか伸びていません（コアに余裕があったようです）。")
     top = max(pts, key=lambda p: p[1])
     if admit:
@@ -134,19 +103,24 @@ def disagg_itl_reading(res: dict, ratio: float = 1.2) -> str:
         where = ("破線〜点線の区間の中で、Prefill のプロセスとコアを分け合った間隔です" if any(a < top[0] < f for a, f in wins)
                  else "どの区間の理由でもなく、負荷の揺れかもしれません")
         out += ("この実行の ITL の最大値はこの間隔です。" if top in admit
-                else f"この実行の ITL の最大値（{top[1]:.1f} ms、{top[0]:.2f} s）はこの間隔ではなく、{where}。")
+                else f"この実行の ITL の最大値（{top[1]:.1f} ms、開始から {top[0]:.2f} s で終わる間隔）はこの間隔ではなく、"
+                     f"{where}。")
     return out
 
 
-def handoff_reading(hi: dict, d: dict) -> str:
+def handoff_reading(hi: dict, d: dict, threads: int | None = None, prefill_threads: int = 1) -> str:
     """Where Disaggregation's extra TTFT went, measured: the prefill process (arrival -> first token sampled), the copy
-    out + pipe (kv_transfer_s), and the rest until the decode side admitted it; the largest part is named."""
+    out + pipe (kv_transfer_s), and the rest until the decode side admitted it; the largest part is named. The thread
+    counts are named only where they differ (the one engine ran alone; the prefill process runs beside the decode one)."""
     if "prefill_ms_long" not in d:
         return f"\n  受け渡しの代償: KV の取り出しと転送が長いプロンプト1件あたり平均 {d['kv_ms_long']:.1f} ms。"
     pre, kv, adm = d["prefill_ms_long"], d["kv_ms_long"], d["admit_ms_long"]
     parts = {"Prefill": pre - hi["long_ttft_ms"], "転送": kv, "受け入れ": adm}
-    why = {"Prefill": ("Prefill のプロセスそのものが1エンジンより遅いことです（Prefill のプロセスは 1 スレッドで、"
-                       "Decode のプロセスと同じコアとメモリ帯域を分け合います）"),
+    share = ("Prefill のプロセスは、同時に動く Decode のプロセスやほかのプログラムと、コアとメモリ帯域を分け合います。"
+             "1エンジンの実行では、このラボのほかのプロセスは動いていません")
+    slow = (f"Prefill のプロセスは {prefill_threads} スレッド、1エンジンは {threads} スレッドです。また、{share}"
+            if threads is not None and threads != prefill_threads else f"スレッドの数は1エンジンと同じです。{share}")
+    why = {"Prefill": f"Prefill のプロセスそのものが1エンジンより遅いことです（{slow}）",
            "転送": "KV をプールから取り出してパイプで運ぶ時間です（CPU がバイト列をコピーします）",
            "受け入れ": ("届いた KV が、Decode 側の次のステップの前に受け入れられ、プールに書き込まれるまでの待ちです"
                     "（Decode の1ステップが長いほど伸びます）")}
@@ -167,7 +141,7 @@ def budget_reading(res: dict) -> str:
         out += (f"\nDisaggregation: ITL の p99 {d['p99_itl_ms']:.1f} ms、長いプロンプトの TTFT {d['long_ttft_ms']:.0f} ms"
                 f"（予算 {hi['budget']} の1エンジンより {abs(diff):.0f} ms {'長い' if diff > 0 else '短い'}）")
         if diff > 0:
-            out += handoff_reading(hi, d)
+            out += handoff_reading(hi, d, res.get("threads"), res.get("prefill_threads", 1))
     return out
 
 
@@ -215,86 +189,28 @@ def pareto_reading(res: dict) -> str:
     return out
 
 
-def task1_predictions(short: dict, long_: dict) -> list[Prediction]:
-    """課題1: the same budgets, the long prompt at two lengths (``short`` the shorter run)."""
-    a, b = singles(short), singles(long_)
-    span = f"プロンプト長 {short['prompt_len']} → {long_['prompt_len']}"
-    ha, hb, la, lb = a[-1], b[-1], a[0], b[0]
-    d_hi, d_lo = hb["p99_itl_ms"] - ha["p99_itl_ms"], lb["p99_itl_ms"] - la["p99_itl_ms"]
-    t_hi, t_lo = hb["long_ttft_ms"] - ha["long_ttft_ms"], lb["long_ttft_ms"] - la["long_ttft_ms"]
-    return [
-        Prediction(f"{span} で、予算が最大（{ha['budget']}）の構成の ITL の最大値と p99 が伸びる",
-                   hb["max_itl_ms"] > ha["max_itl_ms"] and hb["p99_itl_ms"] > ha["p99_itl_ms"],
-                   f"最大 {ha['max_itl_ms']:.1f} → {hb['max_itl_ms']:.1f} ms、p99 {ha['p99_itl_ms']:.1f} → "
-                   f"{hb['p99_itl_ms']:.1f} ms",
-                   "1ステップの固定の時間に比べて Prefill の行列積が軽く、長くしても止められたステップがあまり伸びない。"
-                   "課題2の大きなモデルの形で試してください。" + BUSY),
-        Prediction(f"{span} で、予算が最小（{la['budget']}）の構成は ITL の p99 の伸びが予算 {ha['budget']} より小さく、"
-                   "長いプロンプトの TTFT の伸びは大きい",
-                   d_lo < d_hi and t_lo > t_hi,
-                   f"p99 の伸び 予算 {la['budget']} {d_lo:+.1f} ms・予算 {ha['budget']} {d_hi:+.1f} ms、TTFT の伸び "
-                   f"予算 {la['budget']} {t_lo:+.0f} ms・予算 {ha['budget']} {t_hi:+.0f} ms",
-                   "ITL の裾は数個の間隔で決まるので、1回の揺れで入れ替わります。" + BUSY),
-    ]
+def sweep_lines(res: dict) -> str:
+    """Per budget: the median of the gaps that ended in a long prompt's prefill steps (arrival < t <= first token, as
+    prefill_gaps) against the median of the other gaps (decode-only steps: at small budgets the prefill steps can be
+    most of the gaps, so the overall median is no baseline), and the other gaps longer than STALL_FACTOR x theirs
+    (noise). Where the prefill steps' median is within STALL_FACTOR x, a chunked step costs about a decode step here
+    and that budget's p99 is set by noise."""
+    out = []
+    for r in singles(res):
+        wins = list(zip(r.get("long_arrivals_s") or [], r.get("long_first_token_s") or []))
+        inside = [g for t, g in r["itl_points"] if any(a < t <= f for a, f in wins)]
+        rest = [g for t, g in r["itl_points"] if not any(a < t <= f for a, f in wins)]
+        if not inside or not rest:
+            continue
+        mp, mr = percentile(inside, 50), percentile(rest, 50)
+        noise = sum(g > STALL_FACTOR * mr for g in rest)
+        out.append(f"予算 {r['budget']:>3}: Prefill と同じステップの間隔 {len(inside)} 個の中央値 {mp:.1f} ms（それ以外の "
+                   f"{len(rest)} 個の中央値 {mr:.1f} ms の {mp / mr:.1f} 倍）、それ以外の長い間隔 {noise} 個"
+                   + ("　→ チャンクのステップが長い間隔にならないので、この予算の p99 は揺れで決まります"
+                      if mp <= STALL_FACTOR * mr else ""))
+    return "\n".join(out) or "（長いプロンプトの時刻がないので、予算ごとには分けません）"
 
 
-def spike_ratio(res: dict) -> float:
-    """At the largest budget: the longest gap (a step shared with a whole prefill) / the median ITL."""
-    hi = singles(res)[-1]
-    return hi["max_itl_ms"] / hi["median_itl_ms"]
-
-
-def budget_ratio(res: dict) -> float:
-    """ITL p99 at the largest budget / at the smallest."""
-    rows = singles(res)
-    return rows[-1]["p99_itl_ms"] / rows[0]["p99_itl_ms"]
-
-
-def task2_predictions(base: dict, big: dict) -> list[Prediction]:
-    """課題2: ``big`` (a larger model's shape) against ``base`` (the default model's run). When anything but the model
-    differs (prompt length, decodes, output length, long prompts), the names say so: the ratios then mix the two."""
-    sb, sg, bb, bg = spike_ratio(base), spike_ratio(big), budget_ratio(base), budget_ratio(big)
-    keys = ("prompt_len", "num_decodes", "output_len", "num_long")
-    other = [k for k in keys if k in base and k in big and base[k] != big[k]]
-    names = f"{big['model']} と既定モデル（同じ流れ: プロンプト長 {base['prompt_len']}）"
-    if other:
-        names = (f"{big['model']}（プロンプト長 {big['prompt_len']}）と既定モデル（プロンプト長 {base['prompt_len']}）"
-                 f"（モデルのほかに {'・'.join(other)} も違うので、モデルだけの差ではありません）")
-    return [
-        Prediction(f"{names}: 予算が最大の構成の「最大の ITL ÷ ITL の中央値」（Prefill と同居したステップが Decode だけの"
-                   "ステップの何倍か）が、大きなモデルの形で大きい", sg > sb,
-                   f"大きなモデル {sg:.1f} 倍、既定モデル {sb:.1f} 倍",
-                   "大きなモデルでは Decode のステップも重みの読み出しで長くなります。プロンプトを長くしてください。" + BUSY),
-        Prediction(f"{names}: ITL の p99 の「予算最大 ÷ 予算最小」が、大きなモデルの形で大きい", bg > bb,
-                   f"大きなモデル {bg:.1f} 倍、既定モデル {bb:.1f} 倍",
-                   "予算が最小でも、大きなモデルではチャンクの行列積が Decode のステップに比べて重くなります。"
-                   "予算の最小をもっと小さくしてください。" + BUSY),
-    ]
-
-
-def spread(r: dict) -> float:
-    """The width between the 10th and the 90th percentile of a setup's ITL [ms] (the stalled tail left out)."""
-    g = gaps(r)
-    return percentile(g, 90) - percentile(g, 10)
-
-
-def task3_predictions(base: dict, poisson: dict) -> list[Prediction]:
-    """課題3: Poisson arrivals (``poisson``) against all the short requests at once (``base``), at the largest budget."""
-    a, b = singles(base)[-1], singles(poisson)[-1]
-    return [
-        Prediction("ポアソン到着では、ITL の各間隔の時点で Decode 中の短いリクエストの件数が、平均して一斉到着より少ない",
-                   b["mean_decoding"] < a["mean_decoding"],
-                   f"平均の件数 一斉 {a['mean_decoding']:.2f}、ポアソン {b['mean_decoding']:.2f}",
-                   "到着レートが高いと、ポアソンでもほぼ一斉に届きます。rate を下げてください"),
-        Prediction(f"予算 {a['budget']} の構成で、ITL の p10〜p90 の幅がポアソン到着のほうが {SPREAD_MARGIN - 1:.0%} 以上広い",
-                   spread(b) > SPREAD_MARGIN * spread(a),
-                   f"幅 一斉 {spread(a):.2f} ms、ポアソン {spread(b):.2f} ms",
-                   f"差が {SPREAD_MARGIN - 1:.0%} 未満なら、1回の実行の揺れの範囲で、どちらとも言えません。"
-                   "このマシンでは1ステップの固定の時間が大きく、Decode の件数や短い Prefill による差が小さい。" + BUSY),
-    ]
-
-
-__all__ = ["budget_prediction", "budget_ratio", "budget_reading", "dominated", "kv_reading", "pareto_reading",
-           "handoff_reading", "p99_needs", "singles", "spike_ratio", "spread", "stall_bound", "stall_reading",
-           "stall_share", "mean_reading", "disagg_itl_reading", "task1_predictions", "task2_predictions",
-           "task3_predictions"]
+__all__ = ["BLOCK", "BUSY", "STALL_FACTOR", "budget_prediction", "budget_reading", "disagg_itl_reading", "dominated",
+           "gaps", "handoff_reading", "kv_reading", "mean_reading", "p99_needs", "pareto_reading", "prefill_gaps",
+           "singles", "stall_bound", "stall_reading", "stall_share", "sweep_lines"]

@@ -1,4 +1,4 @@
-"""Lab 9's readings and predictions (course/labs/lab09_explain.py): each verdict follows the numbers (planted
+"""Lab 9's readings and predictions (course/labs/lab09_explain.py, lab09_tasks.py): each verdict follows the numbers (planted
 contradicting numbers turn it), p99 is read as a rate effect (the share of stalled gaps), the KV column is split
 into long and short prompts and checked against blocks x 16 x bytes per token, the frontier is read by dominance
 (course/TERMS.md), and every verdict saved in lab 9 and lesson 9 agrees with the numbers saved in its line."""
@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from course.labkit.predictions import HELD, MISSED
+from course.labs import lab09
 from course.labs import lab09_explain as ex
+from course.labs import lab09_tasks as tk
 
 ROOT = Path(__file__).resolve().parents[2]
 PER_TOKEN = 2 * 6 * 5 * 64 * 4             # the default model in float32 (lesson 9, lab 9)
@@ -70,6 +72,9 @@ def test_handoff_reading_names_the_largest_measured_part():
     text = ex.budget_reading(run(setup(16), hi, slow_prefill))
     assert "到着から Prefill 完了まで 1200 ms" in text and "KV の取り出しと転送 300.0 ms" in text
     assert "受け入れるまで 100.0 ms" in text and "Prefill のプロセスそのものが" in text
+    assert "スレッドの数は1エンジンと同じです" in ex.budget_reading(run(setup(16), hi, slow_prefill, threads=1))
+    named = ex.budget_reading(run(setup(16), hi, slow_prefill, threads=2, prefill_threads=1))
+    assert "Prefill のプロセスは 1 スレッド、1エンジンは 2 スレッドです" in named     # named only where they differ
     slow_pipe = setup(None, ttft=700.0, kv_ms_long=300.0, prefill_ms_long=260.0, admit_ms_long=140.0)
     assert "パイプで運ぶ" in ex.budget_reading(run(setup(16), hi, slow_pipe))        # planted: the pipe dominates
     slow_admit = setup(None, ttft=700.0, kv_ms_long=30.0, prefill_ms_long=260.0, admit_ms_long=410.0)
@@ -121,39 +126,74 @@ def test_pareto_reading_uses_dominance():
 def test_task1_verdicts_follow_the_numbers():
     short = run(setup(16, p99=6.0, mx=6.5, ttft=80), setup(512, p99=20.0, mx=21.0, ttft=25), prompt_len=128)
     long_ = run(setup(16, p99=6.4, mx=7.0, ttft=240), setup(512, p99=55.0, mx=56.0, ttft=60), prompt_len=448)
-    assert [p.held for p in ex.task1_predictions(short, long_)] == [True, True]
+    assert [p.held for p in tk.task1_predictions(short, long_)] == [True, True]
     flat = run(setup(16, p99=4.0, mx=7.0, ttft=240), setup(512, p99=19.0, mx=21.5, ttft=60), prompt_len=448)
-    assert [p.held for p in ex.task1_predictions(short, flat)] == [False, True]     # planted: p99 fell
+    assert [p.held for p in tk.task1_predictions(short, flat)] == [False, True]     # planted: p99 fell
     spiky = run(setup(16, p99=60.0, mx=70.0, ttft=240), setup(512, p99=55.0, mx=56.0, ttft=60), prompt_len=448)
-    assert [p.held for p in ex.task1_predictions(short, spiky)] == [True, False]    # planted: small budget jumps
+    assert [p.held for p in tk.task1_predictions(short, spiky)] == [True, False]    # planted: small budget jumps
 
 
 def test_task2_verdicts_follow_the_numbers():
     base = run(setup(16, p99=7.9), setup(512, median=6.0, p99=51.7, mx=51.7))
     big = run(setup(16, p99=90.0), setup(1024, median=40.0, p99=3500.0, mx=3600.0), model="synthetic:llama-125m")
-    assert [p.held for p in ex.task2_predictions(base, big)] == [True, True]
+    assert [p.held for p in tk.task2_predictions(base, big)] == [True, True]
     flat = run(setup(16, p99=900.0), setup(1024, median=400.0, p99=1000.0, mx=1100.0), model="synthetic:llama-125m")
-    assert [p.held for p in ex.task2_predictions(base, flat)] == [False, False]
+    assert [p.held for p in tk.task2_predictions(base, flat)] == [False, False]
     same = run(setup(16, p99=90.0), setup(512, median=40.0, p99=3500.0, mx=3600.0), model="synthetic:llama-125m",
                num_long=2)
     base2 = run(setup(16, p99=7.9), setup(512, median=6.0, p99=51.7, mx=51.7), num_long=2)
-    assert "同じ流れ" in ex.task2_predictions(base2, same)[0].text
+    assert "同じ流れ" in tk.task2_predictions(base2, same)[0].text
     other = run(setup(16, p99=90.0), setup(1024, median=40.0, p99=3500.0, mx=3600.0), prompt_len=1024,
                 model="synthetic:llama-125m", num_long=1)
-    assert "モデルだけの差ではありません" in ex.task2_predictions(base2, other)[0].text     # two things changed
+    assert "モデルだけの差ではありません" in tk.task2_predictions(base2, other)[0].text     # two things changed
+
+
+def windows(row, arrivals, firsts):
+    return {**row, "long_arrivals_s": arrivals, "long_first_token_s": firsts}
 
 
 def test_task3_verdicts_follow_the_numbers():
-    base = run(setup(16), setup(512, gaps=[5.0] * 50 + [5.2] * 50, decoding=3.9))
-    poisson = run(setup(16), setup(512, gaps=[3.0] * 30 + [5.0] * 40 + [7.0] * 30, decoding=1.8))
-    assert [p.held for p in ex.task3_predictions(base, poisson)] == [True, True]
-    same = run(setup(16), setup(512, gaps=[5.0] * 50 + [5.1] * 50, decoding=4.0))
-    assert [p.held for p in ex.task3_predictions(base, same)] == [False, False]
-    # planted: poisson's spread 10 % wider (2.2 vs 2.0 ms), inside one run's noise: not counted as held
-    near = run(setup(16), setup(512, gaps=[4.0] * 50 + [6.2] * 50, decoding=1.8))
-    wide = run(setup(16), setup(512, gaps=[4.0] * 50 + [6.0] * 50, decoding=3.9))
-    held = ex.task3_predictions(wide, near)[1]
-    assert not held.held and "揺れの範囲" in held.verdict()
+    # steps every 0.01 s; each long prompt's prefill is one step, ending at 0.30 s and 0.60 s (its first token)
+    def points(decoders):       # decoders(t): how many short requests get a gap ending at step t
+        return [(t, 5.0) for t in (round(0.01 * i, 2) for i in range(1, 90)) for _ in range(decoders(t))]
+    base = run(setup(16), windows(setup(512, decoding=3.9), [0.295, 0.595], [0.30, 0.60]))
+    base["setups"]["chunk_512"]["itl_points"] = points(lambda t: 4)
+    poisson = run(setup(16), windows(setup(512, decoding=1.8), [0.295, 0.595], [0.30, 0.60]))
+    poisson["setups"]["chunk_512"]["itl_points"] = points(lambda t: 1 if t < 0.5 else 2)
+    held = tk.task3_predictions(base, poisson)
+    assert [p.held for p in held] == [True, True], [p.verdict() for p in held]
+    assert "一斉 8 個、ポアソン 3 個" in held[1].verdict()
+    same = run(setup(16), windows(setup(512, decoding=4.0), [0.295, 0.595], [0.30, 0.60]))
+    same["setups"]["chunk_512"]["itl_points"] = base["setups"]["chunk_512"]["itl_points"]
+    assert [p.held for p in tk.task3_predictions(base, same)] == [False, False]    # planted: everyone still decodes
+
+
+def test_prefill_gaps_count_the_decoders_of_the_prefill_steps():
+    from course.labkit.itl import prefill_gaps
+    r = windows(setup(64, gaps=[]), [1.0], [1.2])
+    r["itl_points"] = [(0.99, 5.0), (1.05, 6.0), (1.1, 6.0), (1.2, 7.0), (1.2, 7.0), (1.25, 5.0)]
+    assert prefill_gaps(r) == [6.0, 6.0, 7.0, 7.0]              # after arrival, up to the first token's step
+    assert prefill_gaps(setup(64)) is None                      # no long prompts' times: not counted
+
+
+def test_sweep_lines_name_noise_where_the_prefill_steps_are_not_long():
+    light = windows(setup(16, median=8.0), [0.0], [1.0])
+    light["itl_points"] = ([(0.1 * i, 8.0) for i in range(1, 11)] + [(1.0 + 0.1 * i, 8.0) for i in range(1, 11)]
+                           + [(2.5, 30.0)])                                           # one long gap, outside
+    heavy = windows(setup(512, median=6.0), [0.0], [0.5])
+    heavy["itl_points"] = [(0.5, 90.0)] * 4 + [(0.6 + 0.01 * i, 6.0) for i in range(20)]
+    text = ex.sweep_lines(run(light, heavy))
+    lo, hi = text.splitlines()
+    assert "それ以外の長い間隔 1 個" in lo and "揺れで決まります" in lo
+    assert "中央値 6.0 ms の 15.0 倍" in hi and "揺れ" not in hi
+
+
+def test_readout_note_says_cores_must_be_free():
+    res = run(setup(16, itl_count=188, kv_bytes_long=0, tpot_ms=5.0), threads=1, prefill_threads=1, warnings=[],
+              same_tokens=True)
+    assert "コアが空いていれば CPU を多く使えます。" in lab09.readout_html(res)
+    busy = dict(res, warnings=["⚠ ほかのプログラムが CPU を使っています"])
+    assert "ほかのプログラムがコアを使っていました" in lab09.readout_html(busy)
 
 
 # ---------------------------------------------------------------- the saved notebooks
@@ -223,5 +263,5 @@ def test_lab9_saved_task_verdicts_agree_with_their_numbers():
     one, two = saved_lines(lab, "7e1f3a25")
     late, poisson = nums(rf"平均の件数 一斉 {NUM}、ポアソン {NUM}", one)
     agree(one, lt(poisson, late))
-    late, poisson = nums(rf"幅 一斉 {NUM} ms、ポアソン {NUM} ms", two)
-    agree(two, lt_scaled(ex.SPREAD_MARGIN, late, poisson))
+    late, poisson = nums(rf"一斉 {NUM} 個、ポアソン {NUM} 個", two)
+    agree(two, lt(poisson, late))

@@ -1,0 +1,60 @@
+"""The short requests' ITL gaps of an interference run (lab 9's result dicts): which setups, which gaps are long,
+how many a prefill can stall, and which gaps shared a step with a long prompt's prefill.
+
+A setup dict has ``budget`` (None for Disaggregation), ``median_itl_ms`` and ``itl_points``: (end of the gap in s
+after the start, gap in ms) per short request's output token. The engine stamps every output of a step with one
+``now`` (minimal_engine/engine/scheduler.py ``_append``), so the gaps of the requests decoding in the step that
+produced a long prompt's first token end exactly at that first token's time. Used by lab09_explain (readings)
+and lab09_tasks (the tasks' predictions).
+"""
+from __future__ import annotations
+
+import math
+
+STALL_FACTOR = 2.0          # a gap longer than this x the setup's median ITL: "long" (mostly a step shared with a prefill)
+BUSY = "ほかのプログラムが CPU を使っていると ITL の裾が揺れます。負荷の警告を確かめ、ほかのカーネルを止めて測り直してください"
+
+
+def singles(res: dict) -> list[dict]:
+    """The one-engine setups, smallest budget first."""
+    return sorted((r for r in res["setups"].values() if r["budget"] is not None), key=lambda r: r["budget"])
+
+
+def gaps(r: dict) -> list[float]:
+    return [g for _, g in r["itl_points"]]
+
+
+def stall_share(r: dict) -> tuple[int, int]:
+    """(gaps longer than STALL_FACTOR x the median ITL, all gaps) of one setup."""
+    g = gaps(r)
+    return sum(x > STALL_FACTOR * r["median_itl_ms"] for x in g), len(g)
+
+
+def p99_needs(n: int) -> int:
+    """How many of the top gaps p99 reads (linear interpolation at rank 0.99 (n - 1), numpy's default): p99 is one of
+    the long gaps (or between two of them) when at least n - floor(0.99 (n - 1)) gaps are long, a share of about
+    1 % + 1/n: the share decides, and near the border the number of samples too."""
+    return n - math.floor(0.99 * (n - 1)) if n else 0
+
+
+def stall_bound(res: dict, r: dict) -> int | None:
+    """The most gaps that can share a step with a long prompt's prefill at budget r: num_long prompts x their prefill
+    steps (ceil(prompt_len / (budget - num_decodes))) x the decoding short requests. None when the run lacks them."""
+    if "num_long" not in res or "num_decodes" not in res:
+        return None
+    steps = math.ceil(res["prompt_len"] / max(1, r["budget"] - res["num_decodes"]))
+    return res["num_long"] * steps * res["num_decodes"]
+
+
+def prefill_gaps(r: dict) -> list[float] | None:
+    """The gaps that ended while a long prompt was being prefilled: after its arrival, up to and including the step
+    that gave its first token (one engine: every chunk of its prefill; at a budget >= the prompt, the one step that
+    prefills it whole). One per short request decoding in those steps, so their number counts the decoders the
+    prefill stalled. None when the run lacks the long prompts' times."""
+    wins = list(zip(r.get("long_arrivals_s") or [], r.get("long_first_token_s") or []))
+    if not wins:
+        return None
+    return [g for t, g in r["itl_points"] if any(a < t <= f for a, f in wins)]
+
+
+__all__ = ["BUSY", "STALL_FACTOR", "gaps", "p99_needs", "prefill_gaps", "singles", "stall_bound", "stall_share"]
