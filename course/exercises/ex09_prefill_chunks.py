@@ -1,4 +1,10 @@
-"""Exercise 9 (chapter 9): chunk_plan(prompt_len, decode_batch, token_budget) -> chunk sizes of a long prefill.
+"""Exercise 9 (chapter 9): chunk_plan(prompt_len, decode_batch, token_budget) -> chunk sizes of a long prefill, and
+handoff_ms(layers, kv_heads, head_dim, prompt_len, link_gb_s, bytes_per_value=2, block_size=16) -> the milliseconds
+Disaggregation's KV hand-off of that prompt takes over a link (passed as ``grade(..., handoff_ms=handoff_ms)``).
+
+Hand-off: whole blocks of block_size tokens, all layers, K and V, bandwidth only (no latency, no overlap), graded
+against the project's calculators (calc.kv_transfer_bytes / calc.transfer_seconds) on named models' shapes, an FP8 KV
+(1 byte per value), a prompt that is not a multiple of the block, and the default model in float32 (what lab 9 moves).
 
 Stall-free batching (Sarathi-Serve, the engine's chunked prefill): every step the decode_batch running requests take
 one token each first, and the rest of the budget, token_budget - decode_batch, goes to the next prefill chunk. The
@@ -59,6 +65,58 @@ def engine_chunks(prompt_len: int, decode_batch: int, token_budget: int) -> tupl
     return chunks, worst
 
 
+# handoff_ms cases: (model whose shape the calculators know, prompt_len, link name, KV dtype, block_size)
+HANDOFF_CASES = [("Llama 3.1 8B", 8192, "InfiniBand NDR (400 Gb/s)", "bf16", 16),
+                 ("Llama 3.3 70B", 8192, "InfiniBand NDR (400 Gb/s)", "bf16", 16),
+                 ("Llama 3.1 8B", 8192, "NVLink (H100/H200)", "fp8", 16),
+                 ("Qwen3-0.6B", 1000, "PCIe 5.0 x16", "bf16", 16),
+                 ("Llama 3.1 8B", 100, "PCIe 5.0 x16", "bf16", 64)]
+BYTES = {"bf16": 2, "fp8": 1, "float32": 4}
+
+
+def handoff_reference(model: str, prompt_len: int, link: str, dtype: str, block_size: int) -> float:
+    from minimal_engine import calculators as calc
+    return calc.transfer_seconds(calc.kv_transfer_bytes(model, prompt_len, dtype, block_size), link) * 1e3
+
+
+def _handoff_cases(fn, limit: float) -> list:
+    from minimal_engine import calculators as calc
+    out = []
+    if fn is None:
+        return [case("KV の受け渡しの時間", "grade(\"09_prefill_chunks\", chunk_plan, handoff_ms=handoff_ms)", "handoff_ms",
+                     "渡されていません", False, "2つ目の関数 handoff_ms も grade に渡してください。")]
+    for model, n, link, dtype, block in HANDOFF_CASES:
+        shape = calc.get_model_shape(model)
+        args = (shape.layers, shape.kv_heads, shape.head_dim, n, calc.LINKS_GB_S[link], BYTES[dtype], block)
+        inp = (f"{model}（{shape.layers} 層、KV ヘッド {shape.kv_heads}、ヘッド次元 {shape.head_dim}）、{n} トークン、"
+               f"{link} {calc.LINKS_GB_S[link]:g} GB/s、値 {BYTES[dtype]} バイト、ブロック {block}")
+        want = handoff_reference(model, n, link, dtype, block)
+        ok, got, msg = run(fn, *args, timeout_s=limit)
+        if not ok:
+            out.append(failed_call("KV の受け渡しの時間", inp, f"{want:.3f} ms", msg))
+            continue
+        num = isinstance(got, (int, float)) and not isinstance(got, bool)
+        right = num and abs(got - want) <= 1e-6 * want
+        why = ""
+        if not num:
+            why = "ミリ秒を1つの数（float）で返してください。"
+        elif not right:
+            tokens = -(-n // block) * block
+            per = shape.layers * 2 * shape.kv_heads * shape.head_dim * BYTES[dtype]
+            hints = [(n * per / (calc.LINKS_GB_S[link] * 1e9) * 1e3, "ブロック単位に切り上げていません（"
+                      f"{n} トークン → {tokens} トークン分を送ります）。"),
+                     (want / 2, "K と V の2つを数えてください（×2）。"), (want * 1e-3, "秒ではなくミリ秒で返してください。"),
+                     (want / BYTES[dtype], "値のバイト数（bytes_per_value）を掛けてください。")]
+            why = "".join(h for v, h in hints if v != want and abs(got - v) <= 1e-6 * v)
+            if "K と V" in why and "値のバイト数" in why:           # BF16: both halve the bytes
+                why = "半分の値です。K と V の2つ（×2）か、値のバイト数（bytes_per_value）が抜けていませんか。"
+            why = why or ("転送量は ceil(prompt_len ÷ block_size) × block_size × 層数 × 2（K と V）× KV ヘッド数 × "
+                          "ヘッド次元 × 値のバイト数で、それを帯域（GB/s × 10^9 B/s）で割ります。")
+        out.append(case("KV の受け渡しの時間", inp, f"{want:.3f} ms", f"{got:.3f} ms" if num else repr(got)[:60],
+                        bool(right), why))
+    return out
+
+
 def _positive_int(c) -> bool:
     """A positive integer: Python's int or numpy's (numbers.Integral), not a bool."""
     return isinstance(c, numbers.Integral) and not isinstance(c, bool) and c > 0
@@ -106,6 +164,7 @@ def check(fn, ctx=None) -> list:
         refused = not ok and "ValueError" in msg
         out.append(case("予算が Decode だけで尽きる", inp, "ValueError", msg if not ok else repr(got)[:100], refused,
                         "予算が Decode の分以下だと Prefill が進みません。ValueError で、何が足りないかを伝えてください。"))
+    out += _handoff_cases(ctx.get("handoff_ms"), limit)
     if ctx.get("engine") is False or not all(c.passed for c in out):
         return out
     L, d, b = ENGINE_CASE
@@ -121,8 +180,10 @@ def check(fn, ctx=None) -> list:
     return out
 
 
-GRADER = Grader(id="09_prefill_chunks", chapter=9, title_ja="Prefill をチャンクに分ける計画", check=check, hints=[
+GRADER = Grader(id="09_prefill_chunks", chapter=9, title_ja="Prefill をチャンクに分ける計画と KV の受け渡しの時間", check=check, hints=[
     "1ステップの予算のうち、まず Decode 中のリクエストが1トークンずつ使います。Prefill に使えるのはその残りです。",
     "残り room = token_budget − decode_batch のチャンクを並べ、最後に端数を1つ足します。room が 1 未満なら ValueError です。",
-    "full, rest = divmod(prompt_len, room); return [room] * full + ([rest] if rest else [])",
+    "full, rest = divmod(prompt_len, room); return [room] * full + ([rest] if rest else [])。handoff_ms は "
+    "-(-prompt_len // block_size) * block_size * layers * 2 * kv_heads * head_dim * bytes_per_value ÷ "
+    "(link_gb_s * 1e9) × 1000",
 ])

@@ -1,4 +1,5 @@
-"""第9章の演習の解答例：長いプロンプトの Prefill を、Decode を止めないチャンクに分ける計画です。"""
+"""第9章の演習の解答例：長いプロンプトの Prefill を、Decode を止めないチャンクに分ける計画と、
+Disaggregation で、そのプロンプトの KV を Decode 側に運ぶ時間です。"""
 
 
 def chunk_plan(prompt_len: int, decode_batch: int, token_budget: int) -> list[int]:
@@ -13,3 +14,12 @@ def chunk_plan(prompt_len: int, decode_batch: int, token_budget: int) -> list[in
                          "（Decode だけで予算を使い切ると Prefill が進みません）")
     full, rest = divmod(prompt_len, room)
     return [room] * full + ([rest] if rest else [])
+
+
+def handoff_ms(layers: int, kv_heads: int, head_dim: int, prompt_len: int, link_gb_s: float,
+               bytes_per_value: int = 2, block_size: int = 16) -> float:
+    """プロンプトの KV をブロック単位（block_size トークン）で、全層の K と V をまとめて運ぶ時間 [ms]。
+    帯域だけで割った下限です（遅延や、Prefill の計算との重ね合わせは入れません）。"""
+    tokens = -(-prompt_len // block_size) * block_size          # ブロック単位に切り上げる
+    num_bytes = tokens * layers * 2 * kv_heads * head_dim * bytes_per_value
+    return num_bytes / (link_gb_s * 1e9) * 1e3

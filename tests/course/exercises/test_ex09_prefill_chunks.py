@@ -8,7 +8,17 @@ import pytest
 import wrong_solutions_b as wrong
 
 ROOT = Path(__file__).resolve().parents[3]
-CTX = {'engine': False}
+
+
+
+def _solution_module():
+    spec = importlib.util.spec_from_file_location("ex09_prefill_chunks_solution", ROOT / "exercises/solutions/ex09_prefill_chunks.py")
+    sol_mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sol_mod)
+    return sol_mod
+
+
+CTX = {'engine': False, 'handoff_ms': _solution_module().handoff_ms}
 
 
 def _grader():
@@ -79,12 +89,12 @@ def _stub(*args, **kwargs):
 @pytest.mark.parametrize("bad", [_raises, _stub])
 def test_raising_solution_is_reported(bad):
     fn = {"shard_columns": bad, "shard_rows": bad, "combine": bad} if "chunk_plan" == "None" else bad
-    cases = _grader().check(fn, CTX)
+    cases = _grader().check(fn, dict(CTX, handoff_ms=bad))
     assert cases and not any(c.passed for c in cases)
 
 
 def test_the_solutions_plan_is_what_the_engine_does():
-    cases = _grader().check(_solution(), None)
+    cases = _grader().check(_solution(), {"handoff_ms": _solution_module().handoff_ms})
     engine = [c for c in cases if "エンジン" in c.name]
     assert len(engine) == 1 and engine[0].passed, engine
 
@@ -93,10 +103,11 @@ def test_looping_solution_is_reported_as_a_timeout():
     def loops(*args):
         while True:
             pass
-    cases = _grader().check(loops, {"engine": False, "timeout_s": 0.2})
+    cases = _grader().check(loops, {"engine": False, "timeout_s": 0.2, "handoff_ms": loops})
     assert cases and not any(c.passed for c in cases)
     timed_out = [c for c in cases if "秒以内に終わりませんでした" in c.message]
-    assert len(timed_out) == len(_grader_module().CASES), [c.message for c in cases]
+    mod = _grader_module()
+    assert len(timed_out) == len(mod.CASES) + len(mod.HANDOFF_CASES), [c.message for c in cases]
 
 
 def _grader_module():
@@ -122,3 +133,20 @@ def test_a_numpy_array_is_told_its_type_and_tolist():
     cases = _grader().check(lambda L, d, b: np.array(sol(L, d, b)), CTX)
     bad = [c.message for c in cases if not c.passed]
     assert bad and all("ndarray" in m and ".tolist()" in m for m in bad), bad
+
+
+def test_the_hand_off_is_graded_against_the_calculators_and_names_typical_mistakes():
+    sol = _solution_module()
+    grader = _grader()
+
+    def messages(fn):
+        return [c.message for c in grader.check(sol.chunk_plan, {"engine": False, "handoff_ms": fn})
+                if not c.passed and "受け渡し" in c.name]
+    assert messages(sol.handoff_ms) == []
+    no_blocks = messages(lambda L, h, d, n, g, b=2, bs=16: n * L * 2 * h * d * b / (g * 1e9) * 1e3)
+    assert no_blocks and all("ブロック単位" in m for m in no_blocks)      # only the non-multiple prompts fail
+    assert all("ミリ秒" in m for m in messages(lambda *a: sol.handoff_ms(*a) / 1000))
+    halves = messages(lambda *a: sol.handoff_ms(*a) / 2)
+    assert any("半分の値" in m for m in halves) and any(m == "K と V の2つを数えてください（×2）。" for m in halves)
+    missing = [c for c in grader.check(sol.chunk_plan, {"engine": False}) if not c.passed]
+    assert [c.message for c in missing] == ["2つ目の関数 handoff_ms も grade に渡してください。"]
