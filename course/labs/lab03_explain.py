@@ -9,14 +9,11 @@
 Each ``*_predictions`` takes the measured numbers (``*_numbers`` pulls them out of the runs) so that a
 test can plant contradicting numbers, and re-derive a saved verdict from the numbers printed next to it.
 
-The readings, on a CPU: the no-cache step at position ``x`` recomputes ``x`` positions, so its time is
-a fixed part (Python, small calls, lm_head on the last row only: the whole vocab x hidden weight read once
-per step, whatever ``x``) plus a part proportional to ``x``: a line ``a + b x`` with ``a > 0``,
-not a proportion. The cached step computes one token and reads the context's K/V, which for the default
-model is small next to its weights, and it has the engine's fixed per-step time (scheduler, sampler,
-Python), which does not depend on the context either, so it stays nearly flat. Work grows faster than time (a batch of
-many positions uses the ALUs better than one token does), so the time ratio stays well under the work
-ratio.
+The readings, on a CPU: the no-cache step at position ``x`` recomputes ``x`` positions: a fixed part (Python,
+small calls, lm_head on the last row only, whose vocab x hidden weight is read whatever ``x``) plus a part
+proportional to ``x`` (a line ``a + b x``, ``a > 0``). The cached step computes one token and reads the
+context's K/V (small next to the default model's weights) plus the engine's fixed per-step time: nearly flat.
+Work grows faster than time (many positions per step use the ALUs better than one token does).
 """
 from __future__ import annotations
 
@@ -159,8 +156,7 @@ def _cached_doubling_reason(ratios: list[float]) -> str:
 
 
 def _no_cache_doubling_reason(work: list[float]) -> str:
-    """Why a no-cache doubling stayed at or under 2.2: the NP term only where the positions themselves grew
-    by 2.2x or less; otherwise the per-step fixed time (or load), which pulls N·a + b·positions toward 2x."""
+    """Why a no-cache doubling stayed <= 2.2x: the NP term if the positions grew <= 2.2x, else fixed time or load."""
     if any(w <= 2.2 for w in work):
         return ("計算した位置の数の伸び自体が 2.2 倍以下：プロンプトが出力に比べて長いうちは、2乗の項より NP の項が"
                 "大きく、位置の数の伸びが2倍に近い。" + _LOAD)
@@ -190,8 +186,7 @@ def task1_predictions(rows: list[dict]) -> list[Prediction]:
 
 # ---------------------------------------------------------------- 課題2: a longer prompt
 def task2_numbers(runs: dict[int, dict]) -> list[dict]:
-    """Per prompt length: the median of the cached decode steps, the no-cache path's first decode step, and
-    (where the run has them) the K/V written at the last step and the weights' bytes, in MiB."""
+    """Per prompt: cached steps' median, no-cache first step, and (if present) last-step K/V and weights in MiB."""
     return [{"prompt_len": p, "cached_ms": statistics.median(r["cached_ms"]), "no_cache_first_ms": r["no_cache_ms"][0],
              **({"kv_mib": r["kv_bytes"][-1] / 2**20, "weight_mib": r["weight_bytes"] / 2**20}
                 if "kv_bytes" in r and "weight_bytes" in r else {})}
@@ -273,9 +268,8 @@ def task4_table(nums: dict[str, dict]) -> str:
 
 
 def task4_predictions(nums: dict[str, dict], small: str = "default", large: str = "synthetic:llama-125m"):
-    """Both readings compare like with like: the cached step of two models (the larger reads ~6x the weight
-    bytes), and, for each model on its own, no cache against cache. The two models' ratios are not compared
-    (they differ in dtype, float32 against BF16, and the CPU's BF16 matmul speed sets the larger one's)."""
+    """Like with like: the two models' cached steps (the larger reads ~6x the weight bytes), and each model's
+    no cache against cache. Their ratios are not compared (float32 vs BF16: the CPU's BF16 speed sets one)."""
     s, big = nums[small], nums[large]
     return [
         Prediction("llama-125m の形では、キャッシュありの1ステップが既定モデルの2倍以上長い",
@@ -289,8 +283,7 @@ def task4_predictions(nums: dict[str, dict], small: str = "default", large: str 
 
 
 def task4_ratio_note(nums: dict[str, dict], small: str = "default", large: str = "synthetic:llama-125m") -> str:
-    """The two models' ratios side by side, with no direction read (their dtypes differ); under 1.3x apart it
-    also says the gap is within noise."""
+    """The two models' ratios side by side, no direction read (dtypes differ); under 1.3x apart: within noise."""
     a, b = nums[small]["ratio"], nums[large]["ratio"]
     if max(a, b) < 1.3 * min(a, b):
         return (f"2つのモデルの比（{a:.2f} 倍と {b:.2f} 倍）の差は 1.3 倍未満で、負荷の揺れの範囲です。"
