@@ -137,10 +137,12 @@ def test_saved_sweep_verdicts_agree_with_the_saved_table():
     tp = [float(r[6]) for r in rows]
     n = [sum(STREAM) / step_counts(STREAM, int(r[0]))[0] for r in (rows[0], rows[-1])]   # static's mean batch
     fixed = tp[0] - (tp[-1] - tp[0]) / (n[1] - n[0]) * n[0]
-    step_held = all(b >= 0.95 * a for a, b in zip(tp, tp[1:])) and tp[-1] / tp[0] >= 0.95 and fixed / tp[-1] >= 0.5
+    rest = tp[-1] / tp[0] >= 0.95 and fixed / tp[-1] >= 0.5
+    # the TPOTs are printed to 0.1 ms: a pair within rounding of the 0.95 threshold may go either way
+    rising = {all(b + e >= 0.95 * (a - e) for a, b in zip(tp, tp[1:])) for e in (0.05, -0.05)}
     assert f"固定の割合 {100 * fixed / tp[-1]:.0f} %" in text, text
-    saved = [line for line in text.splitlines() if line.startswith((HELD, MISSED))]
-    assert [line.startswith(HELD) for line in saved] == [gap_held, step_held], text
+    saved = [line.startswith(HELD) for line in text.splitlines() if line.startswith((HELD, MISSED))]
+    assert saved[0] == gap_held and saved[1] in {r and rest for r in rising}, text
 
 
 def test_saved_task2_verdict_agrees_with_its_numbers():
