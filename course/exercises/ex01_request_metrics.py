@@ -7,6 +7,8 @@ RequestMetrics.tpot returns None and the run summary leaves such requests out of
 Graded on hand cases, on random timestamps compared with RequestMetrics, which the learner's code
 cannot look up (the timestamps are drawn here), and on three real requests of the default model: their
 timestamps go to the learner's function and the answer must equal what the engine's RequestMetrics reports.
+``itl`` may be any sequence of the values (a list, a tuple, a numpy array such as ``np.diff(token_times_s)``);
+numbers may be numpy scalars.
 """
 from __future__ import annotations
 
@@ -22,6 +24,17 @@ KEYS = ("ttft", "tpot", "itl", "e2el")
 def reference(arrival: float, times: list[float]) -> dict:
     m = RequestMetrics(arrival_time=arrival, first_token_time=times[0], token_times=list(times))
     return {"ttft": m.ttft, "tpot": m.tpot, "itl": [b - a for a, b in zip(times, times[1:])], "e2el": m.e2e_latency}
+
+
+def _as_list(a):
+    """A sequence of values as a list (a numpy array, a tuple, a range: the values are what is graded);
+    anything else (a number, None, a dict, a string, a generator) as it is."""
+    if a is None or isinstance(a, (str, bytes, dict, list)) or not hasattr(a, "__len__"):
+        return a
+    try:
+        return a.tolist() if hasattr(a, "tolist") else list(a)
+    except TypeError:      # a 0-d array has __len__ but no length
+        return a
 
 
 def _close(a, b) -> bool:
@@ -57,8 +70,11 @@ def _milliseconds(a, b) -> bool:
 
 
 def _itl_msg(got, exp: list) -> str:
-    if not isinstance(got, (list, tuple)) or len(got) != len(exp):
-        return "itl が違います（連続する2トークンの間隔の list で、長さは n − 1 です）"
+    if not isinstance(got, (list, tuple)):
+        return (f"itl が list ではありません（{type(got).__name__}）。連続する2トークンの間隔を、長さ n − 1 の list"
+                "（または numpy 配列、tuple）で返してください")
+    if len(got) != len(exp):
+        return f"itl の長さが違います（{len(got)} 個。連続する2トークンの間隔なので、長さは n − 1 = {len(exp)} です）"
     return "itl の値が違います（長さ n − 1 は合っています。間隔は token_times_s[i + 1] − token_times_s[i] です）"
 
 
@@ -83,6 +99,7 @@ def _case(fn, name: str, arrival: float, times: list[float], timeout_s: float, e
     if not isinstance(got, dict) or set(KEYS) - set(got):
         return Case(name, inp, _fmt(exp), _fmt(got), False,
                     f"戻り値はキー {', '.join(KEYS)} を持つ dict にしてください")
+    got = {**got, "itl": _as_list(got["itl"])}       # numpy arrays and tuples are graded on their values
     wrong = [k for k in KEYS if not _close(got[k], exp[k])]
     if not wrong:
         return Case(name, inp, _fmt(exp), _fmt(got), True, "OK")

@@ -81,3 +81,34 @@ def test_the_solution_is_checked_on_real_engine_requests():
     r = grade("01_request_metrics", load_solution("ex01_request_metrics", "request_metrics"), record=False)
     engine = [c for c in r.cases if "エンジンの実際のリクエスト" in c.name]
     assert len(engine) == 3 and all(c.passed for c in engine), str(r)
+
+
+def test_numpy_and_tuple_results_pass_on_their_values():
+    """np.diff for itl, numpy scalars for the rest, or a tuple: graded on the values, as a list would be."""
+    np = pytest.importorskip("numpy")
+
+    def with_numpy(a, t):
+        times = np.asarray(t)
+        return {"ttft": times[0] - a, "tpot": (times[-1] - times[0]) / (len(t) - 1) if len(t) > 1 else None,
+                "itl": np.diff(times), "e2el": times[-1] - a}
+
+    def with_tuple(a, t):
+        return {"ttft": t[0] - a, "tpot": (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else None,
+                "itl": tuple(y - x for x, y in zip(t, t[1:])), "e2el": t[-1] - a}
+    for fn in (with_numpy, with_tuple):
+        report = grade("01_request_metrics", fn, record=False)
+        assert report.passed, str(report)
+
+
+def test_an_itl_of_the_wrong_type_or_length_says_which():
+    def as_generator(a, t):
+        return {"ttft": t[0] - a, "tpot": (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else None,
+                "itl": (y - x for x, y in zip(t, t[1:])), "e2el": t[-1] - a}
+
+    def one_short(a, t):
+        return {"ttft": t[0] - a, "tpot": (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else None,
+                "itl": [y - x for x, y in zip(t, t[1:])][:-1] if len(t) > 2 else [], "e2el": t[-1] - a}
+    r = grade("01_request_metrics", as_generator, record=False)
+    assert not r.passed and any("list ではありません（generator）" in c.message for c in r.cases), str(r)
+    r = grade("01_request_metrics", one_short, record=False)
+    assert not r.passed and any("itl の長さが違います（1 個" in c.message for c in r.cases), str(r)
