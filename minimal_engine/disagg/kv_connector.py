@@ -16,11 +16,18 @@ so a request of n prompt tokens moves ceil(n / block_size) x block_size x (KV by
 `KVConnector` is the interface; `PipeKVConnector` is the one transport built here: a multiprocessing pipe
 between two processes on one machine (the tensor's raw bytes, no pickling of the data). Real systems plug other
 transports in at exactly this place: vLLM's KVConnector API (`NixlConnector` over NIXL/UCX with RDMA,
-`P2pNcclConnector`, `LMCacheConnectorV1`, `MooncakeConnector`) moves the same blocks, each its own way: NIXL and
-P2pNccl GPU-to-GPU over NVLink or InfiniBand without the CPU; LMCache through CPU memory, disk or a remote store;
-Mooncake's store with DRAM and SSD tiers. vLLM splits the interface into a scheduler side (`request_finished`,
-which may delay freeing the blocks until they are sent) and a worker side (`save_kv_layer`, `start_load_kv`,
-layer by layer so the transfer overlaps the forward pass); here one call moves all layers at once.
+`P2pNcclConnector`, `LMCacheConnectorV1`, `MooncakeConnector`, `MooncakeStoreConnector`) moves the same blocks,
+each its own way: NIXL and P2pNccl GPU-to-GPU over NVLink or InfiniBand without the CPU; LMCache through CPU
+memory, disk or a remote store; `MooncakeConnector` point to point with Mooncake's Transfer Engine (RDMA by
+default): the decode side sends the addresses of the blocks it allocated, the prefill side writes its blocks
+there (`batch_transfer_sync_write`) and frees them only after; the DRAM/SSD pool is `MooncakeStoreConnector`
+(MooncakeDistributedStore). Sources, read 2026-12-07: vllm/distributed/kv_transfer/kv_connector/v1/
+mooncake_connector.py at vllm-project/vllm commit 009d7c7601cad032a0a2158e5a66455f4afb1f14, and
+https://docs.vllm.ai/en/latest/features/mooncake_store_connector_usage/ ("Unlike MooncakeConnector which does
+direct point-to-point KV transfer between prefiller and decoder, ..."). vLLM splits the interface into a
+scheduler side (`request_finished`, which may delay freeing the blocks until they are sent) and a worker side
+(`save_kv_layer`, `wait_for_layer_load`, `start_load_kv`: per-layer hooks that let a connector overlap the
+transfer with the forward pass; NIXL's and Mooncake's leave them empty); here one call moves all layers at once.
 """
 from __future__ import annotations
 
