@@ -125,17 +125,38 @@ def formula_prediction(pairs: list[tuple[float, float]], tol: float = 0.05) -> P
                       "負荷の警告を確かめ、繰り返しを増やすか、出力長を長くして受理の数を増やしてください")
 
 
+LOWER_BOUND = ("式の損益分岐は下限です。式は検証の1回を Decode の1ステップと同じ時間とみなし、c はドラフトの forward "
+               "だけを測るので小さめに出ます（式の予測の節の2つのずれ）。実際の損益分岐はこれより高く、α が式の損益分岐を"
+               "わずかに上回るだけでは遅いことがあります")
+
+
 def break_even_prediction(label: str, alpha: float, break_even: float, speedup: float,
                           distilled: bool) -> Prediction:
     """The distilled draft's alpha is above the break-even alpha and it is faster than no
-    speculation; the undistilled one's is below and it is slower."""
+    speculation; the undistilled one's is below and it is slower. The formula's break-even is a lower
+    bound (a verify step slower than a decode step, c measured on the draft forward alone), so an alpha
+    just above it can still lose: that is the first reason named when alpha is above it and the run is slower."""
     side, pace = ("上回り", "速い") if distilled else ("下回り", "遅い")
     above = alpha > break_even
+    load = "c が負荷でばらついた（損益分岐は c で決まります）。負荷の警告を確かめ、c の測定を繰り返してください"
+    why = f"{LOWER_BOUND}。または、{load}" if above and speedup <= 1 else load
     return Prediction(f"{label}は、受理率 α が損益分岐の α を{side}、投機なしより{pace}",
                       above == distilled and (speedup > 1) == distilled,
-                      f"受理率 α {alpha:.3f}、損益分岐の α {break_even:.3f}、速度比 {speedup:.2f}",
-                      "c が負荷でばらついた（損益分岐は c で決まります）。負荷の警告を確かめ、"
-                      "c の測定を繰り返してください")
+                      f"受理率 α {alpha:.3f}、損益分岐の α {break_even:.3f}、速度比 {speedup:.2f}", why)
+
+
+def break_even_note(label: str, k: int, alpha: float, break_even: float, speedup: float,
+                    near: float = 0.05) -> str:
+    """One line (no verdict) for a k where no prediction is made: alpha against the formula's break-even and
+    the measured speedup; at most ``near`` above the break-even the formula cannot decide (it is a lower bound)."""
+    line = (f"k = {k}：{label}の受理率 α {alpha:.3f}、式の損益分岐の α {break_even:.3f}"
+            f"（差 {alpha - break_even:+.3f}）、速度比 {speedup:.2f}")
+    if alpha <= break_even:
+        return line + "。α が式の損益分岐以下なので、式の予測も投機なしより遅くなります"
+    if alpha - break_even < near:
+        line += (f"。α が式の損益分岐をわずかに上回る（差 {near} 未満）だけなので、式では速いか遅いかが決まりません。"
+                 + LOWER_BOUND)
+    return line
 
 
 def step_fit(rows: list[dict]) -> dict:
@@ -232,7 +253,7 @@ def weight_pass_prediction(linear_ms: dict[int, float], step_ms: float) -> Predi
                       "大部分は Python の処理です。負荷の警告も確かめてください")
 
 
-__all__ = ["acceptance_reading", "alpha_from_length", "break_even_prediction",
+__all__ = ["acceptance_reading", "alpha_from_length", "break_even_note", "break_even_prediction",
            "concurrency_predictions", "k_gain_prediction", "loop_period", "weight_pass_prediction",
            "formula_prediction", "loop_reading",
            "loop_share", "step_fit"]

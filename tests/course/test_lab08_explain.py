@@ -210,6 +210,44 @@ def test_break_even_verdicts_follow_the_numbers():
     assert not ex.break_even_prediction("蒸留", 0.76, 0.45, 0.95, distilled=True).held
 
 
+def test_break_even_reasons_name_the_lower_bound_when_alpha_is_above_and_the_run_slower():
+    # the saved k = 2 case of the earlier run: alpha just above the formula's break-even, still slower
+    p = ex.break_even_prediction("蒸留なし", 0.352, 0.335, 0.99, distilled=False)
+    assert not p.held and "下限" in p.verdict()
+    assert "下限" not in ex.break_even_prediction("蒸留なし", 0.30, 0.45, 1.05, distilled=False).verdict()
+
+
+def test_break_even_note_says_when_the_formula_cannot_decide():
+    near = ex.break_even_note("蒸留なし", 2, 0.352, 0.335, 0.99)
+    assert "+0.017" in near and "決まりません" in near and "下限" in near
+    assert not near.startswith((HELD, MISSED))
+    below = ex.break_even_note("蒸留なし", 4, 0.34, 0.48, 0.70)
+    assert "-0.140" in below and "式の予測も投機なしより遅く" in below and "決まりません" not in below
+    far = ex.break_even_note("蒸留", 2, 0.758, 0.318, 1.46)
+    assert "決まりません" not in far and "遅く" not in far
+
+
+NOTE = re.compile(r"k = (\d+)：(.+?)の受理率 α ([\d.]+)、式の損益分岐の α ([\d.]+)（差 [-+\d.]+）、速度比 ([\d.]+)")
+
+
+def test_lab8_saved_break_even_notes_agree_with_their_numbers():
+    nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code"
+                and "break_even_note" in "".join(c["source"]))
+    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
+                   if o.get("output_type") == "stream")
+    notes = [x for x in text.splitlines() if NOTE.match(x)]
+    assert len(notes) == 2, text
+    for line in notes:
+        k, label, a, be, sp = NOTE.match(line).groups()
+        d = float(a) - float(be)
+        if min(abs(d), abs(d - 0.05)) <= 0.0015:    # printed to 3 decimals: the class may flip at a boundary
+            continue
+        again = ex.break_even_note(label, int(k), float(a), float(be), float(sp))
+        for phrase in ("決まりません", "式の予測も投機なしより遅く"):
+            assert (phrase in line) == (phrase in again), line
+
+
 ALPHA = re.compile(r"(.+?)は、受理率 α が.*受理率 α ([\d.]+)、損益分岐の α ([\d.]+)、速度比 ([\d.]+)")
 
 
