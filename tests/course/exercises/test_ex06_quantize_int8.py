@@ -151,3 +151,29 @@ def test_a_square_per_column_scale_is_named_too():
     scale = w.abs().amax(0) / 127
     why = _judge(w, (torch.round(w / scale[None, :]).clamp(-127, 127).to(torch.int8), scale))
     assert "列（入力）ごとの最大" in why
+
+
+def _plus_eps(w, eps=1e-8):
+    """torch.round and a float32 scale, but amax / 127 + eps on every row (to avoid dividing by zero): the matrix cases
+    passed it and the engine case then failed (blind reading 2026-12-07b ch06 #1: 4 of 32 tokens, 13,671 q flipped)."""
+    w = w.float()
+    scale = w.abs().amax(1) / 127 + eps
+    return torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+
+@pytest.mark.parametrize("eps", [1e-8, 1e-10])
+def test_an_additive_epsilon_is_caught_on_the_matrices_and_named(eps):
+    failed = [c for c in _grader().check(lambda w: _plus_eps(w, eps), CTX) if not c.passed]
+    assert failed and all("全部の行に小さな値" in c.message for c in failed), [c.message for c in failed]
+
+
+@pytest.mark.parametrize("variant", ["reciprocal", "float64", "times127"])
+def test_equivalent_formulas_still_pass(variant):
+    def fn(w):
+        w = w.double() if variant == "float64" else w.float()
+        amax = w.abs().amax(1).clamp_min(1e-12)
+        scale = amax / 127
+        x = {"reciprocal": w * (1 / scale)[:, None], "float64": w / scale[:, None], "times127": w / amax[:, None] * 127}
+        return torch.round(x[variant]).clamp(-127, 127).to(torch.int8), scale.float()
+    cases = _grader().check(fn, CTX)
+    assert all(c.passed for c in cases), [c.message for c in cases if not c.passed]
