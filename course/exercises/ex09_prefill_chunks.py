@@ -4,7 +4,7 @@ Disaggregation's KV hand-off of that prompt takes over a link (passed as ``grade
 
 Hand-off: whole blocks of block_size tokens, all layers, K and V, bandwidth only (no latency, no overlap), graded
 against the project's calculators (calc.kv_transfer_bytes / calc.transfer_seconds) on named models' shapes, an FP8 KV
-(1 byte per value), a prompt that is not a multiple of the block, and the default model in float32 (what lab 9 moves).
+(1 byte per value), prompts that are not a multiple of the block and a block of 64 (the five HANDOFF_CASES).
 
 Stall-free batching (Sarathi-Serve, the engine's chunked prefill): every step the decode_batch running requests take
 one token each first, and the rest of the budget, token_budget - decode_batch, goes to the next prefill chunk. The
