@@ -113,18 +113,26 @@ def sweep_reading(sweep: dict, prompt_len: int, output_len: int, budget: int = S
     return "\n".join(lines)
 
 
-def last_doubling(rows: list[dict], ph: dict) -> tuple[str, str]:
-    """The sweep's last step up in concurrency as the run shows it: (numbers, which effect made the gain)."""
+def last_doubling(rows: list[dict], ph: dict, prompt_len: int | None = None) -> tuple[str, str]:
+    """The sweep's last step up in concurrency as the run shows it: (numbers, which effect made the gain).
+    Where the last point's prefill splits into several steps (``prefill_steps``), the requests prefilled
+    first wait for the rest, so their TPOT holds prefill time and the decode-only gain is not printed."""
     a, b = rows[-2], rows[-1]
     k, t = b["concurrency"] / a["concurrency"], b["tpot_ms"] / a["tpot_ms"]
+    split = prefill_steps(b["concurrency"], prompt_len)[0] if prompt_len else 1
     text = (f"同時 {a['concurrency']} → {b['concurrency']}（人数 {k:.0f} 倍）で TPOT {a['tpot_ms']:.1f} → "
-            f"{b['tpot_ms']:.1f} ms（{t:.2f} 倍。Decode だけなら tok/s の伸びは {k:.0f} ÷ {t:.2f} = {k / t:.2f} 倍）")
+            f"{b['tpot_ms']:.1f} ms（{t:.2f} 倍。" + (f"Decode だけなら tok/s の伸びは {k:.0f} ÷ {t:.2f} = {k / t:.2f} 倍）"
+            if split == 1 else f"同時 {b['concurrency']} では Prefill が {split} ステップに分かれ、先に Prefill を終えた"
+            "リクエストの TPOT には残りの Prefill を待つ時間も入ります）"))
     pa, pb = ph.get(a["concurrency"]), ph.get(b["concurrency"])
     share = None
     if pa and pb:
         share = (pa["prefill_ms"] / pa["wall_ms"], pb["prefill_ms"] / pb["wall_ms"])
         text += f"、Prefill が所要時間に占める割合 {100 * share[0]:.0f}% → {100 * share[1]:.0f}%"
-    if t >= SHARED_GONE * k:
+    if split > 1:
+        why = (f"伸びを抑えたのは Prefill です：全員の Prefill が所要時間に入り、{split} ステップに分かれた Prefill を"
+               "待つ時間が TPOT も伸ばしています")
+    elif t >= SHARED_GONE * k:
         why = ("伸びを止めたのは TPOT です：1ステップが人数とほぼ同じ割合で重くなり、分け合う得がほとんど残って"
                "いません（このマシンでは1件ごとの計算や K・V の写しが1ステップの固定の時間より大きくなったか、"
                "ほかのプログラムが CPU を使っていた。負荷の警告を確かめる）")
@@ -170,7 +178,7 @@ def sweep_predictions(sweep: dict | list[dict], prompt_len: int | None = None) -
         gains = [ratio_span(a, b, "tok_s") for a, b in zip(rows, rows[1:])]
         medians = [b["tok_s"] / a["tok_s"] for a, b in zip(rows, rows[1:])]
         (f0, f1), (l0, l1) = gains[0], gains[-1]
-        numbers, why = last_doubling(rows, phases(sweep) if isinstance(sweep, dict) else {})
+        numbers, why = last_doubling(rows, phases(sweep) if isinstance(sweep, dict) else {}, prompt_len)
         spans = "、".join(f"{m:.2f} 倍" + (f"（{lo:.2f}〜{hi:.2f}）" if lo != hi else "") for m, (lo, hi) in zip(medians, gains))
         held = l1 < f0
         out.append(decide(held, not held and l0 < f1,
@@ -189,8 +197,8 @@ def plateau_predictions(longer: dict, prompt_len: int, shorter: dict | None = No
     rows = longer["rows"]
     a, b = rows[-2], rows[-1]
     g0, g1 = ratio_span(a, b, "tok_s")
-    numbers, why = last_doubling(rows, phases(longer))
-    step = f"同時リクエスト数 {a['concurrency']} → {b['concurrency']}"
+    numbers, why = last_doubling(rows, phases(longer), prompt_len)
+    step = f"同時リクエスト数 {a['concurrency']} → {b['concurrency']} "
     out = [decide(g1 < PLATEAU, g0 < PLATEAU <= g1,
                   f"プロンプト {prompt_len} では、{step}の tok/s（出力）の伸びが {PLATEAU} 倍未満（ほぼ頭打ち）",
                   f"tok/s（出力）{spread_text(a, 'tok_s')} → {spread_text(b, 'tok_s')}（{b['tok_s'] / a['tok_s']:.2f} 倍"
@@ -202,8 +210,8 @@ def plateau_predictions(longer: dict, prompt_len: int, shorter: dict | None = No
         bound = (b["concurrency"] / pb["prefill_ms"]) / (a["concurrency"] / pa["prefill_ms"])
         share = pb["prefill_ms"] / pb["wall_ms"]
         out.append(Prediction(
-            f"プロンプト {prompt_len} の頭打ちは Prefill から来る：{step}で、Decode に時間がかからなかった場合の上限"
-            f"（人数 × 出力長 ÷ Prefill の時間）の伸びが {PLATEAU} 倍未満で、Prefill が所要時間の半分以上",
+            f"プロンプト {prompt_len} では Prefill が tok/s（出力）を抑える：{step}で、Decode に時間がかからなかった場合の"
+            f"上限（人数 × 出力長 ÷ Prefill の時間）の伸びが {PLATEAU} 倍未満で、Prefill が所要時間の半分以上",
             bound < PLATEAU and share >= PREFILL_MOST,
             f"上限 {a['concurrency'] * output_len / pa['prefill_ms'] * 1000:.0f} → "
             f"{b['concurrency'] * output_len / pb['prefill_ms'] * 1000:.0f}（{bound:.2f} 倍）、"
@@ -212,7 +220,7 @@ def plateau_predictions(longer: dict, prompt_len: int, shorter: dict | None = No
     if shorter is not None and shorter["rows"][-1]["concurrency"] == b["concurrency"]:
         sa, sb = shorter["rows"][-2], shorter["rows"][-1]
         s0, s1 = ratio_span(sa, sb, "tok_s")
-        s_numbers, s_why = last_doubling(shorter["rows"], phases(shorter))
+        s_numbers, s_why = last_doubling(shorter["rows"], phases(shorter), shorter_prompt)
         out.append(decide(g1 < s0, g0 < s1 and not g1 < s0,
                           f"{step}の tok/s（出力）の伸びは、プロンプト {prompt_len} のほうがプロンプト {shorter_prompt}"
                           " より小さい（プロンプトが長いほど早く頭打ち）",
