@@ -33,7 +33,7 @@ def _get(fn, ids, bs, t):
 def _bad(name, inp, exp, r, vals):
     if not r.ok:
         return failed_call_case(name, inp, exp, r)
-    return Case(name, inp, exp, repr(r.value)[:80], False,
+    return Case("戻り値の型", inp, "ハッシュできる値（int や tuple）の list", repr(r.value)[:80], False,
                 "戻り値はハッシュできる値（int や tuple）の list にしてください")
 
 

@@ -122,3 +122,11 @@ def test_raising_and_looping_are_reported():
     assert not r.passed and any("ZeroDivisionError" in c.message for c in r.cases)
     r = grade("04_block_hashes", looping, timeout_s=0.2)
     assert not r.passed and any("秒以内に終わりませんでした" in c.message for c in r.cases)
+
+
+def test_unhashable_return_is_named_as_a_type_problem():
+    # blind reading 2026-12-07b reviews6 ch04 #7: not "満杯のブロックの数 / 期待: 4 個"
+    r = grade("04_block_hashes", unhashable)
+    failed = [c for c in r.cases if not c.passed]
+    assert [c.name for c in failed] == ["戻り値の型"], str(r)
+    assert "ハッシュできる値" in failed[0].expected
