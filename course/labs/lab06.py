@@ -12,14 +12,18 @@ on the CPU), same prompts (random token ids, seeded). Each repeat runs, alternat
   * batch 1: one request of prompt_len tokens and output_len greedy tokens -> its TPOT;
   * batch B: B such requests at once -> median TPOT (one decode step of B rows) and output tok/s.
 Figures are medians over the repeats. Model bytes are the engine's tensors (quantization.weight_bytes).
+res["b1_repeat_ratios"]: each repeat's batch-1 INT8 / BF16 TPOT (the pair measured back to back); res["load1"]:
+the 1-minute load average (os.getloadavg) before and after the run, the larger, against res["cores"] (usable CPUs):
+lesson 6 §7 names both when its verdict cannot decide.
 """
 from __future__ import annotations
 
 import html
 import statistics
 
+from course.labkit.excess import load1
 from course.labkit.history import add_variant_rows, to_csv
-from course.labkit.load import check_load
+from course.labkit.load import check_load, usable_cpus
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import apply_thread_policy, cached_llm, check_device, check_int, is_quick, random_prompts
@@ -75,6 +79,7 @@ def run_quant_lab(prompt_len=None, output_len=None, batch=None, device="cpu", re
     device, repeats = check_device(device), check_repeats(default_repeats() if repeats is None else repeats)
     threads = apply_thread_policy(threads)
     load = check_load(threads) if load_check else None
+    load_before = load1()
     prompts = random_prompts(_engine("bf16", device), p, b, seed)
     runs = {k: {"b1": [], "bB": []} for k in SETTINGS}
     for _ in range(repeats):
@@ -82,6 +87,7 @@ def run_quant_lab(prompt_len=None, output_len=None, batch=None, device="cpu", re
             llm = _engine(k, device)
             runs[k]["b1"].append(_run(llm, prompts[:1], o))
             runs[k]["bB"].append(_run(llm, prompts, o))
+    loads = [x for x in (load_before, load1()) if x is not None]      # os.getloadavg, 1 min, as chapter 2's excess
     out = {}
     for k, r in runs.items():
         llm = _engine(k, device)
@@ -96,7 +102,9 @@ def run_quant_lab(prompt_len=None, output_len=None, batch=None, device="cpu", re
            "settings": out, "load": load, "cpu_capability": cpu_capability(device),
            "ratios": {"tpot_b1": q["tpot_b1_ms"] / ref["tpot_b1_ms"], "tpot_bB": q["tpot_bB_ms"] / ref["tpot_bB_ms"],
                       "tok_s_bB": q["tok_s_bB"] / ref["tok_s_bB"], "model_bytes": q["model_bytes"] / ref["model_bytes"]},
-           "token_agreement": same / sum(map(len, ref["tokens"]))}
+           "token_agreement": same / sum(map(len, ref["tokens"])),
+           "b1_repeat_ratios": [i["tpot_ms"] / b["tpot_ms"] for b, i in zip(runs["bf16"]["b1"], runs["int8"]["b1"])],
+           "load1": max(loads) if loads else None, "cores": usable_cpus()}
     res["warnings"] = [load["warning"]] if load and load["warning"] else []
     return res
 

@@ -11,20 +11,20 @@ readings of lesson 6 §6-§7 that interpret a measurement::
     print(quality_reading(rows)); print(verdicts(quality_predictions(rows)))    # lesson §6, lab
 
 The CPU mechanism behind 課題1: the engine's INT8 layer runs `_weight_int8pack_mm` for steps of at most
-INT8PACK_MAX_ROWS rows, whose time grows about in proportion to the rows on the course's CPUs, and above
-that dequantizes the whole weight to BF16 every step before a matmul (an engine choice: a fused W8A16 GEMM
-on a GPU does not pay that). Every run of 課題1 re-measures batch 1, so the spread of those batch-1 ratios is
-the noise the verdict allows for (task1_margin); the batch-1 ratio itself is diluted by the time outside the
-linear layers, the same in both settings, so it is not the single-kernel ratio. BF16 takes ATen's
-matrix-vector kernel for one row and oneDNN's pre-packed matmul for more. 課題3 scores the rows without the
-outlier against the original weight: the relative error of the whole matrix would divide by a norm the outlier
-itself inflates.
+INT8PACK_MAX_ROWS rows, whose time grows about in proportion to the rows on the course's CPUs, and above that
+dequantizes the whole weight to BF16 every step before a matmul (an engine choice: a fused W8A16 GEMM on a GPU does
+not pay that). Every run of 課題1 re-measures batch 1, so the spread of those batch-1 ratios is the noise the verdict
+allows for (task1_margin); the batch-1 ratio itself is diluted by the time outside the linear layers, the same in both
+settings, so it is not the single-kernel ratio. BF16 takes ATen's matrix-vector kernel for one row and oneDNN's
+pre-packed matmul for more. 課題3 scores the rows without the outlier against the original weight: the relative error of
+the whole matrix would divide by a norm the outlier itself inflates.
 """
 from __future__ import annotations
 
 import math
 
 from course.labkit.predictions import Prediction
+from course.labkit.noise import load_sentence_ja, spread_sentence_ja
 from minimal_engine.features.quantization import INT8PACK_MAX_ROWS
 
 TASK1_BATCHES = (2, 8, 32)
@@ -37,6 +37,8 @@ UNDECIDED = "判定できない（差が揺れより小さい）"   # §7: the v
 JUDGED_MIN_BATCH = 8      # 課題1: batch 2 adds one row, a change smaller than the noise; judged from here
 KV_TOLERANCE = 0.15       # 課題2: "about 2x / about 4x" = within 15 %
 QUALITY_TOLERANCE = 0.01  # nats/char: "cross-entropy barely changes"
+# §7: the largest per-weight INT8 / BF16 the course measured (1.14), from benchmarks/README.md "Linear kernel for one
+PER_WEIGHT_MAX = (1 / 14.4) / (2 / 32.7)   # row" (2026-11-30, weights from memory: int8pack 14.4, ATen BF16 32.7 GB/s)
 
 
 # ---------------------------------------------------------------- 課題1 and lesson §7: batch and kernel
@@ -99,7 +101,7 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
     judged = [r for r in rows if r["batch"] >= JUDGED_MIN_BATCH]
     pairs = "、".join(f"バッチ {r['batch']} {r['bB']:.2f}" for r in judged)
     return [
-        Prediction(f"バッチ {JUDGED_MIN_BATCH} 以上では、TPOT の比（INT8 ÷ BF16）がバッチ 1 の比（各実行の中央値）より、"
+        Prediction(f"バッチ {JUDGED_MIN_BATCH} 以上では、TPOT の比（INT8 ÷ BF16）がバッチ 1 の比（{len(rows)} 回の実行の中央値）より、"
                    "揺れの幅を超えて大きい（INT8 の得が減るか損になる）",
                    bool(judged) and all(r["bB"] > med + margin for r in judged),
                    f"バッチ 1 の比 {lo:.2f}〜{hi:.2f}（中央値 {med:.2f}、揺れの幅 {margin:.2f}）、{pairs}",
@@ -121,17 +123,31 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
 
 class Undecided(Prediction):
     """A comparison smaller than the measured noise: the run cannot decide it (lesson §7)."""
-
     def verdict(self) -> str:
         return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{self.otherwise}"
 
 
-def batch_predictions(res: dict, b1_again=()) -> list[Prediction]:
-    """Lesson §7: one run's batch-B ratio against the batch-1 ratios of that run and of its re-measurements
-    (``b1_again``: the batch-1 ratios of further runs of the same configuration). As in 課題1, the margin is the
-    measured spread of those batch-1 ratios (at least NOISE_MARGIN); a batch-B ratio within that margin of their
-    median reads 「判定できない」."""
-    b1s = [res["ratios"]["tpot_b1"], *b1_again]
+def _undecided_reason(runs: list[dict], b1s: list[float], kernel_b1=()) -> str:
+    """Load average vs cores, repeat spreads, batch-1 ratios above every per-weight ratio and 1 (lesson 6 §7)."""
+    kernel_b1 = [x for x in kernel_b1 if x == x]                   # NaN: int8pack not measured on this CPU
+    out = [load_sentence_ja([(r.get("load1"), r.get("cores")) for r in runs]),
+           spread_sentence_ja([r.get("b1_repeat_ratios") for r in runs], "1 回の実行の中の繰り返し（BF16 と INT8 を交互に"
+                              "測った組）ごとのバッチ 1 の比も")]
+    beyond = [x for x in b1s if x > max([1.0, PER_WEIGHT_MAX, *kernel_b1]) + NOISE_MARGIN]
+    if beyond:
+        k = f"カーネル単体の1行の比は {min(kernel_b1):.2f}〜{max(kernel_b1):.2f}、" if kernel_b1 else ""
+        out.append(f"バッチ 1 の比 {'、'.join(f'{x:.2f}' for x in beyond)} は、INT8 の仕組みからは出ない大きさです（"
+                   f"{k}重みをメモリから読む条件で講座のマシンが測った重み1個あたりの比も最大 {PER_WEIGHT_MAX:.2f}。"
+                   "線形層以外の時間はどちらの設定でも同じなので、エンジンの比はこれらと 1 のあいだに来ます）。"
+                   "INT8 の仕組みではなく、計測中の負荷の揺れと読みます")
+    return "。".join(x for x in out if x)
+
+
+def batch_predictions(res: dict, b1_again=(), kernel_b1=()) -> list[Prediction]:
+    """Lesson §7: batch B's ratio against batch 1's of this run and ``b1_again`` (re-runs: results or ratios); margin
+    as in 課題1, within it 「判定できない」 with _undecided_reason (``kernel_b1``: the table's one-row ratios)."""
+    runs = [res, *(r for r in b1_again if isinstance(r, dict))]
+    b1s = [res["ratios"]["tpot_b1"], *(r["ratios"]["tpot_b1"] if isinstance(r, dict) else r for r in b1_again)]
     rows = [{"b1": x} for x in b1s]
     med, lo, hi = batch1_spread(rows)
     margin = task1_margin(rows)
@@ -140,10 +156,11 @@ def batch_predictions(res: dict, b1_again=()) -> list[Prediction]:
     measured = (f"バッチ 1 で {'、'.join(f'{x:.2f}' for x in b1s)}（{len(b1s)} 回の中央値 {med:.2f}、揺れの幅 {margin:.2f}）、"
                 f"バッチ {b} で {bB:.2f}")
     if abs(bB - med) <= margin:
+        reason = _undecided_reason(runs, b1s, kernel_b1)
         return [Undecided(text, False, measured,
                           f"バッチ {b} の比とバッチ 1 の比の差が、同じバッチ 1 の設定を測り直したときの揺れより小さいので、"
-                          "この実行からは決められません。ほかのプログラムを止め、repeats を増やして測り直します"
-                          "（ラボの課題1も同じ幅で判定します）")]
+                          "この実行からは決められません。" + (f"揺れの原因（この実行の測定）: {reason}。" if reason else "")
+                          + "ほかのプログラムを止め、repeats を増やして測り直します（ラボの課題1も同じ幅で判定します）")]
     return [Prediction(text, bB > med + margin and bB >= NEAR_ONE, measured,
                        "まず負荷の揺れ（負荷の警告を確かめ、測り直す）。揺れでなければ、この CPU では INT8 のカーネルが"
                        "大きなバッチでも速い。ラボの課題1でバッチを変えて確かめる")]
@@ -180,8 +197,7 @@ def task2_table(caps: dict[int, list[dict]]) -> str:
                                                  for r in rows) for t, rows in sorted(caps.items()))
 
 
-def _ratio(a: int, b: int) -> float:
-    return a / b if b else math.inf
+def _ratio(a: int, b: int) -> float: return a / b if b else math.inf  # noqa: E704
 
 
 def task2_predictions(caps: dict[int, list[dict]]) -> list[Prediction]:
@@ -278,8 +294,7 @@ def quality_predictions(rows: list[dict], tol: float = QUALITY_TOLERANCE) -> lis
 
 
 __all__ = ["CONTAINED", "JUDGED_MIN_BATCH", "KV_TOLERANCE", "NEAR_ONE", "NOISE_MARGIN", "OUTLIER_FORMATS",
-           "QUALITY_TOLERANCE", "TASK1_BATCHES", "TASK2_TOKENS", "UNDECIDED", "Undecided", "batch1_note",
-           "batch1_spread", "batch_predictions",
-           "growth", "kernel_predictions", "outlier_predictions", "outlier_rows", "outlier_table",
-           "quality_predictions", "quality_reading", "task1_margin", "task1_predictions", "task1_rows", "task1_table",
-           "task2_predictions", "task2_table"]
+           "PER_WEIGHT_MAX", "QUALITY_TOLERANCE", "TASK1_BATCHES", "TASK2_TOKENS", "UNDECIDED", "Undecided",
+           "batch1_note", "batch1_spread", "batch_predictions", "growth", "kernel_predictions", "outlier_predictions",
+           "outlier_rows", "outlier_table", "quality_predictions", "quality_reading", "task1_margin",
+           "task1_predictions", "task1_rows", "task1_table", "task2_predictions", "task2_table"]

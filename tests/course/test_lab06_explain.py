@@ -234,3 +234,18 @@ def test_lesson6_saved_kernel_and_batch_verdicts_agree_with_their_numbers():
     b1s = [float(x) for x in b1.split("、")]
     derived += ex.batch_predictions({"batch": int(b), "ratios": {"tpot_b1": b1s[0], "tpot_bB": float(bB)}}, b1s[1:])
     agree(saved, derived)
+
+
+def test_an_undecided_batch_verdict_names_the_load_the_repeats_and_a_ratio_no_kernel_allows():
+    """Blind reading 2026-12-07b reviews6 ch06 #2: the saved 1.66 (re-measured 0.61, 1.06) stood unexplained."""
+    def run_(b1, bB=1.79, load=2.6, reps=(1.2, 1.9)):
+        return {"batch": 32, "ratios": {"tpot_b1": b1, "tpot_bB": bB}, "load1": load, "cores": 2,
+                "b1_repeat_ratios": list(reps)}
+    p = ex.batch_predictions(run_(1.66), [run_(0.61, load=1.4, reps=(0.6, 0.7)), run_(1.06)], kernel_b1=[0.43, 0.40])[0]
+    v = p.verdict()
+    assert isinstance(p, ex.Undecided) and v.startswith(ex.UNDECIDED), v
+    assert "ロードアベレージ（os.getloadavg）は最大 2.6 で、使えるコア 2 を超えて" in v
+    assert "1.20〜1.90、0.60〜0.70、1.20〜1.90" in v
+    assert "バッチ 1 の比 1.66 は、INT8 の仕組みからは出ない" in v and "0.40〜0.43" in v
+    quiet = ex.batch_predictions(run_(1.00, bB=1.02, load=0.8), [0.98, 1.01])[0].verdict()
+    assert "使えるコア 2 以下" in quiet and "仕組みからは出ない" not in quiet
