@@ -148,7 +148,8 @@ def readout_rows(res: dict) -> list[tuple[str, str, str]]:
 
 
 def readout_html(res: dict) -> str:
-    note = f"<div style='color:#555'>繰り返し {res['repeats']} 回の中央値（最小〜最大）</div>" if res["repeats"] > 1 else ""
+    note = (f"<div style='color:#555'>TTFT は、繰り返し {res['repeats']} 回の2件目以降の全リクエストを合わせた"
+            f"中央値（最小〜最大）</div>" if res["repeats"] > 1 else "")
     return note + table_html(readout_rows(res), ("指標", "値", "意味")) + warnings_html(res["warnings"])
 
 
