@@ -57,4 +57,27 @@ def prefill_gaps(r: dict) -> list[float] | None:
     return [g for t, g in r["itl_points"] if any(a < t <= f for a, f in wins)]
 
 
-__all__ = ["BUSY", "STALL_FACTOR", "gaps", "p99_needs", "prefill_gaps", "singles", "stall_bound", "stall_share"]
+def step_split(r: dict) -> tuple[list[float], list[float]] | None:
+    """(the gaps of the steps that carried a long prompt's prefill chunk: prefill_gaps, the other gaps: decode-only
+    steps), from the run's step records (each gap ends at its step's time). At small budgets the chunk steps can be
+    most of the gaps, so the overall median is no decode-only baseline; this split is. None without the times."""
+    wins = list(zip(r.get("long_arrivals_s") or [], r.get("long_first_token_s") or []))
+    if not wins:
+        return None
+    inside = [any(a < t <= f for a, f in wins) for t, _ in r["itl_points"]]
+    return ([g for (_, g), i in zip(r["itl_points"], inside) if i],
+            [g for (_, g), i in zip(r["itl_points"], inside) if not i])
+
+
+def p99_sources(r: dict) -> tuple[int, int] | None:
+    """Of the top p99_needs(n) gaps (those p99 is read from), how many were chunk steps: (chunk-step gaps, k)."""
+    split = step_split(r)
+    if split is None:
+        return None
+    tagged = sorted([(g, True) for g in split[0]] + [(g, False) for g in split[1]], key=lambda x: -x[0])
+    k = p99_needs(len(tagged))
+    return sum(c for _, c in tagged[:k]), k
+
+
+__all__ = ["BUSY", "STALL_FACTOR", "gaps", "p99_needs", "p99_sources", "prefill_gaps", "singles", "stall_bound",
+           "stall_share", "step_split"]

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 
-from course.labkit.itl import BUSY, STALL_FACTOR, gaps, p99_needs, prefill_gaps, singles, stall_bound, stall_share
+from course.labkit.itl import (BUSY, STALL_FACTOR, gaps, p99_needs, p99_sources, prefill_gaps, singles, stall_bound,
+                               stall_share, step_split)
 from course.labkit.predictions import Prediction
 from minimal_engine.engine.metrics import percentile
 
@@ -92,7 +93,8 @@ def disagg_itl_reading(res: dict, ratio: float = 1.2) -> str:
            f" {md:.1f} ms（{len(during)} 個）、それ以外 {mr:.1f} ms（{len(rest)} 個）で {md / mr:.2f} 倍。")
     out += (f"\n→ Prefill のあいだ ITL が伸びています。考えられる原因は、このマシンでは Prefill のプロセスが Decode の"
             "プロセスと同じコアとメモリ帯域を使うことです（Prefill 用と Decode 用の GPU を分ければ、この原因はありません）。"
-            "Decode のプロセスの中でも、KV を受け取るスレッドが届いたバイト列を読むあいだ、ステップと CPU を分け合います。"
+            "Decode のプロセスの KV を受け取るスレッドは、KV が届くまで CPU を使わずに待つので（`conn.poll`）、CPU を分け合うのは"
+            "点線の直前の受信のあいだだけで、この中央値の原因にはなりません。"
             "ほかのプログラムの負荷でも同じように伸びるので、1回の実行のこの比だけでは、どれが原因かは分けられません。"
             if md > ratio * mr
             else f"\n→ Prefill のあいだも ITL は {ratio:g} 倍までしか伸びていません（コアに余裕があったようです）。")
@@ -190,24 +192,28 @@ def pareto_reading(res: dict) -> str:
 
 
 def sweep_lines(res: dict) -> str:
-    """Per budget: the median of the gaps that ended in a long prompt's prefill steps (arrival < t <= first token, as
-    prefill_gaps) against the median of the other gaps (decode-only steps: at small budgets the prefill steps can be
-    most of the gaps, so the overall median is no baseline), and the other gaps longer than STALL_FACTOR x theirs
-    (noise). Where the prefill steps' median is within STALL_FACTOR x, a chunked step costs about a decode step here
-    and that budget's p99 is set by noise."""
+    """Per budget: the median of the gaps of the chunk steps (step_split: a long prompt's prefill steps, arrival < t
+    <= first token) against the median of the other gaps (decode-only steps: at small budgets the chunk steps can be
+    most of the gaps, so the overall median is no baseline), the other gaps longer than STALL_FACTOR x theirs
+    (noise), and which of the two the top p99_needs(n) gaps (those p99 is read from) belong to (p99_sources): p99
+    is called noise only where none of them is a chunk step."""
     out = []
     for r in singles(res):
-        wins = list(zip(r.get("long_arrivals_s") or [], r.get("long_first_token_s") or []))
-        inside = [g for t, g in r["itl_points"] if any(a < t <= f for a, f in wins)]
-        rest = [g for t, g in r["itl_points"] if not any(a < t <= f for a, f in wins)]
-        if not inside or not rest:
+        split = step_split(r)
+        if not split or not split[0] or not split[1]:
             continue
+        inside, rest = split
         mp, mr = percentile(inside, 50), percentile(rest, 50)
         noise = sum(g > STALL_FACTOR * mr for g in rest)
+        c, k = p99_sources(r)
+        if c == 0:
+            tail = f"　→ p99 を決める上位 {k} 個の間隔はどれもチャンクのステップの外なので、この予算の p99 は揺れで決まります"
+        elif c == k:
+            tail = f"　→ p99 を決める上位 {k} 個の間隔はすべてチャンクのステップで、p99 はチャンクのステップの長さです"
+        else:
+            tail = f"　→ p99 を決める上位 {k} 個の間隔は、チャンクのステップ {c} 個とそれ以外 {k - c} 個です"
         out.append(f"予算 {r['budget']:>3}: Prefill と同じステップの間隔 {len(inside)} 個の中央値 {mp:.1f} ms（それ以外の "
-                   f"{len(rest)} 個の中央値 {mr:.1f} ms の {mp / mr:.1f} 倍）、それ以外の長い間隔 {noise} 個"
-                   + ("　→ チャンクのステップが長い間隔にならないので、この予算の p99 は揺れで決まります"
-                      if mp <= STALL_FACTOR * mr else ""))
+                   f"{len(rest)} 個の中央値 {mr:.1f} ms の {mp / mr:.1f} 倍）、それ以外の長い間隔 {noise} 個" + tail)
     return "\n".join(out) or "（長いプロンプトの時刻がないので、予算ごとには分けません）"
 
 

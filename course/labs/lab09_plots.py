@@ -59,7 +59,11 @@ def plot_pareto(res: dict):
     """Where each setup lands: output tok/s against tok/s/user."""
     fig, ax = figure(6.5, 4)
     for i, (name, r) in enumerate(res["setups"].items()):
-        ax.scatter([r["tok_s_per_user"]], [r["tok_s"]], s=50, color=_color(name, i), label=r["label"])
+        # hollow rings, each smaller than the last: setups that land on one spot stay visible as concentric rings
+        ax.scatter([r["tok_s_per_user"]], [r["tok_s"]], s=max(30, 160 - 20 * i), facecolors="none",
+                   edgecolors=_color(name, i), linewidths=1.6, label=r["label"])
+        ax.annotate("D" if r["budget"] is None else str(r["budget"]), (r["tok_s_per_user"], r["tok_s"]),
+                    xytext=(6, 4 + 8 * (i % 3)), textcoords="offset points", fontsize=7, color=_color(name, i))
     pts = [(r["tok_s_per_user"], r["tok_s"]) for r in res["setups"].values()]
     ax.set_xlim(0, max(x for x, _ in pts) * 1.15)
     ax.set_ylim(0, max(y for _, y in pts) * 1.15)

@@ -133,12 +133,36 @@ def test_task1_verdicts_follow_the_numbers():
     assert [p.held for p in tk.task1_predictions(short, spiky)] == [True, False]    # planted: small budget jumps
 
 
+def steps(chunk_ms, decode_ms, n_chunk=20, n_decode=20):
+    """A smallest-budget row whose step records split into chunk steps (inside the long prompt's window) and decode-only."""
+    pts = ([(0.01 * i, decode_ms) for i in range(1, n_decode + 1)]
+           + [(1.0 + 0.01 * i, chunk_ms) for i in range(1, n_chunk + 1)])
+    return {"itl_points": pts, "long_arrivals_s": [1.0], "long_first_token_s": [1.0 + 0.01 * n_chunk]}
+
+
 def test_task2_verdicts_follow_the_numbers():
-    base = run(setup(16, p99=7.9), setup(512, median=6.0, p99=51.7, mx=51.7))
-    big = run(setup(16, p99=90.0), setup(1024, median=40.0, p99=3500.0, mx=3600.0), model="synthetic:llama-125m")
-    assert [p.held for p in tk.task2_predictions(base, big)] == [True, True]
-    flat = run(setup(16, p99=900.0), setup(1024, median=400.0, p99=1000.0, mx=1100.0), model="synthetic:llama-125m")
-    assert [p.held for p in tk.task2_predictions(base, flat)] == [False, False]
+    base = run(setup(16, p99=7.9, **steps(18.0, 14.0)), setup(512, median=6.0, p99=51.7, mx=51.7))
+    big = run(setup(16, p99=90.0, **steps(105.0, 48.0)), setup(1024, median=40.0, p99=3500.0, mx=3600.0),
+              model="synthetic:llama-125m", num_decodes=4)
+    held = tk.task2_predictions(base, big)
+    assert [p.held for p in held] == [True, True, True], [p.verdict() for p in held]
+    assert "105.0 ÷ 48.0 ms = 2.19 倍" in held[2].verdict() and "最大 12 トークン" in held[2].verdict()
+    light = run(setup(16, p99=90.0, **steps(60.0, 48.0)), setup(1024, median=40.0, p99=3500.0, mx=3600.0),
+                model="synthetic:llama-125m")       # 1.25x: within the band a GPU should show, not what a CPU shows
+    assert not tk.task2_predictions(base, light)[2].held
+    cheap = run(setup(16, p99=90.0, **steps(7.0, 3.0)), setup(1024, median=40.0, p99=3500.0, mx=3600.0),
+                model="synthetic:llama-125m")       # 2.3x, but 4.0 ms added against the default model's 4.0
+    assert not tk.task2_predictions(base, cheap)[2].held
+    flat = run(setup(16, p99=900.0, **steps(14.0, 14.0)), setup(1024, median=400.0, p99=1000.0, mx=1100.0),
+               model="synthetic:llama-125m")
+    assert [p.held for p in tk.task2_predictions(base, flat)] == [False, False, False]
+    gpu = dict(big, device="cuda")                      # a GPU: the chunk should ride on the weight read
+    assert not tk.task2_predictions(base, gpu)[2].held and "GPU" in tk.task2_predictions(base, gpu)[2].text
+    gpu_flat = run(setup(16, **steps(50.0, 48.0)), setup(1024, median=40.0, p99=3500.0, mx=3600.0),
+                   model="synthetic:llama-125m", device="cuda")
+    assert tk.task2_predictions(base, gpu_flat)[2].held
+    blind = run(setup(16, p99=90.0), setup(1024, median=40.0, p99=3500.0, mx=3600.0), model="synthetic:llama-125m")
+    assert not tk.task2_predictions(base, blind)[2].held      # no long prompts' times: no split, not decided
     same = run(setup(16, p99=90.0), setup(512, median=40.0, p99=3500.0, mx=3600.0), model="synthetic:llama-125m",
                num_long=2)
     base2 = run(setup(16, p99=7.9), setup(512, median=6.0, p99=51.7, mx=51.7), num_long=2)
@@ -176,16 +200,20 @@ def test_prefill_gaps_count_the_decoders_of_the_prefill_steps():
     assert prefill_gaps(setup(64)) is None                      # no long prompts' times: not counted
 
 
-def test_sweep_lines_name_noise_where_the_prefill_steps_are_not_long():
+def test_sweep_lines_name_the_population_that_sets_p99():
     light = windows(setup(16, median=8.0), [0.0], [1.0])
     light["itl_points"] = ([(0.1 * i, 8.0) for i in range(1, 11)] + [(1.0 + 0.1 * i, 8.0) for i in range(1, 11)]
-                           + [(2.5, 30.0)])                                           # one long gap, outside
+                           + [(2.5, 30.0), (2.6, 29.0)])                # two long gaps, outside: p99 reads the top 2
+    mid = windows(setup(32, median=8.0), [0.0], [1.0])                  # chunk steps 2x, one noise gap on top
+    mid["itl_points"] = ([(0.1 * i, 16.0) for i in range(1, 11)] + [(1.0 + 0.1 * i, 8.0) for i in range(1, 11)]
+                         + [(2.5, 30.0)])
     heavy = windows(setup(512, median=6.0), [0.0], [0.5])
     heavy["itl_points"] = [(0.5, 90.0)] * 4 + [(0.6 + 0.01 * i, 6.0) for i in range(20)]
-    text = ex.sweep_lines(run(light, heavy))
-    lo, hi = text.splitlines()
-    assert "それ以外の長い間隔 1 個" in lo and "揺れで決まります" in lo
-    assert "中央値 6.0 ms の 15.0 倍" in hi and "揺れ" not in hi
+    text = ex.sweep_lines(run(light, mid, heavy))
+    lo, md, hi = text.splitlines()
+    assert "それ以外の長い間隔 2 個" in lo and "揺れで決まります" in lo
+    assert "チャンクのステップ 1 個とそれ以外 1 個" in md and "揺れで決まります" not in md
+    assert "中央値 6.0 ms の 15.0 倍" in hi and "すべてチャンクのステップ" in hi and "揺れ" not in hi
 
 
 def test_readout_note_says_cores_must_be_free():
@@ -256,10 +284,16 @@ def test_lab9_saved_task_verdicts_agree_with_their_numbers():
                                   rf"予算 \d+ {NUM} ms", two)
     agree(two, both(lt(d_lo, d_hi), lt(t_hi, t_lo)))
     lines = saved_lines(lab, "7e1f3a23")
-    assert len(lines) == 2, lines
-    for line in lines:
+    assert len(lines) == 3, lines
+    for line in lines[:2]:
         big, base = nums(rf"大きなモデル {NUM} 倍、既定モデル {NUM} 倍", line)
         agree(line, lt(base, big))
+    cg, og, rg, cb, ob, rb, ag, ab = nums(rf"大きなモデル {NUM} ÷ {NUM} ms = {NUM} 倍.*既定モデル {NUM} ÷ {NUM} ms = "
+                                          rf"{NUM} 倍。増えた時間 大きなモデル {NUM} ms、既定モデル {NUM} ms", lines[2])
+    assert abs(cg / og - rg) < 0.02 and abs(cb / ob - rb) < 0.02         # each ratio is its two medians' quotient
+    assert abs(cg - og - ag) < 0.15 and abs(cb - ob - ab) < 0.15         # each added time is their difference
+    assert "（CPU）" in lines[2]                                           # the lab runs on the CPU
+    agree(lines[2], both(lt(tk.GPU_NEAR, rg), lt(ab, ag)))
     one, two = saved_lines(lab, "7e1f3a25")
     late, poisson = nums(rf"平均の件数 一斉 {NUM}、ポアソン {NUM}", one)
     agree(one, lt(poisson, late))
