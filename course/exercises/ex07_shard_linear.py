@@ -102,8 +102,13 @@ def check(fn, ctx=None) -> list:
             message = "列分割した層の出力は、各ランクが別々の列を持つので、最後の次元で連結（combine(..., \"columns\")）します。"
         else:
             message = "行分割した層の出力は部分和です。連結ではなく、全ランクの分を足し合わせます（GPU では all-reduce）。"
-        got_s = f"最大の差 {(y - y_full).abs().max():.2e}" if isinstance(y, torch.Tensor) and y.shape == y_full.shape \
-            else f"形 {list(getattr(y, 'shape', []))}"
+        if not h_ok:     # the columns' combine failed: show h (y may still match when the rows' combine is right)
+            got_s = ("列分割の出力 h の最大の差 " + f"{(h - h_full).abs().max():.2e}" if isinstance(h, torch.Tensor)
+                     and h.shape == h_full.shape else f"列分割の出力 h の形 {list(getattr(h, 'shape', []))}（正しくは {list(h_full.shape)}）")
+        elif isinstance(y, torch.Tensor) and y.shape == y_full.shape:
+            got_s = f"最大の差 {(y - y_full).abs().max():.2e}"
+        else:
+            got_s = f"形 {list(getattr(y, 'shape', []))}"
         out.append(case("分けた MLP = 分けない MLP", inp, f"形 {list(y_full.shape)}、差 ≤ 1e-4", got_s, h_ok and y_ok, message))
     for rank in (2, -1):                 # -1: a tensor_split(...)[rank] would return the last shard
         for kind in ("shard_columns", "shard_rows"):

@@ -103,3 +103,19 @@ def test_raising_solution_is_reported(bad):
     fn = {"shard_columns": bad, "shard_rows": bad, "combine": bad} if "None" == "None" else bad
     cases = _grader().check(fn, CTX)
     assert cases and not any(c.passed for c in cases)
+
+
+def test_a_wrong_column_combine_shows_h_not_the_passing_y():
+    """Blind reading 2026-12-07b ch07 #7: torch.cat(parts, 0) for "columns" with a right row sum (planted) fails the
+    MLP case; its got column shows the column output h (its shape), not y's tiny difference that passed."""
+    cat0 = {"shard_columns": lambda w, r, n: _checked(w, r, n, 0), "shard_rows": lambda w, r, n: _checked(w, r, n, 1),
+            "combine": lambda parts, split: torch.cat(parts, 0) if split == "columns" else torch.stack(parts).sum(0)}
+    mlp = {c.input.split("world=")[1]: c for c in _grader().check(cat0, CTX) if "MLP" in c.name and not c.passed}
+    assert sorted(mlp) == ["2", "3"], mlp              # world 1: one part is right; world 3: cat raises (4 vs 3 columns)
+    assert mlp["2"].got == "列分割の出力 h の形 [6, 5]（正しくは [3, 10]）" and "連結" in mlp["2"].message, mlp
+    # the columns in the wrong order: h has the right shape, and got shows h's difference (planted)
+    rev = dict(cat0, combine=lambda parts, split: torch.cat(parts[::-1], -1) if split == "columns"
+               else torch.stack(parts).sum(0))
+    mlp = [c for c in _grader().check(rev, CTX) if "MLP" in c.name and not c.passed]
+    assert len(mlp) == 2 and all(c.got.startswith("列分割の出力 h の最大の差 ") for c in mlp), mlp
+    assert float(mlp[0].got.split()[-1]) > 1e-3, mlp
