@@ -206,14 +206,15 @@ def slope_lines(sp: dict) -> list[str]:
 
 def slope_verdict(sp: dict) -> str:
     """Which term made most of the predicted TPOT growth, with the mechanism that can do it on a CPU; 判定できない
-    when the roofline share (in printed whole percent) is within 50 ± SHARE_BAND or one fit step of compute_eff
-    (``near``) puts it on the other side of 50."""
+    when the roofline share (in printed whole percent) is within 50 ± SHARE_BAND, or one fit step of compute_eff
+    (``near``) puts it within that band or on the other side of 50."""
     pct = [round(100 * sp["roof_share"])] + [round(100 * x) for _, x in sp.get("near", [])]
     head = (f"[傾きを決めたもの] 同時 {sp['from']} → {sp['to']} の TPOT の伸びを、当てはめたモデルで2つの項に分けると"
             "（分け方は当てはめによるもので、測定ではありません）、")
-    if abs(pct[0] - 50) <= SHARE_BAND or len({p > 50 for p in pct}) > 1:
+    if any(abs(p - 50) <= SHARE_BAND for p in pct) or len({p > 50 for p in pct}) > 1:
         near = f"。compute_eff を当てはめの刻みだけ動かすと {_near_text(sp)}" if sp.get("near") else ""
-        return (head + f"判定できない：2つの項は同じくらいで、どちらが大きいとは言えません（ルーフラインの項 {pct[0]}%{near}）。"
+        return (head + f"判定できない：2つの項の大きさは近く、どちらが大きいとは言えません（ルーフラインの項 {pct[0]}%{near}。"
+                f"半分 ± {SHARE_BAND} ポイントに入るか、大小が入れ替わる値があります）。"
                 "seq_overhead_us の項は、実測の TPOT からルーフラインの項を引いた残りに当てはめた直線なので、"
                 "ルーフラインの項の割合は compute_eff（TTFT で当てはめた値）しだいで動きます。この実行から言えるのは、"
                 "どちらの項も伸びに効いている、ということまでです。")
