@@ -19,6 +19,7 @@ What step_cost counts (and leaves out, on purpose, to stay readable):
 """
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -89,12 +90,48 @@ def measure_matvec_bandwidth(n: int = 4096, dtype=torch.bfloat16, repeats: int =
     return w.numel() * w.element_size() / _best_time(lambda: (v @ w.T, sync()), repeats)
 
 
+QUICK_MIN_MB = 128     # quick mode's smallest bandwidth buffer: 4x a 32 MiB L3. On an AMD EPYC with 32 MiB L3 a 64 MB
+                       # sum read 20-29 GB/s and an 8 MB matvec 22-23 GB/s against 11-16 GB/s at 128-512 MB (blind
+                       # reading 2026-12-07b ch02 second #6): a buffer the last-level cache holds measures the cache
+
+
+def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """The CPU's largest cache (bytes), from Linux's sysfs (``index*/size`` such as '32768K'); None elsewhere."""
+    import glob
+    import os
+    sizes = []
+    for d in glob.glob(os.path.join(root, "index*")):
+        try:
+            text = open(os.path.join(d, "size")).read().strip().upper()
+        except OSError:
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * unit)
+    return max(sizes) if sizes else None
+
+
+def bandwidth_buffer_mb(quick: bool, device="cpu") -> int:
+    """Megabytes of the bandwidth probes' buffers: 128 (full), and in quick mode at least QUICK_MIN_MB and 4x the
+    last-level cache on a CPU, so that the probes read memory, not the cache."""
+    llc = last_level_cache_bytes() if torch.device(device).type == "cpu" else None
+    return max(QUICK_MIN_MB, 4 * (llc or 0) // (1 << 20)) if quick else 128
+
+
+def matvec_size(megabytes: int, itemsize: int = 2) -> int:
+    """n of an n x n matrix of at least ``megabytes`` MiB (a multiple of 256)."""
+    n = math.isqrt(megabytes * (1 << 20) // itemsize)
+    return -(-n // 256) * 256
+
+
 def measure_machine(device="cpu", quick: bool = False) -> dict:
     """This machine's peaks: flops_fp32, flops_bf16 (FLOP/s) and bandwidth, bw_copy, bw_sum, bw_matvec (B/s).
     Each peak is the largest of its measurements, as a bound should never be beaten: `bandwidth` of the three
     bandwidths, `flops_<dtype>` of an n x n matmul `a @ b` (``mm_<dtype>``) and the engine's Linear kernel on the
-    same shape (``linear_<dtype>``, see measure_linear_flops)."""
-    n, mb = (512, 64) if quick else (1024, 128)
+    same shape (``linear_<dtype>``, see measure_linear_flops). ``quick`` takes smaller matmuls but no smaller
+    bandwidth buffers than the last-level cache allows (``bandwidth_buffer_mb``)."""
+    n, mb = (512, bandwidth_buffer_mb(True, device)) if quick else (1024, 128)
     bw = measure_bandwidth(mb, device=device)
     res = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
@@ -102,7 +139,7 @@ def measure_machine(device="cpu", quick: bool = False) -> dict:
         res[f"linear_{name}"] = measure_linear_flops(dtype, n, device=device)
         res[f"flops_{name}"] = max(res[f"mm_{name}"], res[f"linear_{name}"])
     res.update(bw_copy=bw["copy"], bw_sum=bw["sum"],
-               bw_matvec=measure_matvec_bandwidth(2048 if quick else 4096, device=device))
+               bw_matvec=measure_matvec_bandwidth(matvec_size(mb) if quick else 4096, device=device))
     res["bandwidth"] = max(res["bw_copy"], res["bw_sum"], res["bw_matvec"])
     return res
 

@@ -283,3 +283,22 @@ def test_mixed_profile_sorts_steps_by_kind(llama_dir):
     assert mp.static_batches(reqs, 2) == {"prompt_tokens": 2 * 40 + 25, "decode_rows": 2 * 6 + 5,
                                           "useful_prompt_tokens": 75, "useful_output_tokens": 15}
     assert llm.engine.block_manager.num_free_blocks == llm.engine.block_manager.num_blocks
+
+
+def test_quick_bandwidth_buffers_exceed_the_last_level_cache(tmp_path, monkeypatch):
+    """Blind reading 2026-12-07b ch02 second #6: quick mode's 64 MB sum and 8 MB matvec fit (or nearly fit) a 32 MiB
+    L3 and measured the cache; the buffers are now at least 128 MB and 4x the largest cache sysfs reports."""
+    from minimal_engine.bench import roofline
+    for i, (level, size) in enumerate((("1", "32K"), ("2", "1024K"), ("3", "32768K"))):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "size").write_text(size + "\n")
+    assert roofline.last_level_cache_bytes(str(tmp_path)) == 32 << 20
+    assert roofline.last_level_cache_bytes(str(tmp_path / "none")) is None
+    monkeypatch.setattr(roofline, "last_level_cache_bytes", lambda: 32 << 20)
+    assert roofline.bandwidth_buffer_mb(True) == 128 and roofline.bandwidth_buffer_mb(False) == 128
+    monkeypatch.setattr(roofline, "last_level_cache_bytes", lambda: 256 << 20)     # a large L3 (EPYC with 3D V-Cache)
+    assert roofline.bandwidth_buffer_mb(True) == 1024
+    monkeypatch.setattr(roofline, "last_level_cache_bytes", lambda: None)          # no sysfs: the floor
+    assert roofline.bandwidth_buffer_mb(True) == roofline.QUICK_MIN_MB
+    n = roofline.matvec_size(128)
+    assert n % 256 == 0 and n * n * 2 >= 128 << 20 and (n - 256) ** 2 * 2 < 128 << 20
