@@ -152,7 +152,11 @@ def break_even_note(label: str, k: int, alpha: float, break_even: float, speedup
     line = (f"k = {k}：{label}の受理率 α {alpha:.3f}、式の損益分岐の α {break_even:.3f}"
             f"（差 {alpha - break_even:+.3f}）、速度比 {speedup:.2f}")
     if alpha <= break_even:
-        return line + "。α が式の損益分岐以下なので、式の予測も投機なしより遅くなります"
+        line += "。α が式の損益分岐以下なので、式は投機なしより遅くなると予測します"
+        if speedup >= 1:
+            line += ("。ただし測定では遅くなりませんでした（速度比 1 以上）。損益分岐は測った c から求めるので、"
+                     "c が実行ごとに揺れると損益分岐も動きます")
+        return line
     if alpha - break_even < near:
         line += (f"。α が式の損益分岐をわずかに上回る（差 {near} 未満）だけなので、式では速いか遅いかが決まりません。"
                  + LOWER_BOUND)

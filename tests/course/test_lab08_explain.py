@@ -222,7 +222,11 @@ def test_break_even_note_says_when_the_formula_cannot_decide():
     assert "+0.017" in near and "決まりません" in near and "下限" in near
     assert not near.startswith((HELD, MISSED))
     below = ex.break_even_note("蒸留なし", 4, 0.34, 0.48, 0.70)
-    assert "-0.140" in below and "式の予測も投機なしより遅く" in below and "決まりません" not in below
+    assert "-0.140" in below and "遅くなると予測します" in below and "決まりません" not in below
+    assert "遅くなりませんでした" not in below
+    # planted: alpha under the break-even, yet the run was faster: the line says the measurement disagrees
+    faster = ex.break_even_note("蒸留なし", 2, 0.30, 0.363, 1.06)
+    assert "遅くなると予測します" in faster and "遅くなりませんでした" in faster and "c が実行ごとに揺れる" in faster
     far = ex.break_even_note("蒸留", 2, 0.758, 0.318, 1.46)
     assert "決まりません" not in far and "遅く" not in far
 
@@ -244,7 +248,7 @@ def test_lab8_saved_break_even_notes_agree_with_their_numbers():
         if min(abs(d), abs(d - 0.05)) <= 0.0015:    # printed to 3 decimals: the class may flip at a boundary
             continue
         again = ex.break_even_note(label, int(k), float(a), float(be), float(sp))
-        for phrase in ("決まりません", "式の予測も投機なしより遅く"):
+        for phrase in ("決まりません", "遅くなると予測します", "遅くなりませんでした"):
             assert (phrase in line) == (phrase in again), line
 
 
