@@ -10,9 +10,8 @@
     slope_verdict(split)        # which of the two made most of it, or 判定できない within SHARE_BAND / one fit step
     extrapolation(res)          # refit without the largest concurrency and predict it (外挿)
 
-A sentence that quotes a measured figure is printed by the notebook's cell, so re-executing the
-notebook can never leave it stale. ``res`` is ``lab10.run_pareto_lab``'s result. The tasks' (課題)
-predictions and their verdicts are in ``lab10_tasks``.
+A sentence that quotes a measured figure is printed by the notebook's cell, so re-executing the notebook can never
+leave it stale. ``res`` is ``lab10.run_pareto_lab``'s result. The tasks' (課題) predictions are in ``lab10_tasks``.
 """
 from __future__ import annotations
 
@@ -125,17 +124,13 @@ def cost_line(res: dict, usd_per_hour: float, watts: float) -> str:
 
 
 def ttft_overhead_share(res: dict) -> dict:
-    """The predicted TTFT at the run's smallest concurrency, with this machine's fitted constants
-    and with the two per-step overheads set to 0: how much of the TTFT compute_eff does not
-    decide."""
-    kw = dict(weight_dtype=res.get("dtype", "fp32"), kv_dtype=res.get("dtype", "fp32"),
-              input_len=res["prompt_len"], output_len=res["output_len"],
-              concurrency=res["concurrencies"][0])
+    """The predicted TTFT at the run's smallest concurrency, with this machine's fitted constants and with the two
+    per-step overheads set to 0: how much of the TTFT compute_eff does not decide."""
+    kw = dict(weight_dtype=res.get("dtype", "fp32"), kv_dtype=res.get("dtype", "fp32"), input_len=res["prompt_len"],
+              output_len=res["output_len"], concurrency=res["concurrencies"][0])
     full = simulate_batch(DEFAULT_MODEL_DIR, res["spec"], **kw)["ttft_ms"]
-    bare = simulate_batch(DEFAULT_MODEL_DIR, {**res["spec"], "layer_overhead_us": 0,
-                                              "seq_overhead_us": 0}, **kw)["ttft_ms"]
-    return {"concurrency": kw["concurrency"], "ttft_ms": full, "overhead_ms": full - bare,
-            "share": (full - bare) / full}
+    bare = simulate_batch(DEFAULT_MODEL_DIR, {**res["spec"], "layer_overhead_us": 0, "seq_overhead_us": 0}, **kw)["ttft_ms"]
+    return {"concurrency": kw["concurrency"], "ttft_ms": full, "overhead_ms": full - bare, "share": (full - bare) / full}
 
 
 def right_end_overhead(res: dict) -> dict:
@@ -258,11 +253,15 @@ def extrapolation_lines(res: dict, ext: dict | None) -> list[str]:
     if not held:
         return out
     end_err = next(t["err_tpot_ms"] for t in res["table"] if t["concurrency"] == b)
+    w = {q["concurrency"]: (q.get("tpot_ms_max", q["tpot_ms"]) - q.get("tpot_ms_min", q["tpot_ms"])) / q["tpot_ms"]
+         for q in res["rows"]}                   # the repeats' (max - min) / median of each concurrency's TPOT
     f = {"err": r["err_tpot_ms"], "held": max(held), "end": b, "end_err": end_err, "threads": res.get("threads") or 1,
-         "eff": res["spec"]["compute_eff"], "eff_refit": ext["spec"]["compute_eff"]}
+         "eff": res["spec"]["compute_eff"], "eff_refit": ext["spec"]["compute_eff"], "end_width": w[b],
+         "last": r["concurrency"], "last_width": w[r["concurrency"]]}
     out.append(f"[外挿の材料] 外挿の TPOT の誤差 {_pct(f['err'])}、内挿のいちばん大きい誤差（絶対値）{f['held']:.0%}、"
                f"全体の当てはめでの同時 {b} の TPOT の誤差 {_pct(end_err)}、compute_eff は全体 {f['eff']:.2f}・"
-               f"当てはめ直し {f['eff_refit']:.2f}、スレッド数 {f['threads']}")
+               f"当てはめ直し {f['eff_refit']:.2f}、スレッド数 {f['threads']}、TPOT の繰り返しの幅（中央値に対する"
+               f"最大 − 最小）同時 {b} で {f['end_width']:.0%}・同時 {f['last']} で {f['last_width']:.0%}")
     return out + [extrapolation_verdict(f)]
 
 
@@ -273,15 +272,22 @@ def extrapolation_verdict(f: dict) -> str:
     if abs(f["err"]) <= f["held"] + 0.02:                  # 2 points of margin: noise, rounding
         return head + "と同じくらいか、それ以下です。この実行では、直線の式が当てはめた範囲の外にもそのまま当てはまっています。"
     head += "より大きいです。"
+    end_noisy = f.get("end_width", 0) >= abs(f["end_err"]) > 0.02       # the refit's slope is its upper end's noise
+    if end_noisy or f.get("last_width", 0) >= abs(f["err"]):
+        which = (f"直線の上の端の同時 {f['end']} は全体の当てはめから {_pct(f['end_err'])} ずれていますが、その TPOT の繰り返しの"
+                 f"幅（中央値の {f['end_width']:.0%}）はそれより大きいので、当てはめ直した直線の傾きはこの点の揺れで決まっています。"
+                 if end_noisy else f"予測した同時 {f['last']} の TPOT の繰り返しの幅（中央値の {f['last_width']:.0%}）が、外挿の誤差より大きいです。")
+        return (head + "判定できません：" + which + "外挿の誤差が式の外れなのか計測の揺れなのかは、この実行からは言えません。"
+                "ほかのプログラムを止め、繰り返しを増やして測り直してください。")
     eff = (f"当てはめ直した compute_eff（{f['eff_refit']:.2f}、全体では {f['eff']:.2f}）も、ルーフラインの項の傾きを変えます。"
            if abs(f["eff_refit"] - f["eff"]) > 0.1 * f["eff"] else "")
     if f["err"] > 0:                                       # the measured growth slowed past the fitted range
         end = (f"直線の上の端の同時 {f['end']} は、全体の当てはめの直線より実測が遅め（誤差 {_pct(f['end_err'])}）なので、"
                "当てはめ直した直線はその分だけ急になり、その先を多めに予測します。計測の揺れ（⚠ の警告）がまず疑われます。"
                if f["end_err"] < -0.02 else "")
-        return (head + f"予測が多すぎる向き（実測の伸びが同時 {f['end']} から先で緩やかになった）です。" + end + eff
-                + "CPU でも、まとめる数が増えると行列積のカーネルが1回読んだ重みをより多くの行に使えて効率が上がり"
-                "（compute_eff が一定でなくなり）、1リクエストあたりの時間が減ることがあります。")
+        return (head + f"予測が多すぎる向き（同時 {f['end']} から先の実測が、当てはめ直した直線の延長より下）です。" + end
+                + eff + "CPU でも、まとめる数が増えると行列積のカーネルが1回読んだ重みをより多くの行に使えて効率が上がり"
+                "（compute_eff が一定でなくなり）、1リクエストあたりの時間が減ることがあります（この実行では確かめていません）。")
     end = (f"直線の上の端の同時 {f['end']} は、全体の当てはめの直線より実測が速め（誤差 {_pct(f['end_err'])}）なので、"
            "当てはめ直した直線はその分だけ緩やかになっています。" if f["end_err"] > 0.02 else "")
     cores = ("、スレッドがほかのプログラムとコアを取り合ったり" if f["threads"] > 1 else "")
@@ -290,6 +296,5 @@ def extrapolation_verdict(f: dict) -> str:
             "計測中にほかのプログラムが動いたりして、1リクエストあたりの時間が増えることが考えられます。")
 
 
-__all__ = ["constants_rows", "cost_line", "extrapolation", "extrapolation_lines", "extrapolation_verdict",
-           "prediction_lines", "right_end_overhead", "slope_lines", "slope_verdict", "tpot_order_lines",
-           "tpot_slope_split", "ttft_overhead_share"]
+__all__ = ["constants_rows", "cost_line", "extrapolation", "extrapolation_lines", "extrapolation_verdict", "prediction_lines",
+           "right_end_overhead", "slope_lines", "slope_verdict", "tpot_order_lines", "tpot_slope_split", "ttft_overhead_share"]

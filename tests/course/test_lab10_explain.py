@@ -128,9 +128,19 @@ def test_extrapolation_refits_without_the_largest_concurrency_and_predicts_it():
     assert ex.extrapolation({**run, "concurrencies": [1, 2]}) is None
 
 
-def _ext(err=0.14, held=0.08, end_err=-0.08, threads=1, eff=0.30, eff_refit=0.30):
+def _ext(err=0.14, held=0.08, end_err=-0.08, threads=1, eff=0.30, eff_refit=0.30, end_width=0.05, last_width=0.05):
     return {"err": err, "held": held, "end": 8, "end_err": end_err, "threads": threads, "eff": eff,
-            "eff_refit": eff_refit}
+            "eff_refit": eff_refit, "end_width": end_width, "last": 16, "last_width": last_width}
+
+
+def test_extrapolation_verdict_is_undecided_when_the_repeats_spread_is_wider_than_the_error():
+    """The blind reading's second run (2026-12-07b ch10 second #3): +83% from a refit whose upper end (c=8,
+    -34% off the full fit) spread 30.6-73.1 ms over its repeats: not a slowing growth, not a kernel effect."""
+    wide = ex.extrapolation_verdict(_ext(err=0.83, held=0.34, end_err=-0.34, end_width=0.85))
+    assert "判定できません" in wide and "中央値の 85%" in wide and "カーネル" not in wide and "緩やか" not in wide
+    last = ex.extrapolation_verdict(_ext(err=-0.14, end_err=0.0, last_width=0.20))
+    assert "判定できません" in last and "同時 16 の TPOT の繰り返しの幅（中央値の 20%）" in last
+    assert "判定できません" not in ex.extrapolation_verdict(_ext(err=0.83, held=0.34, end_err=-0.34, end_width=0.2))
 
 
 def test_extrapolation_verdict_follows_the_sign_and_threads():
@@ -155,11 +165,13 @@ def test_saved_extrapolation_verdict_follows_the_saved_numbers():
                    for o in c.get("outputs", []))
     m = re.search(r"\[外挿の材料\] 外挿の TPOT の誤差 ([+-]?\d+)%、内挿のいちばん大きい誤差（絶対値）(\d+)%、"
                   r"全体の当てはめでの同時 (\d+) の TPOT の誤差 ([+-]?\d+)%、compute_eff は全体 ([\d.]+)・"
-                  r"当てはめ直し ([\d.]+)、スレッド数 (\d+)", text)
+                  r"当てはめ直し ([\d.]+)、スレッド数 (\d+)、TPOT の繰り返しの幅（中央値に対する最大 − 最小）"
+                  r"同時 \d+ で (\d+)%・同時 (\d+) で (\d+)%", text)
     verdict = re.search(r"\[外挿の見立て\][^\n]*", text)
     assert m and verdict, "the lab's saved outputs lack the extrapolation facts and verdict"
     f = {"err": int(m[1]) / 100, "held": int(m[2]) / 100, "end": int(m[3]), "end_err": int(m[4]) / 100,
-         "eff": float(m[5]), "eff_refit": float(m[6]), "threads": int(m[7])}
+         "eff": float(m[5]), "eff_refit": float(m[6]), "threads": int(m[7]), "end_width": int(m[8]) / 100,
+         "last": int(m[9]), "last_width": int(m[10]) / 100}
     assert ex.extrapolation_verdict(f) == verdict[0]
 
 
