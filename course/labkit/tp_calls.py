@@ -1,5 +1,6 @@
 """Tensor parallelism on a CPU (lab 7): what one all-reduce of the engine's TP is made of, measured on every rank,
-and rank 0's share of the matmuls (``rank0_share``, ``lm_head_share``: what the compute ratio is read against).
+and rank 0's share of the matmuls (``rank0_share``, ``lm_head_share``: what the compute ratio is read against);
+``configs`` and ``best_speedup``: the three configurations lab 7's table and figure show (TP=1 on two thread counts, TP=N).
 
     traces = tp_model.trace_calls(True) ... steps ... tp_model.trace_calls(False)   # engine records, rank 0 first
     s = call_stats(traces)                  # medians per call (µs), who arrived last, rank 0's waiting share
@@ -57,8 +58,10 @@ def call_stats(calls: list[list[tuple]]) -> dict:
 WAIT_MOSTLY = 0.5      # rank 0's waiting share above this: the call is mostly waiting for the last rank
 
 
-def calls_reading(s: dict, floor_us: float | None, label: str = "Decode") -> str:
-    """What the per-rank figures show (printed from ``call_stats``), and the verdict they support."""
+def calls_reading(s: dict, floor_us: float | None, label: str = "Decode", undecided: str = "") -> str:
+    """What the per-rank figures show (printed from ``call_stats``), and the verdict they support. ``undecided``:
+    the line to print instead of that verdict when the run was busy (lab07_explain.undecidable fired: other programs
+    may have taken the cores, and the bare call was timed at another moment), so no mechanism is named."""
     ranks = "、".join(f"ランク {r} {m:.0f} µs" for r, m in enumerate(s["inside_median_us"]))
     text = (f"{label} の all-reduce {s['calls']} 回（ランクごとの記録、中央値）: all-reduce の中の時間は {ranks}。"
             f"最後に来たのはランク 0 が {s['last_counts'][0]} 回、ほかのランクが {s['calls'] - s['last_counts'][0]} 回。"
@@ -70,6 +73,8 @@ def calls_reading(s: dict, floor_us: float | None, label: str = "Decode") -> str
         x = s["last_inside_median_us"] / floor_us
         text += (f"\nそろってからの受け渡し（最後に来たランクの中の時間）は中央値 {s['last_inside_median_us']:.0f} µs で、"
                  f"何もしない2プロセスの all-reduce の中央値 {floor_us:.0f} µs の {x:.1f} 倍です。")
+    if undecided:
+        return text + "\n→ " + undecided
     if s["rank0_wait_share"] > WAIT_MOSTLY:
         return text + ("\n→ ランク 0 の all-reduce の時間の大半は、相手のランクが来るまで待つ時間です"
                        "（相手がランク 0 より遅れて来ています）。")
@@ -105,4 +110,25 @@ def rank0_share(cfg, tp: int, rows: int = 1, logit_rows: int = 1) -> dict:
     return {"share": mine / full, "heads": len(q), "num_heads": cfg.num_heads}
 
 
-__all__ = ["CANDIDATES", "WAIT_MOSTLY", "call_stats", "calls_reading", "lm_head_share", "pair_calls", "rank0_share"]
+def configs(res: dict) -> list[tuple]:
+    """The configurations to show side by side: (label, prefill_ms, prefill_comm_ms, decode_ms, decode_comm_ms) for
+    TP=1 on its threads, TP=1 on one rank's threads (lab07's ``tp1_own_*``; left out when the counts are equal) and TP=N."""
+    n, (tp1_threads, _), (own, _) = res["tp"], res["threads_per_config"][1], res["threads_per_config"][res["tp"]]
+    one, many = res["runs"][1], res["runs"][n]
+    out = [(f"TP=1（{tp1_threads} スレッド）", one["prefill_ms"], 0.0, one["decode_ms"], 0.0)]
+    if own != tp1_threads:
+        out.append((f"TP=1（{own} スレッド）", res["tp1_own_prefill_ms"], 0.0, res["tp1_own_decode_ms"], 0.0))
+    out.append((f"TP={n}（{own} スレッド × {n}）", many["prefill_ms"], many["prefill_comm_ms"],
+                many["decode_ms"], many["decode_comm_ms"]))
+    return out
+
+
+def best_speedup(res: dict, kind: str) -> tuple[float, int]:
+    """TP=1's faster time (its threads or one rank's, the basis of the verdict) over TP=N's, and that TP=1's threads."""
+    n, tp1_threads, own = res["tp"], res["threads_per_config"][1][0], res["threads_per_config"][res["tp"]][0]
+    mine, own_ms = res["runs"][1][f"{kind}_ms"], res[f"tp1_own_{kind}_ms"]
+    base, threads = (own_ms, own) if own_ms < mine else (mine, tp1_threads)
+    return base / res["runs"][n][f"{kind}_ms"], threads
+
+
+__all__ = ["CANDIDATES", "WAIT_MOSTLY", "best_speedup", "call_stats", "configs", "calls_reading", "lm_head_share", "pair_calls", "rank0_share"]

@@ -21,8 +21,8 @@ separate the candidates (processes sharing few cores, cache effects). The all-re
 every rank's record (``comm_reading``, course.labkit.tp_calls).
 
 Load: when the load check fired, or TP=1 with its threads was more than 10% slower than TP=1 with one
-rank's threads (OpenMP threads waiting for a descheduled one), the timing verdicts print 「判定できない
-（負荷）」 instead of naming a mechanism (``undecidable``). The GPU contrast is in ``lab07_gpu``.
+rank's threads (OpenMP threads waiting for a descheduled one), the timing verdicts, the ratio reading and the
+per-rank all-reduce reading print 「判定できない（負荷）」 instead of naming a mechanism (``undecidable``). The GPU contrast is in ``lab07_gpu``.
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ class Undecided(Prediction):
     """A prediction the run cannot decide because the machine was busy (``undecidable``)."""
 
     def verdict(self) -> str:
-        return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{self.otherwise}"
+        tail = self.otherwise if self.otherwise.endswith("。") else f"{self.otherwise}。"
+        return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{tail}"
 
 BUSY = "ほかのプログラムが CPU を使っている（負荷の警告を確かめ、繰り返しを増やして測り直す）"
 
@@ -85,7 +86,7 @@ def undecidable(f: dict) -> str:
     if f["tp1_decode_ms"] > SLOW_TP1 * f["tp1_own_decode_ms"]:
         why.append(f"TP=1 が自分の 1 ランク分のスレッドのとき（{f['tp1_own_decode_ms']:.1f} ms）より遅くなりました"
                    f"（{f['tp1_decode_ms']:.1f} ms。スレッドがコアを待っている）")
-    return "、".join(why)
+    return "。また、".join(why)
 
 
 def _decide(f: dict, p: Prediction) -> Prediction:
@@ -121,8 +122,9 @@ def tp_predictions(f: dict) -> list[Prediction]:
                    "時間が見えてきます")),
         Prediction(f"TP={n} の貪欲トークンは TP=1 と同じ（float32）", f["same_tokens"],
                    "一致" if f["same_tokens"] else "不一致",
-                   "float32 以外の dtype か、エンジンの TP に問題があります。"
-                   "テスト tests/features を実行してください"),
+                   "TP は部分和を all-reduce で足すので、float32 でも足し算の順序が変わり、logit がわずかに"
+                   "（float32 の丸め誤差ほど）違います。1位と2位の logit がほぼ同じ位置では、トークンが入れ替わることがあります。"
+                   "まずその位置の1位と2位の差を確かめ、差が大きいのに違うときはテスト tests/features を実行してください"),
     ]
 
 
@@ -143,7 +145,7 @@ def ratio_reading(res: dict) -> str:
         f"「行列積の割合」倍（時間がすべて行列積のとき）から 1 倍（すべて層ごとの固定の時間のとき）のあいだのはずです。",
         f"TP=1 の {tp1_threads} スレッドの1ステップで割った比の見込み: Prefill {res['prefill_expected_range'][0]:.2f}〜"
         f"{res['prefill_expected_range'][1]:.2f}、Decode {lo_d:.2f}〜{hi_d:.2f}（TP=1 のスレッドの効き方は測った値。"
-        f"Decode では {tp1_threads} スレッドが {per_rank} スレッドの {hi_d:.2f} 倍の時間）。相手のランクを待つ時間は通信に入り、"
+        f"Decode では {per_rank} スレッドの TP=1 が {tp1_threads} スレッドの TP=1 の {hi_d:.2f} 倍の時間）。相手のランクを待つ時間は通信に入り、"
         "すでに引いてあります。",
     ]
     why = undecidable(facts(res))
@@ -170,7 +172,8 @@ def ratio_reading(res: dict) -> str:
 def comm_reading(res: dict, floor: dict | None = None) -> str:
     """The time per all-reduce call, then what every rank recorded of those calls (``res["calls"]``,
     ``course.labkit.tp_calls.calls_reading``) beside the bare all-reduce between idle processes (``floor``:
-    ``lab07_ping.bare_allreduce_us`` for the same byte sizes), median against median."""
+    ``lab07_ping.bare_allreduce_us`` for the same byte sizes), median against median. On a busy run
+    (``undecidable``) the per-rank lines print 「判定できない（負荷）」 instead of a mechanism."""
     f, calls = facts(res), res["allreduces_per_step"]
     dec_b, pre_b = res["decode_allreduce_bytes"] // calls, res["prefill_allreduce_bytes"] // calls
     text = (f"1ステップの通信 ÷ all-reduce の回数: Decode {1000 * f['decode_call_ms']:.0f} µs（{dec_b:,} B）、"
@@ -182,10 +185,14 @@ def comm_reading(res: dict, floor: dict | None = None) -> str:
             f"{b:,} B で中央値 {floor[b]['median_us']:.0f} µs（p90 {floor[b]['p90_us']:.0f} µs）" for b in sorted(floor)) + "。")
     else:
         text += "\n何もしない2プロセスの all-reduce（lab07_ping.bare_allreduce_us）を測ると、そろってからの受け渡しと比べられます。"
+    why = undecidable(f)
+    busy = (f"{UNDECIDED}：{why}。ほかのプログラムがコアを使っていたかもしれず、何もしない2プロセスの all-reduce も"
+            "別の時刻に測ったので、この記録からは all-reduce の時間の原因を判定できません（ほかのプログラムを止めて"
+            "測り直してください）。") if why else ""
     for kind, size in (("Decode", dec_b), ("Prefill", pre_b)):
         s = res.get("calls", {}).get(kind.lower())
         if s and s["calls"]:
-            text += "\n" + calls_reading(s, floor.get(size, {}).get("median_us"), kind)
+            text += "\n" + calls_reading(s, floor.get(size, {}).get("median_us"), kind, busy)
     return text
 
 
