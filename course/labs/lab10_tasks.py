@@ -95,8 +95,9 @@ def spill_line(g: list[dict]) -> str:
                     f"{r['predicted'][1] - r['predicted'][0]:+.1f} ms）" for r in out)
     return (f"[Prefill のはみ出し] {each}: 同時リクエスト数 × プロンプト長が1ステップのトークン数の上限"
             f"（max_num_batched_tokens = {out[0]['budget']:,}）を超えるので、Prefill が数ステップに分かれ、先に始まった"
-            "リクエストの Decode のステップが残りの Prefill のチャンクを運びます。この点の TPOT の伸びは主にそのチャンクの"
-            "時間なので（予測も実測も）、3つ目の判定から外しました。")
+            "リクエストの Decode のステップが残りの Prefill のチャンクを運びます。この点の TPOT の伸びにはそのチャンクの"
+            "時間が入り（シミュレーターも同じ上限で Prefill を分けるので、予測にも入ります）、文脈の長さの分と分けられない"
+            "ので、3つ目の判定から外しました。")
 
 
 def task1_predictions(short: dict, long: dict, growth: list[dict] | None = None) -> list[Prediction]:
