@@ -21,6 +21,7 @@ takes the batches as they are). ``kv_blocks`` > 0 shrinks the engine's KV pool t
 show preemptions. Every policy is run ``repeats`` times (alternating); figures are medians.
 ``prefill_step_share`` (engine policies): the share of decode steps that also ran a prompt's
 prefill (such a step is heavier, and it enters TPOT); ``lab05_explain`` holds the tasks' predictions.
+``engine_kernels``: the engine's Linear kernels (``course.labkit.hf_gap.kernels_of``), for the transformers gap.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import random
 import statistics
 import time
 
+from course.labkit.hf_gap import kernels_of
 from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
@@ -173,6 +175,8 @@ def run_batching_lab(prompt_len=None, concurrency=None, num_requests=None, outpu
            "rate": rate, "kv_blocks": kv_blocks, "device": device, "repeats": repeats, "threads": threads,
            "ttft_slo_ms": ttft_slo_ms, "tpot_slo_ms": tpot_slo_ms, "policies": out, "load": load,
            "idle_share": calc.static_batches_idle_share(lens, c) if lens else 0.0}          # all groups, as the readings use
+    engine = next((k for k in policies if k != "hf_static"), None)       # its Linear kernels, probed at load
+    res["engine_kernels"] = kernels_of(_engine(engine, c, kv_blocks, device)) if engine else None
     if "continuous" in out and "static" in out:
         res["same_tokens"] = out["continuous"]["tokens"] == out["static"]["tokens"]
     warnings = [load["warning"]] if load and load["warning"] else []
@@ -187,8 +191,8 @@ def _v(x, fmt=".1f") -> str:
     return "—" if x is None or x != x else format(x, fmt)
 
 
-HF_TTFT_NOTE = ("※ transformers の TTFT（とそれを使うグッドプット）は各バッチの開始から数えた値です（前のバッチを待った"
-                "時間を含みません）。エンジンの2方式はリクエストの到着から数えるので、TTFT は直接比べず、tok/s で比べてください。")
+HF_TTFT_NOTE = ("※ transformers の TTFT は各バッチの開始から数えた値です（前のバッチを待った時間を含みません。"
+                "そのためグッドプットは計算しません）。エンジンの2方式はリクエストの到着から数えるので、TTFT は直接比べず、tok/s で比べてください。")
 
 
 def _mark(k: str, text: str) -> str:

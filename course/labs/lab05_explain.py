@@ -23,11 +23,12 @@ ones a 2-4 core CPU shows:
   more steps, pays more of it. The per-token work (the part of a step proportional to the batch) and the
   prefill are the same in both policies and dilute the gap, so on a CPU the measured ratio stays below the
   step ratio; a GPU decode step, whose time hardly depends on the batch, approaches it;
-* the engine's static policy vs transformers ``generate`` is an implementation difference, mainly each
-  step's overhead (generate's Python loop, logits processors and stopping criteria, cache concatenation,
-  the streamer; the engine's scheduler and block table). Finished rows matter only where one row's compute
-  is a large share of a step (larger models or batches); the sweep's 1-request row, with no finished rows,
-  shows the per-step difference alone (every prompt has ``prompt_len`` tokens: no padding at any batch);
+* the engine's static policy vs transformers ``generate`` is an implementation difference with three parts a
+  sweep can separate (``course.labkit.hf_gap``): the per-step work outside the model (generate's Python loop
+  and logits processors, the engine's scheduler), present at one request; the engine's Linear kernels probed at
+  load (``minimal_engine.model.cpu_linears``) against transformers' plain ``F.linear``, whose difference for
+  several rows shows as a ratio growing from concurrency 1 to >= 2; and generate's finished rows (estimated from
+  the static TPOT fit). Every prompt has ``prompt_len`` tokens: no padding at any batch;
 * static's tok/s/user is often the higher: on this small model a CPU step is mostly fixed time, so the main
   cause is continuous's decode steps that also run a new request's prefill (``prefill_step_share``); a
   static group's shrinking batch helps only where a step's time grows with the batch (the sweep's
@@ -35,6 +36,7 @@ ones a 2-4 core CPU shows:
 """
 from __future__ import annotations
 
+from course.labkit import hf_gap
 from course.labkit.predictions import Prediction
 from minimal_engine import calculators as calc
 
@@ -101,18 +103,14 @@ def _gap_sentence(r: dict) -> str:
                    "差を薄めるためです（ステップごとの固定の時間は、ステップの多い静的のほうが多く払います。これが空き枠の損です）。")
 
 
-def _hf_sentence(r: dict) -> str:
+def _hf_sentence(r: dict, kernels: dict | None) -> str:
     q = r["hf_ratio"]
     who = "エンジンの静的バッチングのほうが速い" if q > 1 else "transformers のほうが速い"
     if r["hf_apart"] is False:
         who += "（ただし繰り返しの幅が重なる）"
-    why = ("`generate` のステップごとの処理（Python のループ、logits processor と停止条件、KV キャッシュの連結、"
-           "時刻を記録するストリーマー）がエンジンより重いと考えられ" if q > 1 else
-           "エンジンのステップごとの処理（スケジューラーとブロック表）が `generate` より重いと考えられ")
     return (f"静的（エンジン）÷ transformers の出力 tok/s {q:.2f} 倍：同時リクエスト数 {r['concurrency']} のこの実行では"
-            f"{who}です。{why}、どちらが勝つかはマシンで変わる実装の差です（終わった行のない同時リクエスト数 1 の差は、ラボのスイープで"
-            "見られます。プロンプトは長さがそろっているので、パディングはどの同時リクエスト数でも入りません）。"
-            "方式のコストは連続 ÷ 静的で読みます。")
+            f"{who}です。方式ではなく実装の差で、{hf_gap.single_run_cause(r['concurrency'], kernels)}"
+            "（プロンプトは長さがそろっているので、パディングはどの同時リクエスト数でも入りません）。方式のコストは連続 ÷ 静的で読みます。")
 
 
 def _tpot_sentence(r: dict) -> str:
@@ -152,7 +150,7 @@ def run_reading(res: dict) -> str:
     r = run_rows(res)
     lines = [_gap_sentence(r)]
     if "hf_ratio" in r:
-        lines.append(_hf_sentence(r))
+        lines.append(_hf_sentence(r, res.get("engine_kernels")))
     lines.append(_tpot_sentence(r))
     lines.append(f"グッドプットはリクエストを数えるので、1件が SLO の境目をまたぐと、連続で約 {r['goodput_step_cont']:.2f}、"
                  f"静的で約 {r['goodput_step']:.2f} 件/s（1 ÷ 実行時間）動きます。差がこの刻みより小さいときは比べません。")
@@ -174,29 +172,40 @@ def sweep_table(runs: dict[int, dict]) -> str:
             line += f"、静的 ÷ transformers {r['hf_ratio']:.2f} 倍（速いのは{faster}）"
         out.append(line + f"、静的の TPOT 中央値 {r['tpot_static']:.1f} ms、グッドプット1件の刻み 連続 "
                    f"{r['goodput_step_cont']:.2f}・静的 {r['goodput_step']:.2f} 件/s")
-    one = next((r for r in sweep_rows(runs) if r["concurrency"] == 1 and "hf_ratio" in r), None)
-    if one:
-        faster = "エンジン" if one["hf_ratio"] > 1 else " transformers"
-        out.append(f"同時リクエスト数 1 には終わった行がないので（プロンプトの長さがそろっているので、パディングはどの行にも"
-                   f"ありません）、そこでの差（{one['hf_ratio']:.2f} 倍、速いのは{faster}、{_range_words(one['hf_apart'])}）は"
-                   "ステップごとの処理の重さの差です。")
-    return "\n".join(out)
+    points = {c: (res["policies"]["static"], res["policies"]["hf_static"]) for c, res in runs.items()
+              if "hf_static" in res["policies"] and "static" in res["policies"]}
+    finished = {r["concurrency"]: _finished_share(r, runs, _fit(runs)[0]) for r in sweep_rows(runs)}
+    kernels = next((res.get("engine_kernels") for res in runs.values() if res.get("engine_kernels")), None)
+    return "\n".join(out + [hf_gap.gap_reading(points, kernels, finished)]).rstrip("\n")
+
+
+def _fit(runs: dict[int, dict]) -> tuple[float, float, float, float]:
+    """Static's TPOT as a + b * n through the lowest and highest concurrency, n being static's mean batch (output
+    tokens / static steps): (b, a, n at the lowest, n at the highest)."""
+    rows = sweep_rows(runs)
+    lo, hi = rows[0], rows[-1]
+    n_lo, n_hi = (sum(runs[r["concurrency"]]["output_lens"]) / r["steps_static"] for r in (lo, hi))
+    slope = (hi["tpot_static"] - lo["tpot_static"]) / (n_hi - n_lo) if n_hi > n_lo else 0.0
+    return slope, lo["tpot_static"] - slope * n_lo, n_lo, n_hi
+
+
+def _finished_share(r: dict, runs: dict[int, dict], slope: float) -> float:
+    """generate keeps every row of its group to the longest output, the engine's static groups shrink: the extra
+    rows per step (concurrency - static's mean batch) times the fitted per-request time, as a share of a step."""
+    extra = max(0.0, slope) * (r["concurrency"] - sum(runs[r["concurrency"]]["output_lens"]) / r["steps_static"])
+    return extra / (r["tpot_static"] + extra) if r["tpot_static"] + extra > 0 else 0.0
 
 
 def sweep_predictions(runs: dict[int, dict]) -> list[Prediction]:
     """The sweep's predictions: (1) from 2 requests at a time, continuous beats static beyond the repeats' range
     yet below the step-count ratio; (2) the step time grows, yet at the largest concurrency at least half of a
-    step is fixed time: static's TPOT fitted as a + b * n through the lowest and highest concurrency, n being
-    static's mean batch (output tokens / static steps: its groups shrink as members finish), and a / TPOT >= 0.5.
-    A step time that falls as the batch grows is load noise, not the prediction holding."""
+    step is fixed time (``_fit``: a / TPOT >= 0.5). A step time falling as the batch grows is load noise."""
     rows = sweep_rows(runs)
     multi = [r for r in rows if r["concurrency"] >= 2]
     gaps = "、".join(f"{r['concurrency']}: {r['ratio']:.2f}（ステップ数の比 {r['step_ratio']:.2f}、{_range_words(r['apart'])}）"
                     for r in multi)
     lo, hi = rows[0], rows[-1]
-    n_lo, n_hi = (sum(runs[r["concurrency"]]["output_lens"]) / r["steps_static"] for r in (lo, hi))
-    slope = (hi["tpot_static"] - lo["tpot_static"]) / (n_hi - n_lo) if n_hi > n_lo else 0.0
-    fixed = lo["tpot_static"] - slope * n_lo
+    slope, fixed, n_lo, n_hi = _fit(runs)
     share = fixed / hi["tpot_static"]
     growth = hi["tpot_static"] / lo["tpot_static"]
     tp = [r["tpot_static"] for r in rows]

@@ -35,6 +35,10 @@ def test_three_policies_on_the_same_stream(res):
         assert p[k]["goodput_rps"] == pytest.approx(4 / p[k]["duration_s"])
     from course.labs.lab05_explain import idle_share                 # every group, as the readings (ch05 #6)
     assert res["idle_share"] == pytest.approx(idle_share(res["output_lens"], 2))
+    # ch05 reviews6 #1: the engine's probed Linear kernels are recorded for the transformers-gap reading
+    from minimal_engine.model.cpu_linears import cpu_kernels
+    k = cpu_kernels(lab05._engine("continuous", 2, 0, "cpu").engine.runner.model)
+    assert res["engine_kernels"] == {"one_row": k.one_row, "more_rows": k.more_rows, "line": k.describe()}
 
 
 def test_history_rows_per_policy(res):

@@ -1,0 +1,64 @@
+"""course/labkit/hf_gap.py (blind reading 2026-12-07b reviews6 ch05 #1): the engine vs transformers gap is put on
+the mechanism the run's numbers point to: per-step work at concurrency 1, the Linear kernels for several rows
+when the ratio grows beyond concurrency 1's range, and nothing when every ratio stays within it."""
+from course.labkit.hf_gap import gap_cause, gap_reading, single_run_cause
+from course.labs.lab05_explain import run_reading, sweep_table
+
+PACKED = {"one_row": "oneDNN pre-packed", "more_rows": "oneDNN pre-packed", "line": "fp32: ..."}
+PLAIN = {"one_row": "plain", "more_rows": "plain", "line": "fp32: plain"}
+
+
+def _row(tok, lo, hi):
+    return {"tok_s": tok, "tok_s_min": lo, "tok_s_max": hi}
+
+
+def _points(c1=(100, 98, 102), h1=(95, 93, 97), c2=(150, 148, 152), h2=(100, 99, 101)):
+    return {1: (_row(*c1), _row(*h1)), 2: (_row(*c2), _row(*h2)), 4: (_row(*c2), _row(*h2))}
+
+
+def test_growth_beyond_concurrency_one_points_to_the_kernel():
+    cause, text = gap_cause(_points(), PACKED)
+    assert cause == "kernel" and "行の多い行列積のカーネルの差を指します" in text and "oneDNN pre-packed" in text
+    assert "同時リクエスト数 2・4 では比が 1 の幅を超えて開きました" in text
+    assert "ステップごとの処理" in text.split("。")[0]                  # concurrency 1 beyond 1: per-step work named
+    cause, text = gap_cause(_points(), PLAIN)                          # the engine takes F.linear too
+    assert cause == "other" and "行列積のカーネルの差ではありません" in text
+
+
+def test_no_growth_is_per_step_work_or_nothing():
+    same = dict(c2=(100, 98, 102), h2=(95, 93, 97))
+    assert gap_cause(_points(**same), PACKED)[0] == "overhead"          # 1.01-1.10 at every concurrency
+    flat = dict(h1=(100, 98, 102), c2=(100, 98, 102), h2=(100, 98, 102))
+    cause, text = gap_cause(_points(**flat), PACKED)
+    assert cause == "none" and "どの仕組みも指しません" in text and "見分けられるほど大きくありません" in text
+    cause, _ = gap_cause(_points(c2=(80, 79, 81), h2=(100, 99, 101)), PACKED)
+    assert cause == "shrinks"
+
+
+def test_gap_reading_prints_each_ratio_with_its_range():
+    text = gap_reading(_points(), PACKED, {2: 0.02, 4: 0.04})
+    assert "1 で 1.05 倍（1.01〜1.10）" in text and "2 で 1.50 倍（1.47〜1.54、終わった行の計算の見積もりは1ステップの約 2 %）" in text
+    assert gap_reading({4: _points()[4]}, PACKED) == ""                 # needs concurrency 1 and one >= 2
+
+
+def test_single_run_names_what_it_mixes():
+    assert "1回の実行では分けられません" in single_run_cause(4, PACKED) and "oneDNN pre-packed" in single_run_cause(4, PACKED)
+    assert "1行の行列積" in single_run_cause(1, None)
+    assert "カーネルの差はありません" in single_run_cause(1, PLAIN)         # both take F.linear
+    res = {"output_lens": [40, 64, 42, 18], "concurrency": 4, "repeats": 3, "engine_kernels": PACKED,
+           "policies": {k: dict(_row(*t), tpot_ms=5.0, duration_s=1.0) for k, t in
+                        (("continuous", (110, 108, 112)), ("static", (100, 98, 102)), ("hf_static", (80, 79, 81)))}}
+    text = run_reading(res)
+    assert "エンジンの静的バッチングのほうが速い" in text and "分けられません" in text and "Python のループ" in text
+
+
+def test_sweep_table_ends_with_the_gap_reading():
+    from tests.course.test_lab05_readings import _sweep
+    runs = _sweep()
+    for c, r in runs.items():
+        r["engine_kernels"] = PACKED
+        r["policies"]["static"] = dict(r["policies"]["static"], tok_s=100 if c == 1 else 150,
+                                       tok_s_min=99 if c == 1 else 149, tok_s_max=101 if c == 1 else 151)
+    text = sweep_table(runs)
+    assert text.splitlines()[-1].startswith("同時リクエスト数 1 では、") and "カーネルの差を指します" in text
+    assert "終わった行の計算の見積もりは1ステップの約" in text
