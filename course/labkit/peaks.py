@@ -25,15 +25,19 @@ def layer_shapes(cfg) -> list[tuple[int, int]]:
             (cfg.intermediate_size, cfg.hidden_size)]
 
 
+def model_linear_rate(cfg, dtype, device: str = "cpu", rows: int = PEAK_ROWS) -> float:
+    """FLOP/s of the engine's Linear kernel on this model's layer shapes (``rows`` tokens), the fastest shape: the
+    roof's model-shaped part, and (lab 2) the same kernel timed again between a long prefill's repeats."""
+    return max(roofline.measure_linear_flops(dtype, i, rows, o, device=device) for i, o in layer_shapes(cfg))
+
+
 def with_model_peak(machine: dict, cfg, dtype, rows: int = PEAK_ROWS) -> dict:
     """``machine`` with its ``flops_<dtype>`` raised to the engine's Linear kernel on this model's own layer shapes
     (``rows`` tokens), where that is faster: small layers that fit the CPU's caches can run faster than the
     1024 x 1024 product of ``machine_peaks``, and a roof the engine's steps beat is no roof."""
     import torch
     name = {torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
-    rates = [roofline.measure_linear_flops(dtype, i, rows, o, device=machine.get("device", "cpu"))
-             for i, o in layer_shapes(cfg)]
-    best = max(rates)
+    best = model_linear_rate(cfg, dtype, machine.get("device", "cpu"), rows)
     return {**machine, f"linear_model_{name}": best, f"flops_{name}": max(machine[f"flops_{name}"], best)}
 
 
@@ -53,4 +57,4 @@ def model_peaks(model="default", threads: int | None = None, device: str = "cpu"
     return with_model_peak(machine_peaks(threads, device), llm.model_config, llm.dtype)
 
 
-__all__ = ["PEAK_ROWS", "layer_shapes", "model_peaks", "peak_text", "with_model_peak"]
+__all__ = ["PEAK_ROWS", "layer_shapes", "model_linear_rate", "model_peaks", "peak_text", "with_model_peak"]

@@ -9,12 +9,13 @@ Three layers, as in lab 1 (tests call the first two; notebooks stay thin):
        res = run_roofline("default", context=64, batches=[1, 8, 32], chunks=[16, 128, 512], repeats=3)
        res["points"][0]  # kind, size, flops, bytes (weights, KV read, KV written), intensity,
                          # measured_ms (median) / _min / _max, predicted_ms, bound, achieved GFLOP/s and GB/s
-       res["excess"]      # batch 1 without its Linear layers (fixed_ms) and the load average (course.labkit.excess)
+       res["excess"]      # batch 1 with / without its Linear layers, timed alternately, and the load (labkit/excess)
        predict_on_gpu(res, "H100")                        # the same steps, predicted on a datasheet GPU
 
    Decode points: ``batch`` requests with ``context`` prompt tokens each, timed by the bench's
-   ``decode_step_time`` (median of several engine steps). Prefill points: one request of ``N`` prompt
-   tokens; the one engine step that prefills it is timed. Each point's FLOPs and bytes come from
+   ``decode_step_time`` (median of several engine steps). Prefill points: ``N`` prompt tokens in one
+   request or a few (``prefill_lens``); the one engine step that prefills them is timed, and for the longest the
+   model-shaped Linear kernel is timed between its repeats (``kernel_flops``). Each point's FLOPs and bytes come from
    ``minimal_engine.bench.roofline.step_cost`` (the bench's formula), its prediction is the larger of
    FLOPs / peak and bytes / bandwidth of the measured machine.
 2. Plots, in ``course.labs.lab02_plots``: ``plot_roofline(res)``, ``plot_gpu_rooflines(...)``,
@@ -42,7 +43,7 @@ from minimal_engine.sampling_params import SamplingParams
 from course.labkit import excess
 from course.labkit.load import check_load
 from course.labkit.machine import format_machine_ja, machine_peaks
-from course.labkit.peaks import layer_shapes, model_peaks, peak_text, with_model_peak
+from course.labkit.peaks import layer_shapes, model_linear_rate, model_peaks, peak_text, with_model_peak
 from course.runtime import (MAX_NUM_SEQS, MODEL_CHOICES, apply_thread_policy, available_devices, check_device,
                             check_int, check_model, get_llm, is_quick, max_model_len, random_prompts)
 
@@ -85,8 +86,9 @@ def threads_sweep(threads_list=None, device: str = "cpu", quick: bool | None = N
 
 # ---------------------------------------------------------------- engine steps
 def prefill_lens(n: int, max_prompt: int) -> list[int]:
-    """Prompt lengths of a prefill step of ``n`` tokens: one request, or as few equal requests as fit the
-    model's context (a chunk of 1024 tokens on a 512-position model: two requests of 512)."""
+    """Prompt lengths of a prefill step of ``n`` tokens: one request, or as few requests of nearly equal length
+    (differing by at most one token) as fit ``max_prompt`` (1024 tokens with max_prompt 510, as run_roofline passes
+    for a 512-position model: three requests of 342, 341 and 341)."""
     k = -(-n // max_prompt)
     return [n // k + (1 if i < n % k else 0) for i in range(k)]
 
@@ -175,10 +177,14 @@ def run_roofline(model="default", device: str = "cpu", context: int = DEFAULT_CO
             cost = roofline.step_cost(cfg, nbytes, decode_contexts=[round(ctx)] * size, machine=machine, flops_key=key)
             points.append(_point(kind, size, round(ctx), cost, [r["median_step_ms"] for r in runs]))
         else:
-            lens = prefill_lens(size, max_prompt)
-            times = [prefill_step_ms(llm, lens, seed + r) for r in range(repeats)]
+            lens, times, kernel = prefill_lens(size, max_prompt), [], []
+            for r in range(repeats):       # the longest: the model-shaped kernel timed between its repeats
+                times.append(prefill_step_ms(llm, lens, seed + r))
+                if size == max(n for k, n in todo if k == "prefill"):
+                    kernel.append(model_linear_rate(cfg, llm.dtype, device))
             cost = roofline.step_cost(cfg, nbytes, prefill_lens=lens, machine=machine, flops_key=key)
-            points.append({**_point(kind, size, max(lens), cost, times), "requests": len(lens)})
+            points.append({**_point(kind, size, max(lens), cost, times), "requests": len(lens),
+                           **({"kernel_flops": max(kernel)} if kernel else {})})
         if progress:
             progress(i + 1, len(todo))
     # batch 1's step without its Linear layers and the load average: where the excess goes (labkit/excess.py)
@@ -280,7 +286,6 @@ def save_history_csv(history: list[dict], path) -> str:
     from course.labkit.history import to_csv
     Path(path).write_text(to_csv(history, fields=HISTORY_FIELDS), encoding="utf-8")
     return str(path)
-
 
 
 __all__ = ["CONTEXT_RANGE", "GPU_CHOICES", "MODEL_CHOICES", "available_devices", "default_batches",

@@ -11,17 +11,16 @@ the peaks at each thread count, the GPU predictions), and every prediction is a 
 a test can rebuild the facts from a saved notebook's printed lines and re-derive its saved verdicts.
 
 The predictions (課題1-5 of the lab):
-  1. Decode points move right with the batch; batch 1 sits under the bandwidth roof; the largest batch's
-     step takes longer than batch 1's (a pairwise dip between neighbouring batches is only reported: on a
-     busy machine one interrupted point makes it, so it is not the verdict).
+  1. Decode points move right with the batch; batch 1 sits under the bandwidth roof (every repeat); the largest
+     batch's step takes longer than batch 1's, beyond the repeats' min-max (``course.labkit.spread``; overlapping
+     ranges read 判定できません). A pairwise dip between neighbouring batches is only reported.
   2. The N = 512 prefill point (or the longest measured) lies right of this machine's ridge point.
-  3. Batch-1 decode takes clearly longer than its prediction (fixed per-step time and slower weight reads
-     between small operators; a ratio within NEAR of the threshold is printed as within noise); the longest prefill is
-     closer to its prediction; no point beats its prediction (the roof is an upper bound: a point
-     above it means the measured peak or bandwidth is not the machine's true one). After the verdicts,
-     ``excess_reading`` splits batch 1's excess into the step without its Linear layers (fixed time) and the rest
-     (slower weight reads), and says from the load average whether both include waiting for a CPU
-     (``course.labkit.excess``; blind reading ch02, reviews6 #2).
+  3. Batch-1 decode takes longer than FIXED_TIME x its prediction (判定できません where its repeats' range straddles
+     it); the longest prefill's ratio is closer to 1, decided on the ranges of |ln ratio| (blind reading 2026-12-07b
+     ch02 second #2: a load-disturbed batch-1 median decided it); no repeat beats its prediction. After the
+     verdicts, ``excess_reading`` splits batch 1's excess (steps with and without the Linear layers, timed
+     alternately) and reads the load; ``prefill_reading`` splits the longest prefill's gap into the kernel's own
+     slowdown since the roof was taken and the step's work beyond it (``course.labkit.excess``).
   4. GFLOP/s grows nearly in proportion to the threads; GB/s grows less (the ridge moves right).
   5. On a datasheet GPU the same steps are predicted in microseconds, decode at batch 32 still
      bandwidth-bound.
@@ -32,6 +31,7 @@ import math
 
 from course.labkit import excess
 from course.labkit.predictions import Prediction
+from course.labkit.spread import RETRY, decide, order, span, spread_text
 from minimal_engine.bench import roofline
 
 FLOOR = 0.95            # measured / predicted below this: the point beats its roof (5 % for timer noise)
@@ -47,8 +47,22 @@ GPU_BATCH = 32          # 課題5 looks at this decode batch, or the largest one
 
 def _kind_rows(res: dict, kind: str) -> list[dict]:
     return [{"size": p["size"], "intensity": p["intensity"], "measured_ms": p["measured_ms"],
+             "measured_ms_min": p.get("measured_ms_min", p["measured_ms"]),
+             "measured_ms_max": p.get("measured_ms_max", p["measured_ms"]),
              "ratio": p["measured_over_predicted"], "bound": p["bound"]}
             for p in sorted((p for p in res["points"] if p["kind"] == kind), key=lambda p: p["size"])]
+
+
+def ratios(p: dict) -> tuple[float, float]:
+    """The repeats' fastest and slowest measured / predicted (the median's twice without a range)."""
+    return p["ratio"] * span(p, "measured_ms")[0] / p["measured_ms"], p["ratio"] * span(p, "measured_ms")[1] / p["measured_ms"]
+
+
+def _ln_span(p: dict) -> tuple[float, float]:
+    """How far from 1 the ratio's range lies, as |ln ratio| (closest, farthest)."""
+    lo, hi = ratios(p)
+    a, b = abs(math.log(lo)), abs(math.log(hi))
+    return (0.0 if lo <= 1 <= hi else min(a, b)), max(a, b)
 
 
 def facts(res: dict, rows: list[dict] | None = None, gpu_predictions: dict | None = None) -> dict:
@@ -63,9 +77,13 @@ def facts(res: dict, rows: list[dict] | None = None, gpu_predictions: dict | Non
     one = next((p for p in res["points"] if p["kind"] == "decode" and p["size"] == 1), None)
     if res.get("excess") and one is not None:         # 課題3's reading: where batch 1's excess goes
         x = res["excess"]
-        out["excess"] = {"fixed_ms": x["fixed_ms"], "predicted_ms": one["predicted_ms"],
+        out["excess"] = {"fixed_ms": x["fixed_ms"], "with_ms": x["with_ms"], "predicted_ms": one["predicted_ms"],
                          "weight_mb": one["weight_bytes"] / 1e6, "load1": x["load1"], "cores": x["cores"],
                          "threads": res.get("threads") or m.get("threads") or 1}
+    longest = max((p for p in res["points"] if p["kind"] == "prefill"), key=lambda p: p["size"], default=None)
+    if longest and "kernel_flops" in longest:          # 課題3: the longest prefill against the kernel at that moment
+        out["prefill_kernel"] = {"size": longest["size"], "mflop": longest["flops"] / 1e6,
+                                 "best_ms": longest["measured_ms_min"], "kernel_gflops": longest["kernel_flops"] / 1e9}
     decode_sizes = [d["size"] for d in out["decode"]]
     batch = GPU_BATCH if GPU_BATCH in decode_sizes else max(decode_sizes, default=None)
     for g, pred in (gpu_predictions or {}).items():
@@ -84,16 +102,22 @@ def facts_text(f: dict) -> str:
     lines = [f"このマシンのリッジポイント: {f['ridge']:.3f} FLOP/B（{f['key'].split('_')[1]} {f['gflops']:.1f} GFLOP/s ÷ "
              f"{f['gb_s']:.2f} GB/s）"]
     for kind, name in (("decode", "Decode バッチ {}"), ("prefill", "Prefill {} トークン")):
-        lines += [f"{name.format(p['size'])}: 演算強度 {p['intensity']:.3f} FLOP/B、実測 {p['measured_ms']:.3f} ms、"
+        lines += [f"{name.format(p['size'])}: 演算強度 {p['intensity']:.3f} FLOP/B、実測 {p['measured_ms']:.3f} ms"
+                  f"（{span(p, 'measured_ms')[0]:.3f}〜{span(p, 'measured_ms')[1]:.3f} ms）、"
                   f"実測/予測 {p['ratio']:.3f}（{_bound_ja(p['bound'])}の予測）" for p in f[kind]]
     lines += [f"スレッド {r['threads']}: {r['gflops']:.1f} GFLOP/s、帯域 {r['gb_s']:.2f} GB/s" for r in f["threads"]]
     lines += [f"{g} の予測: いちばん長い点 {x['max_ms']:.4f} ms、Decode バッチ {x['batch']} は{_bound_ja(x['bound'])}"
               for g, x in f["gpus"].items()]
     if f.get("excess"):
         x = f["excess"]
-        lines.append(f"内訳の材料（Decode バッチ 1）: 線形層を除いたステップ {x['fixed_ms']:.3f} ms、予測 "
+        lines.append(f"内訳の材料（Decode バッチ 1）: 線形層ありのステップ {x['with_ms']:.3f} ms、線形層を除いたステップ "
+                     f"{x['fixed_ms']:.3f} ms（交互に測った中央値）、予測 "
                      f"{x['predicted_ms']:.3f} ms、重み {x['weight_mb']:.2f} MB、load average "
                      + ("-" if x["load1"] is None else f"{x['load1']:.2f}") + f"（コア {x['cores']}、スレッド {x['threads']}）")
+    if f.get("prefill_kernel"):
+        k = f["prefill_kernel"]
+        lines.append(f"Prefill の内訳の材料（{k['size']} トークン）: {k['mflop']:.1f} MFLOP、最速の回 {k['best_ms']:.3f} ms、"
+                     f"その合間に測った線形層のカーネル {k['kernel_gflops']:.1f} GFLOP/s")
     return "\n".join(lines)
 
 
@@ -103,8 +127,15 @@ def excess_reading(f: dict) -> str:
     x, one = f.get("excess"), next((p for p in f["decode"] if p["size"] == 1), None)
     if not x or one is None:
         return ""
-    return excess.sentence_ja(excess.split(one["measured_ms"], x["predicted_ms"], x["fixed_ms"], x["weight_mb"] * 1e6,
+    return excess.sentence_ja(excess.split(x.get("with_ms") or one["measured_ms"], x["predicted_ms"], x["fixed_ms"], x["weight_mb"] * 1e6,
                                            f["gb_s"] * 1e9, x["load1"], x["cores"], x["threads"]))
+
+
+def prefill_reading(f: dict) -> str:
+    """The longest prefill's gap to the roof, split into the kernel's own slowdown and the step's ('' without it)."""
+    k = f.get("prefill_kernel")
+    return excess.prefill_kernel_reading(k["mflop"] * 1e6, k["best_ms"], k["kernel_gflops"] * 1e9,
+                                         f["gflops"] * 1e9) if k else ""
 
 
 def _sizes(rows: list[dict]) -> str:
@@ -124,20 +155,22 @@ def task1_predictions(f: dict) -> list[Prediction]:
                    "演算強度は FLOPs とバイト数から計算した値なので、バッチの一覧が昇順でないか、文脈の長さを変えて"
                    "KV の読み込みが重みより大きくなっていないか確かめてください"),
         Prediction(f"バッチ {one['size']} の点は斜めの線（帯域の上限）の下にある",
-                   one["bound"] == "memory" and one["ratio"] >= FLOOR,
+                   one["bound"] == "memory" and ratios(one)[0] >= FLOOR,
                    f"演算強度 {one['intensity']:.2f} FLOP/B、リッジポイント {f['ridge']:.2f} FLOP/B、"
-                   f"実測/予測 {one['ratio']:.2f}",
+                   f"実測/予測 {one['ratio']:.2f}（最速の回 {ratios(one)[0]:.2f}）",
                    "実測/予測が 1 より小さいなら、測った帯域がこのマシンの本当の帯域より低いか、小さなモデルの重み"
                    "の一部が CPU のキャッシュに収まって速く読めています。リッジポイントが演算強度より小さいなら、"
                    "このマシンの演算性能が帯域に比べてとても低い（スレッド数を確かめてください）"),
-        Prediction(f"いちばん大きいバッチ（{d[-1]['size']}）のステップは、バッチ {one['size']} より長い",
-                   len(d) < 2 or d[-1]["measured_ms"] > one["measured_ms"],
-                   "実測 " + " → ".join(f"{p['measured_ms']:.2f}" for p in d) + " ms"
+        decide(len(d) < 2 or order(one, d[-1], "measured_ms") > 0, len(d) > 1 and order(one, d[-1], "measured_ms") == 0,
+               f"いちばん大きいバッチ（{d[-1]['size']}）のステップは、バッチ {one['size']} より長い（繰り返しの最小〜最大で比べる）",
+               "実測 " + " → ".join(f"{p['measured_ms']:.2f}" for p in d) + " ms"
+                   + f"（バッチ {one['size']} {spread_text(one, 'measured_ms', ' ms', '{:.2f}')}、"
+                     f"バッチ {d[-1]['size']} {spread_text(d[-1], 'measured_ms', ' ms', '{:.2f}')}）"
                    + ("（参考：隣のバッチより 1 割以上短い点 " + "、".join(f"{a['size']}→{b['size']}" for a, b in slower)
                       + "。1点だけの揺れは、計測の途中でほかのプログラムが CPU を使ったときにも出ます）" if slower else ""),
                    "重みと KV のバイト数も FLOPs もバッチとともに増えるのに、大きなバッチが速く終わりました。"
                    "計測の途中でほかのプログラムが CPU を使うと、その点（ここではバッチ 1）だけ遅くなります。"
-                   "繰り返しを増やして測り直し、毎回そうなるか確かめてください"),
+                   "繰り返しを増やして測り直し、毎回そうなるか確かめてください", RETRY),
     ]
 
 
@@ -169,20 +202,24 @@ def task3_predictions(f: dict) -> list[Prediction]:
     if not f["decode"] or not f["prefill"]:
         return []
     one, long_ = f["decode"][0], f["prefill"][-1]
-    under = [f"{name} {p['size']}（{p['ratio']:.2f}）" for name, p in pts if p["ratio"] < FLOOR]
-    low = min(pts, key=lambda x: x[1]["ratio"])
+    under = [f"{name} {p['size']}（{ratios(p)[0]:.2f}）" for name, p in pts if ratios(p)[0] < FLOOR]
+    low = min(pts, key=lambda x: ratios(x[1])[0])
+    (o_lo, o_hi), (d_near, d_far), (p_near, p_far) = ratios(one), _ln_span(one), _ln_span(long_)
+    rng = lambda p: f"{p['ratio']:.2f}（{ratios(p)[0]:.2f}〜{ratios(p)[1]:.2f}）"      # noqa: E731
     return [
-        Prediction(f"Decode バッチ {one['size']} の実測は予測の {FIXED_TIME} 倍を超える（固定の時間が目立つ）",
-                   one["ratio"] > FIXED_TIME, f"実測/予測 {one['ratio']:.2f}" + _near(one["ratio"], FIXED_TIME),
-                   "このマシンでは1ステップの固定の時間（Python と小さな演算）が、重みを読む時間に比べて短い。"
-                   "CPU のコアが速いか、帯域が低いマシンです。モデルを大きな形に変えると差はさらに小さくなります"),
-        Prediction(f"最長の Prefill（{long_['size']} トークン）の実測/予測は、Decode バッチ {one['size']} より 1 に近い",
-                   abs(math.log(long_["ratio"])) < abs(math.log(one["ratio"])),
-                   f"Prefill {long_['size']} トークン {long_['ratio']:.2f}、Decode バッチ {one['size']} {one['ratio']:.2f}",
-                   "Prefill の行列積がピークよりずっと遅い（小さな行列や Attention の計算が効いている）か、"
-                   "Decode の固定の時間がとても短いマシンです。表の Prefill の行で実測/予測の並びを見てください"),
+        decide(one["ratio"] > FIXED_TIME, o_lo <= FIXED_TIME < o_hi,
+               f"Decode バッチ {one['size']} の実測は予測の {FIXED_TIME} 倍を超える（固定の時間が目立つ）",
+               f"実測/予測 {rng(one)}" + _near(one["ratio"], FIXED_TIME),
+               "このマシンでは1ステップの固定の時間（Python と小さな演算）が、重みを読む時間に比べて短い。"
+               "CPU のコアが速いか、帯域が低いマシンです。モデルを大きな形に変えると差はさらに小さくなります", RETRY),
+        decide(p_far < d_near, not (p_far < d_near or p_near > d_far),
+               f"最長の Prefill（{long_['size']} トークン）の実測/予測は、Decode バッチ {one['size']} より 1 に近い"
+               "（繰り返しの最小〜最大で比べる）",
+               f"Prefill {long_['size']} トークン {rng(long_)}、Decode バッチ {one['size']} {rng(one)}",
+               "Prefill の行列積がピークよりずっと遅い（下の Prefill の内訳の行を見てください）か、"
+               "Decode の固定の時間がとても短いマシンです。表の Prefill の行で実測/予測の並びを見てください", RETRY),
         Prediction("どの点も実測/予測は 1 以上（予測は上限なので、実測はそれより速くならない）", not under,
-                   f"いちばん小さい実測/予測 {low[1]['ratio']:.2f}（{low[0]} {low[1]['size']}）",
+                   f"いちばん小さい実測/予測（繰り返しの最速の回）{ratios(low[1])[0]:.2f}（{low[0]} {low[1]['size']}）",
                    "1 より小さい点: " + "、".join(under) + "。測ったピーク（演算性能か帯域）が、このマシンの本当の"
                    "上限ではありません。エンジンが、ピークを測ったのより速いカーネルを使ったか、重みの一部が CPU の"
                    "キャッシュに収まって帯域より速く読めたか、ピークを測った瞬間だけマシンが混んでいたかです。"
@@ -229,7 +266,8 @@ def task4_note(f: dict) -> str:
 def task5_predictions(f: dict) -> list[Prediction]:
     out = []
     for g, x in f["gpus"].items():
-        out.append(Prediction(f"{g} では、どのステップの予測時間も 1 ms 未満（マイクロ秒の単位）で、Decode バッチ "
+        out.append(Prediction(f"{g} では、どのステップの予測時間（ルーフラインの下限。固定の時間は入らない）も 1 ms 未満"
+                              f"（マイクロ秒の単位）で、Decode バッチ "
                               f"{x['batch']} は帯域律速のまま", x["max_ms"] < 1 and x["bound"] == "memory",
                               f"いちばん長い点 {x['max_ms']:.4f} ms、Decode バッチ {x['batch']} は{_bound_ja(x['bound'])}",
                               "大きなモデルの形を選んだか、バッチやトークン数を大きくしたので、GPU でも時間が伸び、"
@@ -249,7 +287,8 @@ def report(f: dict) -> str:
     for i, fn in enumerate((task1_predictions, task2_predictions, task3_predictions, task4_predictions,
                             task5_predictions), 1):
         ps = fn(f)
-        note = task4_note(f) if fn is task4_predictions else excess_reading(f) if fn is task3_predictions else ""
+        note = (task4_note(f) if fn is task4_predictions else
+                "\n".join(x for x in (excess_reading(f), prefill_reading(f)) if x) if fn is task3_predictions else "")
         parts.append(f"課題{i}:\n" + (verdicts(ps) if ps else "（この実行では判定できません: 点が足りません）")
                      + (f"\n{note}" if note else ""))
     return "\n".join(parts)

@@ -79,6 +79,7 @@ def test_prefill_lens_split_to_fit():
     assert lab02.prefill_lens(512, 510) == [256, 256]
     assert lab02.prefill_lens(100, 510) == [100]
     assert sum(lab02.prefill_lens(1023, 300)) == 1023
+    assert lab02.prefill_lens(1024, 510) == [342, 341, 341]   # the docstring's example (blind reading ch02 second #10)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,12 @@ def test_run_roofline_measures_the_step_without_its_linear_layers(result):
     assert 0 < x["fixed_ms"] and x["cores"] >= 1 and "load1" in x
     f = lab02_explain.facts(result)
     assert f["excess"]["predicted_ms"] == pytest.approx(result["points"][0]["predicted_ms"])
-    assert lab02_explain.excess_reading(f).startswith("内訳：")
+    assert lab02_explain.excess_reading(f).startswith("内訳（")
+    assert 0 < x["with_ms"] and f["excess"]["with_ms"] == x["with_ms"]
+    p64 = result["points"][3]                               # the longest prefill carries the kernel timed beside it
+    assert p64["kernel_flops"] > 0 and "kernel_flops" not in result["points"][2]
+    assert f["prefill_kernel"]["best_ms"] == p64["measured_ms_min"]
+    assert lab02_explain.prefill_reading(f).startswith("Prefill の内訳：")
     model = get_llm("default").model                       # the stand-ins are undone: the layers compute again
     lin = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
     x1 = torch.ones(1, lin.in_features, dtype=lin.weight.dtype)
