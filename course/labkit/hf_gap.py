@@ -103,6 +103,8 @@ def gap_reading(points: dict[int, tuple[dict, dict]], kernels: dict | None, fini
         extra = f"、終わった行の計算の見積もりは1ステップの約 {100 * finished[c]:.0f} %" if finished and c in finished and c >= 2 else ""
         parts.append(f"{c} で {q:.2f} 倍（{lo:.2f}〜{hi:.2f}{extra}）")
     head = "静的（エンジン）÷ transformers の出力 tok/s（繰り返しから取りうる範囲）: " + "、".join(parts) + "。"
+    if all(r.get("tok_s_min", r["tok_s"]) == r.get("tok_s_max", r["tok_s"]) for v in points.values() for r in v):
+        head += "繰り返し1回なので幅がなく、比の大小は揺れを含みます（繰り返しを増やすと幅で判定できます）。"
     return head + "\n" + gap_cause(points, kernels)[1]
 
 

@@ -39,6 +39,8 @@ def test_gap_reading_prints_each_ratio_with_its_range():
     text = gap_reading(_points(), PACKED, {2: 0.02, 4: 0.04})
     assert "1 で 1.05 倍（1.01〜1.10）" in text and "2 で 1.50 倍（1.47〜1.54、終わった行の計算の見積もりは1ステップの約 2 %）" in text
     assert gap_reading({4: _points()[4]}, PACKED) == ""                 # needs concurrency 1 and one >= 2
+    one = gap_reading(_points(c1=(100, 100, 100), h1=(95, 95, 95), c2=(150, 150, 150), h2=(100, 100, 100)), PACKED)
+    assert "繰り返し1回なので幅がなく" in one and "繰り返し1回" not in gap_reading(_points(), PACKED)
 
 
 def test_single_run_names_what_it_mixes():
