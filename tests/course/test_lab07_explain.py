@@ -210,10 +210,9 @@ def saved_stream(rel: str, marker: str) -> str:
 
 
 def same_decision(saved: str, p) -> bool:
-    """The saved line and the verdict derived from its saved numbers agree on the state, the claim and the
-    measured values (the reasons after them may be older wording until the notebook is re-executed)."""
-    head = p.verdict().split(f"（{p.basis}：{p.measured}）")[0] + f"（{p.basis}：{p.measured}）"
-    return saved.startswith(head)
+    """The saved line is the verdict derived from its saved numbers, reasons included (a notebook saved
+    before a wording change fails here: re-execute it)."""
+    return saved == p.verdict()
 
 
 def test_lab7_saved_verdicts_agree_with_its_saved_numbers():
