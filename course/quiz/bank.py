@@ -7,6 +7,7 @@ The YAML format is described in ``course.quiz`` (the package's docstring); gradi
 """
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,6 +127,10 @@ def _parse_choices(raw: dict, q: Question) -> None:
         raise ValueError(f"{q.id}: needs at least 2 choices and at least one correct one")
     if q.kind == "single" and n_correct != 1:
         raise ValueError(f"{q.id}: a single-choice question needs exactly one correct choice, has {n_correct}")
+    if q.figure is None:
+        # Writers tend to put the right answer first; the order shown is a fixed shuffle per question id,
+        # the same on every load, so "always A" never passes (figure questions keep their data's order).
+        random.Random(f"choices:{q.id}").shuffle(q.choices)
 
 
 def _parse_question(raw: dict, where: str) -> Question:
@@ -188,4 +193,18 @@ def load_bank(path: str | Path) -> list[Question]:
     if len(set(ids)) != len(ids):
         raise ValueError(f"{path}: duplicate question ids")
     check_order(questions)
+    _spread_single_answers(questions)
     return questions
+
+
+def _spread_single_answers(questions: list[Question]) -> None:
+    """After the per-question shuffle, rotate each single-choice question's choices so that the right
+    answers of a bank sit at different letters in turn (B, C, D, ...): one letter never passes them all."""
+    k = 0
+    for q in questions:
+        if q.kind != "single" or q.figure is not None:
+            continue
+        n = len(q.choices)
+        shift = ([c.correct for c in q.choices].index(True) - (k + 1) % n) % n
+        q.choices[:] = q.choices[shift:] + q.choices[:shift]
+        k += 1

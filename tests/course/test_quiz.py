@@ -20,6 +20,17 @@ def test_chapter_10_right_answers_are_not_always_listed_first():
     assert len({[c.correct for c in q.choices].index(True) for q in qs}) >= 2
 
 
+@pytest.mark.parametrize("path", BANKS, ids=lambda p: p.name)
+def test_no_bank_puts_every_right_answer_at_one_position(path):
+    """Blind readings ch07/ch09 (2026-12-07): every single-choice answer was A. The bank shows choices in a
+    fixed shuffle per question id; always picking one letter must not pass a bank's single-choice questions."""
+    singles = [q for q in bank.load_bank(path) if q.kind == "single" and q.figure is None]
+    positions = {[c.correct for c in q.choices].index(True) for q in singles}
+    assert len(singles) < 2 or len(positions) >= 2, (path.name, positions)
+    again = bank.load_bank(path)                                  # the same order on every load
+    assert [[c.text for c in q.choices] for q in again] == [[c.text for c in q.choices] for q in bank.load_bank(path)]
+
+
 def test_there_is_a_bank_for_lesson_1():
     assert bank.QUIZ_DIR / "01_inference_basics.yaml" in BANKS
 
