@@ -44,6 +44,15 @@ class Comm:
         self.bytes += t.numel() * t.element_size()
         return t
 
+    def start_trace(self) -> None:
+        """Record every call's (entry, exit, bytes) from now on (lab 7's per-rank reading)."""
+        self.trace = []
+
+    def stop_trace(self) -> list:
+        """Stop recording; the calls recorded since start_trace (empty if it was not started)."""
+        out, self.trace = self.trace or [], None
+        return out
+
     def count_step(self, send_seconds: float) -> None:
         """One step sent to the workers, taking send_seconds (rank 0's TensorParallelModel)."""
         self.send_seconds += send_seconds

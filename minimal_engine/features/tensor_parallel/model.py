@@ -145,15 +145,14 @@ class TensorParallelModel(nn.Module):
         """For measurements (lab 7): on=True starts recording every rank's all-reduce calls; on=False stops and
         returns one list per rank (rank 0 first) of (entry, exit, bytes), time.perf_counter seconds: the
         system-wide monotonic clock, so the ranks' times on one machine compare directly."""
-        self.comm.trace = [] if on else self.comm.trace
+        if on:
+            self.comm.start_trace()
         msg = pickle.dumps(("trace", on))
         for c in self.conns:
             c.send_bytes(msg)
         if on:
             return None
-        out = [self.comm.trace or []]
-        self.comm.trace = None
-        return out + self._wait_for("trace")
+        return [self.comm.stop_trace()] + self._wait_for("trace")
 
     def inject_failure(self, rank: int) -> None:
         """For tests: worker `rank` raises an error in its next step."""

@@ -77,9 +77,10 @@ def worker_main(rank: int, world: int, port: int, spec: tuple, dtype, device_typ
             fail_next = True
             continue
         if kind == "trace":                        # payload True: start recording; False: stop and send them
-            if not payload:
-                _send(conn, "trace", comm.trace or [])
-            comm.trace = [] if payload else None
+            if payload:
+                comm.start_trace()
+            else:
+                _send(conn, "trace", comm.stop_trace())
             continue
         try:
             input_ids, batch = payload
