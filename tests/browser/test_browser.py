@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,20 @@ def _fresh_settings(folder: Path) -> None:
     (target / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}', encoding="utf-8")
 
 
+def _wait_until_accepting(port: int, proc, log: list, timeout_s: float = 60.0) -> None:
+    """Wait until the server accepts a TCP connection on its port; fail with its log if it exits or never does."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"JupyterLab exited (code {proc.returncode}):\n" + "".join(log[-30:])
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"JupyterLab logged that it runs but port {port} refused connections for "
+                         f"{timeout_s:.0f} s:\n" + "".join(log[-30:]))
+
+
 @pytest.fixture
 def lab_url(tmp_path):
     """A JupyterLab on a free loopback port, serving a fresh copy of the learner's folders (work/), with
@@ -121,6 +136,7 @@ def lab_url(tmp_path):
         ready.wait(120)
         assert proc.poll() is None and any("is running at" in l for l in log), "JupyterLab did not start:\n" + \
             "".join(log[-30:])
+        _wait_until_accepting(port, proc, log)     # CI once saw ERR_CONNECTION_REFUSED right after the log line
         yield f"http://127.0.0.1:{port}"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)                 # the server shuts its kernels down
