@@ -79,16 +79,19 @@ def test_concurrency_verdicts_follow_the_numbers():
     assert ex.concurrency_predictions(rising, k=4)[1].held is False
 
 
+def saved_stream(marker: str) -> str:
+    """The printed output of lab 8's code cell whose source contains ``marker``."""
+    nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and marker in "".join(c["source"]))
+    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+
+
 STEPS = re.compile(r"(\d+) → ([\d.]+) ms")
 SPEED = re.compile(r"速度比 ([\d.]+) → ([\d.]+)")
 
 
 def test_lab8_saved_verdicts_agree_with_its_saved_numbers():
-    nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
-    cell = next(c for c in nb["cells"] if c["cell_type"] == "code"
-                and "concurrency_predictions" in "".join(c["source"]))
-    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
-                   if o.get("output_type") == "stream")
+    text = saved_stream("concurrency_predictions")
     saved = [line for line in text.splitlines() if line.startswith((HELD, MISSED))]
     assert len(saved) == 3, text                # the fit, the speedup, the weight pass
     steps = [(int(c), float(t)) for c, t in STEPS.findall(saved[0].split("。固定")[0])]
@@ -151,11 +154,7 @@ def test_a_speedup_above_the_mean_length_is_flagged():
 
 
 def test_lab8_saved_k_gain_verdict_agrees_with_its_saved_numbers():
-    nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
-    cell = next(c for c in nb["cells"] if c["cell_type"] == "code"
-                and "k_gain_prediction" in "".join(c["source"]))
-    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
-                   if o.get("output_type") == "stream")
+    text = saved_stream("k_gain_prediction")
     line = next(x for x in text.splitlines() if x.startswith((HELD, MISSED)))
     speedups = {int(k): float(v) for k, v in KGAIN.findall(line.split("測定：")[1])}
     assert len(speedups) == 3, line
@@ -190,11 +189,7 @@ PAIR = re.compile(r"([\d.]+) / ([\d.]+)")
 
 
 def test_lab8_saved_formula_verdict_agrees_with_its_saved_numbers():
-    nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
-    cell = next(c for c in nb["cells"] if c["cell_type"] == "code"
-                and "formula_prediction" in "".join(c["source"]))
-    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
-                   if o.get("output_type") == "stream")
+    text = saved_stream("formula_prediction")
     line = next(x for x in text.splitlines() if x.startswith((HELD, MISSED)))
     pairs = [(float(p), float(m)) for p, m in PAIR.findall(line.split("測定：")[1])]
     assert pairs, line
@@ -235,11 +230,7 @@ NOTE = re.compile(r"k = (\d+)：(.+?)の受理率 α ([\d.]+)、式の損益分�
 
 
 def test_lab8_saved_break_even_notes_agree_with_their_numbers():
-    nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
-    cell = next(c for c in nb["cells"] if c["cell_type"] == "code"
-                and "break_even_note" in "".join(c["source"]))
-    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
-                   if o.get("output_type") == "stream")
+    text = saved_stream("break_even_note")
     notes = [x for x in text.splitlines() if NOTE.match(x)]
     assert len(notes) == 2, text
     for line in notes:
@@ -256,11 +247,7 @@ ALPHA = re.compile(r"(.+?)は、受理率 α が.*受理率 α ([\d.]+)、損益
 
 
 def test_lab8_saved_break_even_verdicts_agree_with_their_numbers():
-    nb = json.loads((ROOT / "labs/08_speculative_decoding_lab.ipynb").read_text(encoding="utf-8"))
-    cell = next(c for c in nb["cells"] if c["cell_type"] == "code"
-                and "break_even_prediction" in "".join(c["source"]))
-    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
-                   if o.get("output_type") == "stream")
+    text = saved_stream("break_even_prediction")
     lines = [x for x in text.splitlines() if x.startswith((HELD, MISSED))]
     assert len(lines) == 2, text
     for line, distilled in zip(lines, (True, False)):
