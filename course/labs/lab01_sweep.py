@@ -16,7 +16,9 @@ than prompt tokens / budget (``prefill_steps``), and the requests prefilled firs
 Why the gain of a doubling shrinks, as the run shows it (``last_doubling``): with decode only, the gain is
 the concurrency ratio over the TPOT ratio (a step's fixed time shared by more requests, while each
 request's own work grows the step); with every prefill inside the wall time, a prefill that grows as fast
-as N caps tok/s at the upper bound above. A TPOT that grows nearly as fast as N leaves nothing shared (on
+as N caps tok/s at the upper bound above. The measured gain is k x (1 / TPOT ratio) x the rest; where
+the prefill's share of the wall time rose, the rest is its factor: the reading prints both factors and
+names the smaller (the larger effect). A TPOT that grows nearly as fast as N leaves nothing shared (on
 this CPU: per-request compute and K/V copies larger than the fixed time, or another program's load).
 """
 from __future__ import annotations
@@ -119,6 +121,7 @@ def last_doubling(rows: list[dict], ph: dict, prompt_len: int | None = None) -> 
     first wait for the rest, so their TPOT holds prefill time and the decode-only gain is not printed."""
     a, b = rows[-2], rows[-1]
     k, t = b["concurrency"] / a["concurrency"], b["tpot_ms"] / a["tpot_ms"]
+    gain = b["tok_s"] / a["tok_s"]
     split = prefill_steps(b["concurrency"], prompt_len)[0] if prompt_len else 1
     text = (f"同時 {a['concurrency']} → {b['concurrency']}（人数 {k:.0f} 倍）で TPOT {a['tpot_ms']:.1f} → "
             f"{b['tpot_ms']:.1f} ms（{t:.2f} 倍。" + (f"Decode だけなら tok/s の伸びは {k:.0f} ÷ {t:.2f} = {k / t:.2f} 倍）"
@@ -136,8 +139,12 @@ def last_doubling(rows: list[dict], ph: dict, prompt_len: int | None = None) -> 
         why = ("伸びを止めたのは TPOT です：1ステップが人数とほぼ同じ割合で重くなり、分け合う得がほとんど残って"
                "いません（このマシンでは1件ごとの計算や K・V の写しが1ステップの固定の時間より大きくなったか、"
                "ほかのプログラムが CPU を使っていた。負荷の警告を確かめる）")
-    elif share and share[1] - share[0] >= 0.05:
-        why = "伸びを抑えたのは、所要時間に占める Prefill の割合が増えたことです（全員の Prefill が所要時間に入る）"
+    elif share and share[1] - share[0] >= 0.05 and gain * t / k < 1:
+        f_tpot, f_pre = 1 / t, gain * t / k
+        bigger = "TPOT の伸び" if f_tpot < f_pre else "Prefill の割合の増加"
+        why = (f"伸びを抑えた効果は2つです。TPOT の伸びが人数の比を × {f_tpot:.2f} にし、所要時間に占める Prefill の"
+               f"割合の増加が残りの × {f_pre:.2f} にしました（測った伸び {gain:.2f} 倍 = {k / t:.2f} × {f_pre:.2f}）。"
+               f"大きいのは {bigger}のほうです")
     else:
         why = "1ステップの固定の時間を分け合う得が、人数を増やすごとに小さくなっています（TPOT が少しずつ伸びる）"
     return text, why

@@ -98,7 +98,15 @@ def test_gain_verdict_within_noise_and_its_named_cause():
     assert q.held is None and "判定できません" in q.verdict() and "伸びを止めた" not in q.verdict()
     quiet = ROWS[:3] + [row(8, 300, 11.0, 700.0), row(16, 600, 14.5, 900.0)]
     text, why = sw.last_doubling(quiet, {8: {"prefill_ms": 300, "wall_ms": 700}, 16: {"prefill_ms": 600, "wall_ms": 1000}})
-    assert "2 ÷ 1.32 = 1.52 倍" in text and "Prefill の割合が増えた" in why
+    assert "2 ÷ 1.32 = 1.52 倍" in text and "TPOT の伸びが人数の比を × 0.76" in why   # decode share 57% -> 40%
+    assert "残りの × 0.85" in why and "測った伸び 1.29 倍 = 1.52 × 0.85" in why and "大きいのは TPOT の伸びのほう" in why
+    # the saved lab run's last doubling (8 -> 16: TPOT 1.32x, prefill 27% -> 35%): TPOT removed more
+    saved = ROWS[:3] + [row(8, 98.2, 8.4, 714.4), row(16, 188.4, 11.1, 960.7)]
+    _, why = sw.last_doubling(saved, {8: {"prefill_ms": 98.0, "wall_ms": 358.0}, 16: {"prefill_ms": 188.0, "wall_ms": 533.0}})
+    assert "× 0.76" in why and "× 0.89" in why and "大きいのは TPOT の伸びのほう" in why
+    steep = quiet[:4] + [row(16, 600, 12.0, 800.0)]                              # TPOT 1.09x, gain 1.14x
+    _, why = sw.last_doubling(steep, {8: {"prefill_ms": 300, "wall_ms": 700}, 16: {"prefill_ms": 600, "wall_ms": 1000}})
+    assert "大きいのは Prefill の割合の増加のほう" in why
 
 
 def longer_sweep(tok8, tok16, pre=(1434.0, 3012.0), wall=(2691.0, 5236.0)):
