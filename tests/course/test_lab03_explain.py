@@ -69,6 +69,8 @@ def test_task1_verdicts_follow_the_numbers():
     assert ex.task1_predictions(slow)[1].held is False                       # no cache only doubles
     steep = ex.task1_numbers(totals((80, 160, 320), (0.45, 0.87, 1.75), (1.6, 6.0, 30.0)))
     assert ex.task1_predictions(steep)[2].held is False                      # faster than the work itself
+    third = ex.task1_predictions(steep)[2].verdict()                         # the ratio is printed; Attention is
+    assert "時間 ÷ 位置の数 1." in third and "説明できない" in third          # too small to be the reason
 
 
 def prompts(ps, cached, first):
