@@ -15,6 +15,9 @@ lone GQA request: model/decode_groups.py). So the step moves about three times t
 ``decode_attention`` alone on the model's pool shape at each context, so the reading can say how much of
 the TPOT rise that call accounts for on this machine (only when the rise is beyond the repeats' min-max
 ranges: on a loaded machine the ranges can overlap, and a share of a difference within the noise means nothing).
+On the quiet saved run that call accounted for a small part of the rise; the reading prints the rest as not
+taken apart here, with the candidate it does not test (in the run, the weights' reads and the K/V copies
+share the CPU caches, so both can be slower than alone).
 
 vLLM's paged attention kernels read the blocks in place (no copy; "compatible with vLLM's paged KV caches",
 https://docs.vllm.ai/en/v0.8.3/design/kernel/paged_attention.html, read 2026-12), as this engine's CUDA
@@ -116,8 +119,11 @@ def context_reading(res: dict) -> str:
     head = f"プロンプト {lo['prompt_len']} → {hi['prompt_len']}: TPOT {rise:+.1f} ms"
     if order(lo, hi, "tpot_ms") > 0:
         lines.append(f"{head}。このうち Decode の Attention（写す＋計算）を単独で測った伸びは {attn_rise:+.2f} ms"
-                     f"（{100 * attn_rise / rise:.0f}%）。単独で測る値は、プールが CPU のキャッシュに載ったままなので、"
-                     "実行中の時間より短めに出ることがあります")
+                     f"（{100 * attn_rise / rise:.0f}%）です。残りの {rise - attn_rise:+.2f} ms"
+                     f"（{100 * (rise - attn_rise) / rise:.0f}%）は、このセルでは内訳を出していません")
+        lines.append("  候補（このセルは確かめていません）：単独で測るときは、プールが CPU のキャッシュに載ったままです。"
+                     "実行中は重みの読み込みと K・V の写しがキャッシュを取り合うので、Attention も線形層も単独のときより"
+                     "遅くなることがあります")
     else:
         lines.append(f"{head}。この差は繰り返しの揺れ（最小〜最大）の範囲内なので、内訳は出しません"
                      f"（Decode の Attention を単独で測った伸びは {attn_rise:+.2f} ms）")

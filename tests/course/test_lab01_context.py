@@ -47,6 +47,7 @@ def test_reading_prints_the_rise_and_the_attention_share():
     res = {"rows": [crow(16, 6.4, 5.0, 0.49e6, 0.40), crow(448, 94.8, 6.2, 7.13e6, 0.82)]}
     text = lc.context_reading(res)
     assert "TPOT +1.2 ms。このうち" in text and "+0.42 ms（35%）" in text and "重み 40 MB の 18%" in text
+    assert "残りの +0.78 ms（65%）は、このセルでは内訳を出していません" in text and "確かめていません" in text
     assert "Llama 3.1 8B" in text and "0.4%" in text
     # the saved loaded run: 19.8 (16.3-32.3) -> 21.4 (20.3-22.6) ms, a rise within the noise: no share printed
     noisy = {"rows": [crow(16, 24.1, 19.8, 0.49e6, 0.52, tpot_ms_min=16.3, tpot_ms_max=32.3),
