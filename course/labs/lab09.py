@@ -157,6 +157,8 @@ def _measure(run: dict, stream: list[dict]) -> dict:
             "kv_bytes_long": _mean_of(kv, late, True), "kv_bytes_short": _mean_of(kv, late, False),
             "kv_ms_long": _mean_of(kv_s, late, True), "kv_ms_short": _mean_of(kv_s, late, False),
             "long_first_token_s": [m.first_token_time - t0 for m in longs if m.first_token_time is not None],
+            "long_prefill_done_s": [m.prefill_done_time - t0 if getattr(m, "prefill_done_time", None) is not None
+                                    else None for m in longs if m.first_token_time is not None],   # Disaggregation
             **_handoff(longs),
             "mean_decoding": statistics.fmean(sum(a < t <= b for a, b in spans) for t in ends) if ends else float("nan")}
 

@@ -77,7 +77,8 @@ def disagg_itl_reading(res: dict, ratio: float = 1.2) -> str:
     prefill process (arrival < t < first token: dashed to dotted line), the first gap ending at or after its first
     token (the decode step that first writes the received KV into the pool: ``inject_kv_blocks``), and the rest.
     The median in the window above ``ratio`` x the rest's median is named as the prefill process taking cores and
-    memory bandwidth from the decode process (a CPU effect: separate GPUs do not share them)."""
+    memory bandwidth from the decode process (a CPU effect: separate GPUs do not share them). The largest gap is
+    placed by its start and end against the long prompt's prefill_done (``_max_where``), not assumed to be prefill."""
     d = res["setups"].get("disagg")
     if not d or not d.get("long_first_token_s") or not d["itl_points"]:
         return "（Disaggregation の長いプロンプトの時刻がないので、区間には分けません）"
@@ -97,17 +98,42 @@ def disagg_itl_reading(res: dict, ratio: float = 1.2) -> str:
             "点線の直前の受信のあいだだけで、この中央値の原因にはなりません。"
             "ほかのプログラムの負荷でも同じように伸びるので、1回の実行のこの比だけでは、どれが原因かは分けられません。"
             if md > ratio * mr
-            else f"\n→ Prefill のあいだも ITL は {ratio:g} 倍までしか伸びていません（コアに余裕があったようです）。")
+            else f"\n→ {md / mr:.2f} 倍で、しきい値の {ratio:g} 倍を下回りました。この実行では、Prefill のあいだに ITL が"
+                 "はっきり伸びたとは言えません。")
     top = max(pts, key=lambda p: p[1])
     if admit:
         out += (f"\n点線のすぐあとの間隔（届いた KV を Decode 側がプールに書き込むステップ）は最大 "
                 f"{max(g for _, g in admit):.1f} ms（それ以外の中央値の {max(g for _, g in admit) / mr:.1f} 倍）。")
-        where = ("破線〜点線の区間の中で、Prefill のプロセスとコアを分け合った間隔です" if any(a < top[0] < f for a, f in wins)
-                 else "どの区間の理由でもなく、負荷の揺れかもしれません")
         out += ("この実行の ITL の最大値はこの間隔です。" if top in admit
-                else f"この実行の ITL の最大値（{top[1]:.1f} ms、開始から {top[0]:.2f} s で終わる間隔）はこの間隔ではなく、"
-                     f"{where}。")
+                else f"この実行の ITL の最大値（{top[1]:.1f} ms、開始から {top[0]:.3f} s で終わる間隔）はこの間隔ではなく、"
+                     f"{_max_where(top, wins, d.get('long_prefill_done_s'))}。")
     return out
+
+
+def _max_where(top: tuple[float, float], wins: list, done: list | None) -> str:
+    """Where the largest gap (end t, length g ms) lies: in a long prompt's prefill compute (it ends by prefill_done),
+    in its KV hand-off (it starts after prefill_done: copy out, pipe, the decode process's receive thread, inbox),
+    across both, or outside every window (load). Without prefill_done only the window is named; where two long
+    prompts' windows overlap, neither is named."""
+    t, g = top
+    hit = [i for i, (a, f) in enumerate(wins) if a < t < f]
+    if len(hit) > 1:
+        return (f"{len(hit)} 件の長いプロンプトの区間が重なるところの間隔で（一方の Prefill の計算中に、もう一方の KV の"
+                "受け渡しがあることもあります）、どれが伸ばしたかは分けられません")
+    for i in hit:
+        p = done[i] if done and i < len(done) else None
+        if p is None:
+            return "破線〜点線の区間の中の間隔です（Prefill の計算中か KV の受け渡し中かは、この記録では分けられません）"
+        if t <= p:
+            return (f"Prefill のプロセスが計算していたあいだ（Prefill の完了は開始から {p:.3f} s）の間隔です。"
+                    "考えられる原因は、Prefill のプロセスとコアを分け合ったことか、ほかのプログラムの負荷です")
+        if t - g / 1e3 >= p:
+            return (f"Prefill の完了（開始から {p:.3f} s）のあと、KV の受け渡しのあいだの間隔です。このあいだは、"
+                    "Decode のプロセスの受信スレッドが KV を読み込んでコピーします。考えられる原因は、この受け渡しが"
+                    " Decode のループと CPU を分け合ったことか、ほかのプログラムの負荷です")
+        return (f"Prefill の完了（開始から {p:.3f} s）をまたぐ間隔で、Prefill の計算と KV の受け渡しの"
+                "どちらが伸ばしたかは分けられません")
+    return "どの区間の理由でもなく、負荷の揺れかもしれません"
 
 
 def handoff_reading(hi: dict, d: dict, threads: int | None = None, prefill_threads: int = 1) -> str:

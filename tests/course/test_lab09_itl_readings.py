@@ -46,13 +46,24 @@ def test_disagg_reading_names_core_sharing_only_when_the_window_is_slower():
     assert "最大 65.0 ms" in text and "最大値はこの間隔です" in text
     flat = [20.0] * 60 + [65.0] + [20.0] * 39                                    # planted: no slowdown in the window
     res = run(setup(512, [20.0] * 100), setup(None, flat, times, long_arrivals_s=[0.30], long_first_token_s=[0.60]))
-    assert "同じコア" not in ex.disagg_itl_reading(res) and "までしか伸びていません" in ex.disagg_itl_reading(res)
+    assert "同じコア" not in ex.disagg_itl_reading(res) and "1.00 倍で、しきい値の 1.2 倍を下回りました" in ex.disagg_itl_reading(res)
     late = [20.0] * 60 + [30.0] + [20.0] * 20 + [90.0] + [20.0] * 18           # planted: the max elsewhere
     res = run(setup(512, [20.0] * 100), setup(None, late, times, long_arrivals_s=[0.30], long_first_token_s=[0.60]))
     assert "この間隔ではなく、どの区間の理由でもなく" in ex.disagg_itl_reading(res)
     inside = [20.0] * 30 + [45.0] * 10 + [90.0] + [45.0] * 19 + [65.0] + [20.0] * 39   # planted: the max in the window
     res = run(setup(512, [20.0] * 100), setup(None, inside, times, long_arrivals_s=[0.30], long_first_token_s=[0.60]))
-    assert "この間隔ではなく、破線〜点線の区間の中で" in ex.disagg_itl_reading(res)
+    assert "この間隔ではなく、破線〜点線の区間の中の間隔です（Prefill の計算中か" in ex.disagg_itl_reading(res)
+    # the max (90 ms ending at 0.40 s, so from 0.31 s) against the prefill's end: after it, before it, across it
+    where = {done: ex.disagg_itl_reading(run(setup(512, [20.0] * 100), setup(
+        None, inside, times, long_arrivals_s=[0.30], long_first_token_s=[0.60], long_prefill_done_s=[done])))
+        for done in (0.30, 0.45, 0.35)}
+    assert "KV の受け渡しのあいだの間隔です" in where[0.30] and "Prefill のプロセスが計算" not in where[0.30]
+    assert "Prefill のプロセスが計算していたあいだ（Prefill の完了は開始から 0.450 s）" in where[0.45]
+    assert "Prefill の完了（開始から 0.350 s）をまたぐ間隔" in where[0.35]
+    two = ex.disagg_itl_reading(run(setup(512, [20.0] * 100), setup(None, inside, times, long_arrivals_s=[0.30, 0.35],
+                                                                long_first_token_s=[0.60, 0.70],
+                                                                long_prefill_done_s=[0.32, 0.65])))
+    assert "2 件の長いプロンプトの区間が重なるところの間隔" in two
     assert "区間には分けません" in ex.disagg_itl_reading(run(setup(512, [20.0] * 10)))
 
 
