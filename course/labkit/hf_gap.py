@@ -51,8 +51,9 @@ def single_run_cause(concurrency: int, kernels: dict | None) -> str:
         return (f"同時リクエスト数 1 なので、差は{OVERHEAD}と、1行の行列積のカーネル（{kernel_words(kernels, 'one_row')}）"
                 "の差です")
     return (f"同時リクエスト数 {concurrency} のこの実行には、{OVERHEAD}の差と、行の多い行列積のカーネルの差"
-            f"（{kernel_words(kernels)}）が重なっていて、1回の実行では分けられません。ラボのスイープが、"
-            "同時リクエスト数 1（ステップごとの処理と1行の積）と 2 以上（行の多い積が加わる）の比を比べて、どちらを指すかを表示します")
+            f"（{kernel_words(kernels)}）と、`generate` が終わった行も組の最も長い出力まで計算する分が重なっていて、"
+            "1回の実行では分けられません。ラボのスイープが、同時リクエスト数 1（ステップごとの処理と1行の積）と 2 以上の比を"
+            "比べて、どれを指すかを表示します")
 
 
 def _q(static: dict, hf: dict) -> tuple[float, float, float]:
@@ -60,9 +61,12 @@ def _q(static: dict, hf: dict) -> tuple[float, float, float]:
     return static["tok_s"] / hf["tok_s"], lo, hi
 
 
-def gap_cause(points: dict[int, tuple[dict, dict]], kernels: dict | None) -> tuple[str, str]:
-    """(cause, text) from {concurrency: (static row, transformers row)}: cause is 'kernel', 'other' (grows though
-    the engine also takes F.linear), 'overhead', 'shrinks' or 'none' (every ratio within concurrency 1's range)."""
+def gap_cause(points: dict[int, tuple[dict, dict]], kernels: dict | None,
+              finished: dict[int, float] | None = None) -> tuple[str, str]:
+    """(cause, text) from {concurrency: (static row, transformers row)}: cause is 'kernel', 'finished' (the growth
+    fits within generate's finished rows: a step longer by f gives a ratio up to 1 / (1 - f) times concurrency 1's),
+    'other' (grows though the engine also takes F.linear), 'overhead', 'shrinks' or 'none' (every ratio within
+    concurrency 1's range)."""
     q1, lo1, hi1 = _q(*points[1])
     multi = {c: _q(*v) for c, v in sorted(points.items()) if c >= 2}
     side = {c: 1 if lo > hi1 else -1 if hi < lo1 else 0 for c, (_, lo, hi) in multi.items()}
@@ -74,10 +78,20 @@ def gap_cause(points: dict[int, tuple[dict, dict]], kernels: dict | None) -> tup
     text = f"同時リクエスト数 1 では、{one}。"
     names = "・".join(map(str, up or down))
     if up and not down:
-        if kernels and kernels["more_rows"] != PLAIN:
-            return "kernel", text + (
-                f"同時リクエスト数 {names} では比が 1 の幅を超えて開きました。1件のときにない差なので、ステップごとの処理"
-                f"ではなく、行の多い行列積のカーネルの差を指します（{kernel_words(kernels)}）。")
+        f = finished or {}
+        beyond = [c for c in up if multi[c][1] > hi1 / (1 - min(f.get(c, 0.0), 0.9))]   # above finished rows' share
+        within = [c for c in up if c in f and c not in beyond]
+        head = f"同時リクエスト数 {names} では比が 1 の幅を超えて開きました。1件のときにない差なので、ステップごとの処理ではありません。"
+        fin = "`generate` が終わった行も計算する分"
+        est = "（見積もり " + "、".join(f"{c} で {100 * f[c]:.0f} %" for c in up if c in f) + "）" if within or beyond else ""
+        if kernels and kernels["more_rows"] != PLAIN and beyond:
+            tail = f"{'・'.join(map(str, within))} では、その分を除くと 1 の幅に届きます。" if within else ""
+            return "kernel", text + head + (
+                f"{'・'.join(map(str, beyond))} では {fin}{est if any(c in f for c in up) else ''}を除いても開いているので、"
+                f"行の多い行列積のカーネルの差を指します（{kernel_words(kernels)}）。{tail}")
+        if within and not beyond:
+            return "finished", text + head + (
+                f"{fin}{est}を除くと 1 の幅に届くので、カーネルの差とは言い切れません（{kernel_words(kernels)}）。")
         return "other", text + (
             f"同時リクエスト数 {names} では比が 1 の幅を超えて開きましたが、エンジンも行の多い積に F.linear を使っているので、"
             "行列積のカーネルの差ではありません。`generate` が終わった行も計算する分か、計測の途中の負荷の変化です。")
@@ -105,7 +119,7 @@ def gap_reading(points: dict[int, tuple[dict, dict]], kernels: dict | None, fini
     head = "静的（エンジン）÷ transformers の出力 tok/s（繰り返しから取りうる範囲）: " + "、".join(parts) + "。"
     if all(r.get("tok_s_min", r["tok_s"]) == r.get("tok_s_max", r["tok_s"]) for v in points.values() for r in v):
         head += "繰り返し1回なので幅がなく、比の大小は揺れを含みます（繰り返しを増やすと幅で判定できます）。"
-    return head + "\n" + gap_cause(points, kernels)[1]
+    return head + "\n" + gap_cause(points, kernels, finished)[1]
 
 
 __all__ = ["OVERHEAD", "gap_cause", "gap_reading", "kernel_words", "kernels_of", "single_run_cause"]

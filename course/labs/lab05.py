@@ -21,7 +21,8 @@ takes the batches as they are). ``kv_blocks`` > 0 shrinks the engine's KV pool t
 show preemptions. Every policy is run ``repeats`` times (alternating); figures are medians.
 ``prefill_step_share`` (engine policies): the share of decode steps that also ran a prompt's
 prefill (such a step is heavier, and it enters TPOT); ``lab05_explain`` holds the tasks' predictions.
-``engine_kernels``: the engine's Linear kernels (``course.labkit.hf_gap.kernels_of``), for the transformers gap.
+``engine_kernels``: the engine's Linear kernels (``course.labkit.hf_gap.kernels_of``), for the transformers gap;
+``linear_ms``: those layers timed at 1-8 rows (``course.labkit.linear_rows``), for a step time that falls with the batch.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.labs import lab05_plots
 from course.labs.lab05_plots import plot_run
+from course.labkit.linear_rows import linear_ms
 from course.runtime import apply_thread_policy, cached_llm, check_device, check_int, get_llm, is_quick, random_prompts
 from minimal_engine import LLM, SamplingParams
 from minimal_engine import calculators as calc
@@ -177,6 +179,7 @@ def run_batching_lab(prompt_len=None, concurrency=None, num_requests=None, outpu
            "idle_share": calc.static_batches_idle_share(lens, c) if lens else 0.0}          # all groups, as the readings use
     engine = next((k for k in policies if k != "hf_static"), None)       # its Linear kernels, probed at load
     res["engine_kernels"] = kernels_of(_engine(engine, c, kv_blocks, device)) if engine else None
+    res["linear_ms"] = linear_ms(_engine(engine, c, kv_blocks, device)) if engine and device == "cpu" else None
     if "continuous" in out and "static" in out:
         res["same_tokens"] = out["continuous"]["tokens"] == out["static"]["tokens"]
     warnings = [load["warning"]] if load and load["warning"] else []

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from course.labkit import hf_gap
 from course.labkit.predictions import Prediction
+from course.labkit import linear_rows
 from minimal_engine import calculators as calc
 
 TASK1_OUTPUT_LENS = (16, 64, 128)
@@ -199,7 +200,8 @@ def _finished_share(r: dict, runs: dict[int, dict], slope: float) -> float:
 def sweep_predictions(runs: dict[int, dict]) -> list[Prediction]:
     """The sweep's predictions: (1) from 2 requests at a time, continuous beats static beyond the repeats' range
     yet below the step-count ratio; (2) the step time grows, yet at the largest concurrency at least half of a
-    step is fixed time (``_fit``: a / TPOT >= 0.5). A step time falling as the batch grows is load noise."""
+    step is fixed time (``_fit``: a / TPOT >= 0.5). A step time falling as the batch grows is read against the
+    engine's Linear kernels timed at 1-8 rows in the same runs (``course.labkit.linear_rows``): their own shape, or load."""
     rows = sweep_rows(runs)
     multi = [r for r in rows if r["concurrency"] >= 2]
     gaps = "、".join(f"{r['concurrency']}: {r['ratio']:.2f}（ステップ数の比 {r['step_ratio']:.2f}、{_range_words(r['apart'])}）"
@@ -211,8 +213,7 @@ def sweep_predictions(runs: dict[int, dict]) -> list[Prediction]:
     tp = [r["tpot_static"] for r in rows]
     rising = all(b >= 0.95 * a for a, b in zip(tp, tp[1:]))
     if not rising or growth < 0.95:
-        why = ("件数の多いステップが少ないステップより速く測れています。1ステップの計算は件数とともに減ることはないので、"
-               "計測が混み具合に左右されています（負荷の警告を確かめ、ほかのカーネルを止めて測り直す）")
+        why = linear_rows.step_fall_reason(runs)         # the kernel's own row dependence, or load
     else:
         why = ("1スレッドで行列の計算が件数とともに伸びる CPU では、固定の時間の割合が小さくなります。"
                "COURSE_THREADS を変えて比べてください")

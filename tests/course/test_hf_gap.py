@@ -25,6 +25,16 @@ def test_growth_beyond_concurrency_one_points_to_the_kernel():
     assert cause == "other" and "行列積のカーネルの差ではありません" in text
 
 
+def test_growth_within_finished_rows_is_not_put_on_the_kernel():
+    # final reading 2026-12-07c ch05 #2: ratio 1.47-1.54 against 1's upper 1.10; finished rows 30 % allow 1.10 / 0.7
+    cause, text = gap_cause(_points(), PACKED, {2: 0.3, 4: 0.02})
+    assert cause == "kernel" and "4 では `generate` が終わった行も計算する分（見積もり 2 で 30 %、4 で 2 %）を除いても" in text
+    assert "2 では、その分を除くと 1 の幅に届きます" in text
+    cause, text = gap_cause(_points(), PACKED, {2: 0.3, 4: 0.3})
+    assert cause == "finished" and "カーネルの差とは言い切れません" in text
+    assert "終わった行も組の最も長い出力まで計算する分" in single_run_cause(4, PACKED)
+
+
 def test_no_growth_is_per_step_work_or_nothing():
     same = dict(c2=(100, 98, 102), h2=(95, 93, 97))
     assert gap_cause(_points(**same), PACKED)[0] == "overhead"          # 1.01-1.10 at every concurrency

@@ -39,6 +39,9 @@ def test_three_policies_on_the_same_stream(res):
     from minimal_engine.model.cpu_linears import cpu_kernels
     k = cpu_kernels(lab05._engine("continuous", 2, 0, "cpu").engine.runner.model)
     assert res["engine_kernels"] == {"one_row": k.one_row, "more_rows": k.more_rows, "line": k.describe()}
+    # final reading 2026-12-07c ch05 #1: the same layers timed at 1-8 rows, for a step time that falls with the batch
+    assert sorted(res["linear_ms"]) == [1, 2, 4, 8]
+    assert all(0 < v["min"] <= v["median"] for v in res["linear_ms"].values())
 
 
 def test_history_rows_per_policy(res):
