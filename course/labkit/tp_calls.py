@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import statistics
 
+TAIL_X = 5.0           # a call of rank 0 longer than this many times its median is a long call (call_stats)
+
 from minimal_engine.features.tensor_parallel.sharding import head_ranges, split_sizes
 
 CANDIDATES = ("gloo の受け渡しで、待っていたプロセスが起こされて CPU に割り当てられるまでの遅れ（両方のプロセスが"
@@ -38,7 +40,9 @@ def pair_calls(traces: list[list[tuple]]) -> list[list[tuple]]:
 def call_stats(calls: list[list[tuple]]) -> dict:
     """Per-call figures of paired calls (``pair_calls``; µs): each rank's median time inside, how often each rank
     arrived last, the median arrival gap, the median time inside of the rank that arrived last (the exchange
-    with nobody to wait for), rank 0's median time after every rank arrived, and rank 0's waiting share."""
+    with nobody to wait for), rank 0's median time after every rank arrived, and rank 0's waiting share.
+    The tail: rank 0's mean time inside, and the calls over ``TAIL_X`` times its median (how many, and their
+    share of rank 0's in-call total; the step's 「通信」 is the mean, so these long calls weigh in it)."""
     us = 1e6
     ranks = len(calls[0])
     last = [max(range(ranks), key=lambda r: c[r][0]) for c in calls]
@@ -46,22 +50,47 @@ def call_stats(calls: list[list[tuple]]) -> dict:
     inside = [[(c[r][1] - c[r][0]) * us for c in calls] for r in range(ranks)]
     wait0 = [min(max(0.0, (max(e for e, _ in c) - c[0][0]) * us), d) for c, d in zip(calls, inside[0])]
     after0 = [d - w for d, w in zip(inside[0], wait0)]
+    med0 = statistics.median(inside[0])
+    tail = [d for d in inside[0] if d > TAIL_X * med0]
     return {"calls": len(calls), "ranks": ranks,
             "inside_median_us": [statistics.median(x) for x in inside],
             "last_counts": [last.count(r) for r in range(ranks)],
             "gap_median_us": statistics.median(gap),
             "last_inside_median_us": statistics.median(inside[l][i] for i, l in enumerate(last)),
             "rank0_after_median_us": statistics.median(after0),
-            "rank0_wait_share": sum(wait0) / sum(inside[0]) if sum(inside[0]) else 0.0}
+            "rank0_wait_share": sum(wait0) / sum(inside[0]) if sum(inside[0]) else 0.0,
+            "rank0_mean_us": statistics.fmean(inside[0]), "rank0_tail_calls": len(tail),
+            "rank0_tail_share": sum(tail) / sum(inside[0]) if sum(inside[0]) else 0.0}
 
 
 WAIT_MOSTLY = 0.5      # rank 0's waiting share above this: the call is mostly waiting for the last rank
+TAIL_MOSTLY = 2.0      # rank 0's mean at least this many times its median: over half its time is the excess of longer calls
+PING_TAIL = 3.0        # the idle ping's p90 over its median above this: even idle processes waited for a core
 
 
-def calls_reading(s: dict, floor_us: float | None, label: str = "Decode", undecided: str = "") -> str:
+def tail_line(s: dict, floor_us: float | None = None, floor_p90_us: float | None = None) -> str:
+    """Rank 0's long calls (``call_stats``: mean against median, calls over ``TAIL_X`` times the median) and,
+    when the idle ping's own p90 is ``PING_TAIL`` times its median or more, that even idle processes waited."""
+    if "rank0_mean_us" not in s:
+        return ""
+    med = s["inside_median_us"][0]
+    text = (f"\nランク 0 の1回の平均は {s['rank0_mean_us']:.0f} µs で、中央値の {s['rank0_mean_us'] / med:.1f} 倍です。"
+            f"中央値の {TAIL_X:.0f} 倍を超えた回は {s['rank0_tail_calls']} 回"
+            f"（{100 * s['rank0_tail_calls'] / s['calls']:.0f}%）で、ランク 0 の all-reduce の時間の "
+            f"{100 * s['rank0_tail_share']:.0f}% を占めます。")
+    if floor_us and floor_p90_us and floor_p90_us >= PING_TAIL * floor_us:
+        text += (f"\n何もしない2プロセスの all-reduce でも、p90 {floor_p90_us:.0f} µs は中央値の "
+                 f"{floor_p90_us / floor_us:.1f} 倍です。計算をしないプロセスがこれほど待つのは、コアが空くのを"
+                 "待つとき（OS のスケジューリング）です。")
+    return text
+
+
+def calls_reading(s: dict, floor_us: float | None, label: str = "Decode", undecided: str = "",
+                  floor_p90_us: float | None = None) -> str:
     """What the per-rank figures show (printed from ``call_stats``), and the verdict they support. ``undecided``:
     the line to print instead of that verdict when the run was busy (lab07_explain.undecidable fired: other programs
-    may have taken the cores, and the bare call was timed at another moment), so no mechanism is named."""
+    may have taken the cores, and the bare call was timed at another moment), so no mechanism is named.
+    ``floor_p90_us``: the idle ping's p90; a long tail there names OS scheduling for the long calls."""
     ranks = "、".join(f"ランク {r} {m:.0f} µs" for r, m in enumerate(s["inside_median_us"]))
     text = (f"{label} の all-reduce {s['calls']} 回（ランクごとの記録、中央値）: all-reduce の中の時間は {ranks}。"
             f"最後に来たのはランク 0 が {s['last_counts'][0]} 回、ほかのランクが {s['calls'] - s['last_counts'][0]} 回。"
@@ -69,6 +98,7 @@ def calls_reading(s: dict, floor_us: float | None, label: str = "Decode", undeci
             f"{s['last_inside_median_us']:.0f} µs。\n"
             f"ランク 0 の all-reduce の中の時間の合計のうち、相手が来るまで待った分は {100 * s['rank0_wait_share']:.0f}%、"
             f"全員がそろってからの受け渡しが {100 * (1 - s['rank0_wait_share']):.0f}% です。")
+    text += tail_line(s, floor_us, floor_p90_us)
     if floor_us:
         x = s["last_inside_median_us"] / floor_us
         text += (f"\nそろってからの受け渡し（最後に来たランクの中の時間）は中央値 {s['last_inside_median_us']:.0f} µs で、"
@@ -78,9 +108,18 @@ def calls_reading(s: dict, floor_us: float | None, label: str = "Decode", undeci
     if s["rank0_wait_share"] > WAIT_MOSTLY:
         return text + ("\n→ ランク 0 の all-reduce の時間の大半は、相手のランクが来るまで待つ時間です"
                        "（相手がランク 0 より遅れて来ています）。")
-    text += "\n→ all-reduce の時間の大半は、相手を待つ時間では説明できません。全員がそろってからの受け渡しそのものに時間がかかっています。"
+    if s.get("rank0_mean_us", 0.0) >= TAIL_MOSTLY * s["inside_median_us"][0]:
+        text += (f"\n→ 相手を待つ時間では説明できません。平均が中央値の {TAIL_MOSTLY:.0f} 倍以上なので、ランク 0 の all-reduce の時間の"
+                 "半分以上は、中央値より長くかかった回の分です。")
+        if floor_us and floor_p90_us and floor_p90_us >= PING_TAIL * floor_us:
+            text += ("何もしない2プロセスにも同じような長い回があるので、その主な原因は、プロセスがコアに"
+                     "割り当てられるまでの遅れ（OS のスケジューリング）と見られます。1回の受け渡しそのものは、中央値で読んでください。")
+        else:
+            text += "この計測では、長くかかった原因を分けられません。"
+    else:
+        text += "\n→ all-reduce の時間の大半は、相手を待つ時間では説明できません。全員がそろってからの受け渡しそのものに時間がかかっています。"
     if floor_us and s["last_inside_median_us"] > 1.5 * floor_us:
-        text += ("何もしないプロセスどうしより遅いのは、両方のプロセスが計算しているときです。その原因の候補は、"
+        text += ("中央値でも、何もしないプロセスどうしより遅くなっています。その原因の候補は、"
                  f"{CANDIDATES}です。この計測では、これらを分けられません。")
     return text
 
@@ -131,4 +170,4 @@ def best_speedup(res: dict, kind: str) -> tuple[float, int]:
     return base / res["runs"][n][f"{kind}_ms"], threads
 
 
-__all__ = ["CANDIDATES", "WAIT_MOSTLY", "best_speedup", "call_stats", "configs", "calls_reading", "lm_head_share", "pair_calls", "rank0_share"]
+__all__ = ["CANDIDATES", "PING_TAIL", "TAIL_MOSTLY", "TAIL_X", "WAIT_MOSTLY", "tail_line", "best_speedup", "call_stats", "configs", "calls_reading", "lm_head_share", "pair_calls", "rank0_share"]

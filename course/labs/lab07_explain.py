@@ -192,7 +192,8 @@ def comm_reading(res: dict, floor: dict | None = None) -> str:
     for kind, size in (("Decode", dec_b), ("Prefill", pre_b)):
         s = res.get("calls", {}).get(kind.lower())
         if s and s["calls"]:
-            text += "\n" + calls_reading(s, floor.get(size, {}).get("median_us"), kind, busy)
+            text += "\n" + calls_reading(s, floor.get(size, {}).get("median_us"), kind, busy,
+                                          floor.get(size, {}).get("p90_us"))
     return text
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from course.labkit.predictions import HELD, MISSED
+from course.labkit.tp_calls import TAIL_MOSTLY
 from course.labs import lab07, lab07_gpu
 from course.labs import lab07_explain as ex
 
@@ -251,6 +252,9 @@ def test_saved_comm_readings_agree_with_their_saved_numbers():
                 continue
             mostly = "大半は、相手のランクが来るまで待つ時間" in block
             assert mostly == (share > 100 * ex.WAIT_MOSTLY), (rel, block)
+            t = re.search(r"平均は \d+ µs で、中央値の ([\d.]+) 倍", block)     # the long calls (final #1)
+            if t and not mostly and abs(float(t.group(1)) - TAIL_MOSTLY) > 0.05:
+                assert ("中央値より長くかかった回の分" in block) == (float(t.group(1)) > TAIL_MOSTLY), (rel, block)
             m = re.search(r"中央値 (\d+) µs で、何もしない2プロセスの all-reduce の中央値 (\d+) µs の ([\d.]+) 倍", block)
             a, f, x = float(m.group(1)), float(m.group(2)), float(m.group(3))
             assert abs(a / f - x) < 0.06 + 1 / f, (rel, block)
@@ -322,3 +326,27 @@ def test_readout_and_figure_show_both_tp1_thread_counts_and_compare_with_the_fas
     same = _readout_res()                                            # TP=1's threads equal one rank's: two configs
     same["threads_per_config"] = {1: (1, 1), 2: (1, 2)}
     assert len(lab07.configs(same)) == 2
+
+
+def test_long_calls_are_named_when_they_make_most_of_the_mean():
+    """Blind reading 2026-12-07c ch07 final #1: the step's 「通信」 is the mean per call; when a few long calls
+    make most of rank 0's time and the idle ping has the same tail, OS scheduling is named for them."""
+    from course.labkit.tp_calls import call_stats, pair_calls
+    ms = 1e-3         # rank 0: nine calls of 0.5 ms and one of 10 ms (20x the median); rank 1 enters first
+    traces = [[(i * 20 * ms, i * 20 * ms + (10 if i == 9 else 0.5) * ms, 8) for i in range(10)],
+              [(i * 20 * ms - 0.01 * ms, i * 20 * ms + (10 if i == 9 else 0.5) * ms, 8) for i in range(10)]]
+    s = call_stats(pair_calls(traces))
+    assert s["rank0_tail_calls"] == 1 and abs(s["rank0_tail_share"] - 10 / 14.5) < 1e-9
+    assert abs(s["rank0_mean_us"] - 1450) < 1e-6
+    floor = {1280: {"median_us": 450.0, "p90_us": 4100.0, "calls": 300},
+             327_680: {"median_us": 550.0, "p90_us": 4150.0, "calls": 300}}
+    res = fake_res(calls=s)
+    text = ex.comm_reading(res, floor).split("Prefill の all-reduce")[0]
+    assert "平均は 1450 µs で、中央値の 2.9 倍" in text and "1 回（10%）" in text and "69% を占めます" in text
+    assert "p90 4100 µs は中央値の 9.1 倍" in text and "OS のスケジューリング" in text
+    assert "中央値より長くかかった回の分" in text and "受け渡しそのものに時間がかかっています" not in text
+    quiet = {b: {**v, "p90_us": 1.2 * v["median_us"]} for b, v in floor.items()}     # no tail in the idle ping
+    text = ex.comm_reading(res, quiet).split("Prefill の all-reduce")[0]
+    assert "中央値より長くかかった回の分" in text and "OS のスケジューリング" not in text and "分けられません" in text
+    plain = ex.comm_reading(fake_res(), floor)                  # planted stats without the tail figures
+    assert "平均は" not in plain and "受け渡しそのものに時間がかかっています" in plain
