@@ -6,7 +6,8 @@ prefixes give equal hashes, a change in an early block changes every later hash,
 prefixes differ, swapped blocks and reordered tokens inside a block differ (an XOR or sum chain, or a
 sorted or summed block, makes the engine reuse the wrong K/V), token digits joined without a separator
 collide ([1, 23, ...] and [12, 3, ...]: a string hash must keep the token and block boundaries); then the engine's prefix cache (BlockManager(block_hashes=...)) runs on the learner's hashes
-over a set of prompts and must find exactly the cached tokens it finds with its built-in hash.
+over a set of prompts (A+B+C and A+X+C among them) and must reuse exactly the blocks it reuses with its
+built-in hash (the cached-token counts and every block table), not only as many tokens.
 """
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ def check(fn, ctx: dict) -> list[Case]:
                       "OK" if ordered else "A のあとの B と、B のあとの A は違う先頭です。XOR や足し算のように"
                       "順番を入れ替えても同じになる組み合わせ方ではなく、(前のハッシュ, ブロック) の tuple を"
                       "ハッシュしてください"))
+    cases.append(_middle_block_case(fn, a, bs, t))
     r, hp = _get(fn, x[::-1] + y, bs, t)
     inside = hxy is not None and hp is not None and len(hp) == 2 and hp[0] != hxy[0]
     cases.append(Case("ブロックの中のトークンの順番を変える", f"{x} と {x[::-1]}", "1つ目のハッシュが違う",
@@ -85,6 +87,21 @@ def check(fn, ctx: dict) -> list[Case]:
     cases += _ambiguous_cases(fn, t)
     cases.append(_engine_case(fn, rng, t))
     return cases
+
+
+def _middle_block_case(fn, a, bs, t) -> Case:
+    """A+B+C and A+X+C share only block A: C's hash must differ (a hash anchored to block 0, or to the
+    block's index, gives C the same hash after B and after X, and the engine reuses C's K/V computed after B)."""
+    blk_a, blk_b, blk_c = a[:bs], a[bs:2 * bs], a[2 * bs:3 * bs]
+    blk_x = [v + 1 for v in blk_b]
+    r, h1 = _get(fn, blk_a + blk_b + blk_c, bs, t)
+    r2, h2 = _get(fn, blk_a + blk_x + blk_c, bs, t)
+    ok = h1 is not None and h2 is not None and len(h1) == len(h2) == 3 and h1[0] == h2[0] and h1[2] != h2[2]
+    return Case("真ん中のブロックだけが違う", "A+B+C と A+X+C（4トークンのブロック、共通は A だけ）",
+                "1つ目は同じ、3つ目のハッシュが違う", "そうなった" if ok else "3つ目が同じ（または1つ目が違う）", ok,
+                "OK" if ok else "ブロック i のハッシュは、直前のブロック i−1 のハッシュから作ってください。最初の"
+                "ブロックのハッシュや位置の番号につなぐだけでは、B のあとの C と X のあとの C が同じになり、"
+                "エンジンが別の先頭で計算した K/V を使ってしまいます")
 
 
 def _ambiguous_cases(fn, t) -> list[Case]:
@@ -121,24 +138,38 @@ def _engine_case(fn, rng, t) -> Case:
     prompts = [base + [rng.randrange(1000) for _ in range(k)] for k in (3, 6, 1)]
     prompts += [base[:8] + [7] * 9, [base[0] + 1] + base[1:] + [5]]
     prompts += [base[4:8] + [2, 3, 4, 5, 6], base[4:8] + base[:4] + [8]]   # B..., then B+A: not A+B
-    inp = f"{len(prompts)} 個のプロンプト（共通の先頭 16 トークンなど）、block_size={bs}"
+    x = [v + 1 for v in base[4:8]]                                          # A+B+C, A+X+C: only A is shared
+    prompts += [base[:12] + [0], base[:4] + x + base[8:12] + [0], base[:4] + x + base[8:12] + [1]]
+    inp = f"{len(prompts)} 個のプロンプト（共通の先頭 16 トークン、A+B+C と A+X+C など）、block_size={bs}"
 
-    def run(hasher):
+    def run(hasher):                       # per prompt: cached tokens, and the block table it ends up with
         bm = BlockManager(64, bs, True, block_hashes=hasher)
-        hits = []
+        out = []
         for i, p in enumerate(prompts):
             seq = Sequence(str(i), None, p, SamplingParams())
-            hits.append(bm.take_cached(seq))
+            hits = bm.take_cached(seq)
             bm.allocate(seq, len(p))
+            out.append((hits, list(seq.block_table)))
             bm.free(seq)
-        return hits
+        return out
     expected = run(None)
+    counts = [h for h, _ in expected]
+    name = "エンジンのプレフィックスキャッシュで使う"
     r = call(run, fn, timeout_s=t)
     if not r.ok:
-        return failed_call_case("エンジンのプレフィックスキャッシュで使う", inp, str(expected), r)
-    ok = r.value == expected
-    return Case("エンジンのプレフィックスキャッシュで使う", inp, f"キャッシュから得たトークン数 {expected}",
-                f"{r.value}", ok, "OK" if ok else "エンジンのキャッシュの当たり方が、組み込みのハッシュのときと違います")
+        return failed_call_case(name, inp, str(counts), r)
+    got = [h for h, _ in r.value]
+    if got != counts:
+        return Case(name, inp, f"キャッシュから得たトークン数 {counts}", f"{got}", False,
+                    "エンジンのキャッシュの当たり方が、組み込みのハッシュのときと違います")
+    bad = [i for i, (e, g) in enumerate(zip(expected, r.value)) if e[1] != g[1]]
+    if bad:
+        i = bad[0]
+        return Case(name, inp, f"プロンプト {i + 1} のブロックテーブル {expected[i][1]}", f"{r.value[i][1]}", False,
+                    "キャッシュから得たトークン数は同じですが、再利用したブロックが違います。先頭の違うプロンプトが"
+                    "計算した K/V を使っています。ブロック i のハッシュは、直前のブロックのハッシュから作ってください")
+    return Case(name, inp, f"キャッシュから得たトークン数 {counts}、ブロックテーブルも組み込みのハッシュと同じ",
+                f"{got}、ブロックテーブルも同じ", True, "OK")
 
 
 GRADER = Grader(

@@ -95,6 +95,37 @@ def minus_one_count(ids, bs):     # the engine's lookup count (len - 1) // B, no
     return out
 
 
+def anchored_to_first(ids, bs):   # blind reading 2026-12-07c ch04 #1: h_i = hash(h_0, block_i), passed before
+    out, first = [], 0
+    for i in range(len(ids) // bs):
+        h = hash((first, tuple(ids[i * bs:(i + 1) * bs])))
+        first = h if i == 0 else first
+        out.append(h)
+    return out
+
+
+def block_and_index(ids, bs):     # hash(block_0, block_i, i): also passed before
+    return [hash((tuple(ids[:bs]), tuple(ids[i * bs:(i + 1) * bs]), i)) for i in range(len(ids) // bs)]
+
+
+def whole_prefix(ids, bs):        # prefix-unique without a chain: right
+    return [hash(tuple(ids[:(i + 1) * bs])) for i in range(len(ids) // bs)]
+
+
+def test_whole_prefix_hash_passes():
+    r = grade("04_block_hashes", whole_prefix)
+    assert r.passed, str(r)
+
+
+@pytest.mark.parametrize("fn", [anchored_to_first, block_and_index])
+def test_hash_not_chained_to_the_previous_block_fails_twice(fn):
+    r = grade("04_block_hashes", fn)
+    failed = {c.name: c for c in r.cases if not c.passed}
+    assert set(failed) == {"真ん中のブロックだけが違う", "エンジンのプレフィックスキャッシュで使う"}, str(r)
+    engine = failed["エンジンのプレフィックスキャッシュで使う"]    # same counts, another block reused
+    assert "再利用したブロックが違います" in engine.message and "ブロックテーブル" in engine.expected
+
+
 def test_separated_string_chain_passes():
     r = grade("04_block_hashes", separated)
     assert r.passed, str(r)
