@@ -38,7 +38,11 @@ def engine_chunks(prompt_len: int, decode_batch: int, token_budget: int) -> tupl
     warm-up step of the same size)."""
     import time
 
+    from course import runtime
     from minimal_engine import LLM, SamplingParams
+    runtime.apply_thread_policy()   # the course's thread count (COURSE_THREADS), as the labs: torch's default takes
+    # every core; on a loaded 2-core machine a 68-token step then took 0.9-2.0 s against 17-22 ms with 1 thread
+    # (blind reading 2026-12-07c ch09 #5)
     llm = LLM(max_num_batched_tokens=token_budget, max_model_len=512)
     eng = llm.engine
     # warm-up, not measured: a first step of a new shape pays one-off costs (allocations, kernel choice), far above a
