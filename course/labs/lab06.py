@@ -104,6 +104,8 @@ def run_quant_lab(prompt_len=None, output_len=None, batch=None, device="cpu", re
                       "tok_s_bB": q["tok_s_bB"] / ref["tok_s_bB"], "model_bytes": q["model_bytes"] / ref["model_bytes"]},
            "token_agreement": same / sum(map(len, ref["tokens"])),
            "b1_repeat_ratios": [i["tpot_ms"] / b["tpot_ms"] for b, i in zip(runs["bf16"]["b1"], runs["int8"]["b1"])],
+           "bB_repeat_ratios": [(i["tpot_ms"] / b["tpot_ms"], i["tok_s"] / b["tok_s"])      # the same alternating pair
+                                for b, i in zip(runs["bf16"]["bB"], runs["int8"]["bB"])],
            "load1": max(loads) if loads else None, "cores": usable_cpus()}
     res["warnings"] = [load["warning"]] if load and load["warning"] else []
     return res
@@ -194,6 +196,11 @@ def readout_html(res: dict) -> str:
             "モデルのバイト数 [MB]")
     note = (f"<div style='color:#555'>繰り返し {res['repeats']} 回の中央値（2つの設定を交互に実行）。"
             f"貪欲法のトークンの一致率（バッチ {res['batch']}）: {res['token_agreement']:.1%}</div>")
+    pairs = res.get("bB_repeat_ratios") or []
+    if len(pairs) > 1:          # medians of TPOT and tok/s are taken apart: show each alternating pair's two ratios
+        note += (f"<div style='color:#555'>同じ組（交互に測った BF16 と INT8）ごとのバッチ {res['batch']} の比（INT8 ÷ BF16）: "
+                 + "、".join(f"TPOT {t:.2f}・出力 tok/s {s:.2f}" for t, s in pairs)
+                 + "。表の比は TPOT と出力 tok/s の中央値を別々に取ったもので、同じ組のものとは限りません。</div>")
     note += kernels_html(res)
     return note + table_html(rows, head, right=set(range(1, len(head)))) + warnings_html(res["warnings"])
 

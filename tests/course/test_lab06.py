@@ -88,6 +88,11 @@ def test_int8_against_bf16_in_one_run(res):
     assert res["ratios"]["model_bytes"] == pytest.approx(s["int8"]["model_bytes"] / s["bf16"]["model_bytes"])
     assert 0.6 < res["ratios"]["model_bytes"] < 0.9       # int8 linears; the (tied) embedding stays bf16
     assert res["token_agreement"] >= 0.75
+    # final reading 2026-12-07c ch06 #2: each alternating pair's TPOT and tok/s ratios, shown where there are two or more
+    assert len(res["bB_repeat_ratios"]) == res["repeats"] and all(t > 0 and q > 0 for t, q in res["bB_repeat_ratios"])
+    two = dict(res, repeats=2, bB_repeat_ratios=[(1.2, 0.95), (1.3, 0.85)])
+    assert "TPOT 1.20・出力 tok/s 0.95、TPOT 1.30・出力 tok/s 0.85" in lab06.readout_html(two)
+    assert "同じ組" not in lab06.readout_html(dict(res, bB_repeat_ratios=[(1.2, 0.95)]))
 
 
 def test_history_and_panel(res):
