@@ -177,3 +177,12 @@ def test_saved_lesson_reading_agrees_with_its_printed_ranges():
     assert step, text
     if "ステップ数の比以上" in text:
         assert float(m.group(1)) >= float(step.group(1)), text
+
+
+def test_task1_table_prints_each_lengths_step_ratio():
+    """Final reading 2026-12-07c ch05 #3: the ratio follows the drawn lengths' step ratio, printed per length."""
+    from course.labs.lab05_explain import task1_table
+    run = {"output_lens": STREAM, "concurrency": 4,
+           "policies": {"continuous": {"tok_s": 119.0}, "static": {"tok_s": 100.0}}}
+    static, cont = step_counts(STREAM, 4)
+    assert f"ステップ数の比 {static / cont:.2f} 倍、連続 / 静的の出力 tok/s 1.19 倍" in task1_table({64: run})
