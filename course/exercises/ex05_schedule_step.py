@@ -102,6 +102,10 @@ def diagnose(plan, running, waiting, budget, max_num_seqs) -> tuple[str, int]:
         return (f"実行中 {len(running)} 件に {admitted} の {len(admitted)} 件を足すと max_num_seqs={max_num_seqs} を"
                 f"超えます（{RULES[2]}）。"), 2
     first = next((i for i, (rid, _) in enumerate(plan) if rid in waiting_ids), None)
+    missing = [(rid, n) for rid, n in running if rid not in dict(plan)]
+    if missing and (total < budget or first is not None):        # budget was left (or given to a waiting one)
+        return (f"実行中の {missing[0]!r} が計画にありません。予算が残るうちは、実行中のリクエストは残り全部が入らなくても"
+                f"入る分だけ入れます（{RULES[1]}）。"), 1
     if first is not None and (any(rid not in waiting_ids for rid, _ in plan[first:]) or first < len(running)):
         return f"待っている {plan[first]!r} を、実行中のリクエストより先に入れています（{RULES[1]}）。", 1
     return "", 0

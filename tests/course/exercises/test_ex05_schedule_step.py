@@ -120,3 +120,12 @@ def test_the_simulated_queue_hint_names_the_rule_the_plan_broke(monkeypatch):
     r = grade("05_schedule_step", decode_only_one_token, record=False, engine=False)
     sim = next(c for c in r.cases if c.name.startswith("ランダムな待ち行列"))
     assert not sim.passed and sim.hint == GRADER.hints[0], str(r)
+
+
+def test_a_running_request_left_out_is_named_not_called_reordered():
+    """Final reading 2026-12-07c ch05 #4: skipping a running request that does not fit is not 'waiting put first'."""
+    from course.exercises.ex05_schedule_step import diagnose
+    msg, rule = diagnose([("a", 1), ("q", 4)], [("a", 1), ("p", 50)], [("q", 4)], 5, 4)
+    assert rule == 1 and "実行中の ('p', 50) が計画にありません" in msg and "先に入れています" not in msg
+    assert diagnose([("a", 1)], [("a", 1), ("p", 50)], [], 1, 4) == ("", 0)     # the budget ran out first: right
+    assert "先に入れています" in diagnose([("q", 4), ("a", 1)], [("a", 1)], [("q", 4)], 5, 4)[0]
