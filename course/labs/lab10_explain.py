@@ -10,8 +10,7 @@
     slope_verdict(split)        # which of the two made most of it, or 判定できない within SHARE_BAND / one fit step
     extrapolation(res)          # refit without the largest concurrency and predict it (外挿)
 
-A sentence that quotes a measured figure is printed by the notebook's cell, so re-executing the notebook can never
-leave it stale. ``res`` is ``lab10.run_pareto_lab``'s result. The tasks' (課題) predictions are in ``lab10_tasks``.
+Sentences quoting a measured figure are printed by the cell (never stale); ``res``: run_pareto_lab's; 課題: lab10_tasks.
 """
 from __future__ import annotations
 
@@ -266,11 +265,13 @@ def extrapolation_lines(res: dict, ext: dict | None) -> list[str]:
 
 
 def extrapolation_verdict(f: dict) -> str:
-    """Why the extrapolated TPOT missed, following the error's sign and the run's thread count.
-    err = predicted / measured - 1: positive means the measured growth past the fitted range slowed."""
+    """Why the extrapolated TPOT missed (err = predicted / measured - 1), by its sign, the repeats' spread and threads."""
     head = f"[外挿の見立て] 外挿の TPOT の誤差（絶対値 {abs(f['err']):.0%}）は、内挿のいちばん大きい誤差（{f['held']:.0%}）"
     if abs(f["err"]) <= f["held"] + 0.02:                  # 2 points of margin: noise, rounding
-        return head + "と同じくらいか、それ以下です。この実行では、直線の式が当てはめた範囲の外にもそのまま当てはまっています。"
+        w = (f.get("end_width", 0), f.get("last_width", 0))       # the repeats' spread can hide a miss this small
+        return head + "と同じくらいか、それ以下です。" + (f"ただし TPOT の繰り返しの幅（同時 {f['end']} で中央値の {w[0]:.0%}、同時 "
+            f"{f['last']} で {w[1]:.0%}）が外挿の誤差より大きいので、揺れの範囲では外れは見えない、としか言えません。"
+            if max(w) >= abs(f["err"]) else "この実行では、直線の式が当てはめた範囲の外にもそのまま当てはまっています。")
     head += "より大きいです。"
     end_noisy = f.get("end_width", 0) >= abs(f["end_err"]) > 0.02       # the refit's slope is its upper end's noise
     if end_noisy or f.get("last_width", 0) >= abs(f["err"]):

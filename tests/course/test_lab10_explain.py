@@ -153,6 +153,9 @@ def test_extrapolation_verdict_follows_the_sign_and_threads():
     assert "少なすぎる向き" in under and "キャッシュ" in under and "コアを取り合" not in under
     assert "コアを取り合" in ex.extrapolation_verdict(_ext(err=-0.14, threads=2))
     assert "それ以下です" in ex.extrapolation_verdict(_ext(err=0.09))
+    assert "そのまま当てはまっています" in ex.extrapolation_verdict(_ext(err=0.09))
+    small = ex.extrapolation_verdict(_ext(err=0.08, held=0.10, end_width=0.13))   # the blind reading's run: c=8 13%
+    assert "揺れの範囲では外れは見えない" in small and "同時 8 で中央値の 13%" in small and "当てはまっています" not in small
 
 
 def test_saved_extrapolation_verdict_follows_the_saved_numbers():
