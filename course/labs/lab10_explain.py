@@ -25,8 +25,7 @@ SHARE_BAND = 10        # roofline share within 50 ± this many points: the two t
 
 
 def constants_rows(res: dict) -> list[dict]:
-    """The constants this machine enters the simulator with: 値, 決め方 (測定 / 当てはめ / 設定) and what each
-    means physically, with the part of the curve it decides."""
+    """This machine's simulator constants: 値, 決め方 (測定 / 当てはめ / 設定), and what each means on the curve."""
     s, pk = res["spec"], res["peaks"]
     key = "flops_fp32" if res.get("dtype", "fp32") == "fp32" else "flops_bf16"
     return [
