@@ -154,7 +154,7 @@ def readout_html(res: dict) -> str:
 
 
 HISTORY_FIELDS = ("run", "device", "threads", "shared_len", "own_len", "num_requests", "repeats", "ttft_off_ms",
-                  "ttft_on_ms", "ratio", "expected_hit_rate", "hit_rate", "warnings")
+                  "ttft_on_ms", "ttft_on_ms_min", "ttft_on_ms_max", "ratio", "expected_hit_rate", "hit_rate", "warnings")
 
 
 def add_run(history: list[dict], res: dict) -> dict:
