@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from course.labkit.predictions import HELD, MISSED
+from course.labkit.spread import UNDECIDED, verdict_state
 from course.labs import lab08_explain as ex
 from minimal_engine.calculators import spec_tokens_per_step
 
@@ -183,6 +184,15 @@ def test_formula_verdict_follows_the_numbers():
     planted = pairs[:-1] + [(0.43, 1.02)]          # accepted / proposed used as alpha at k = 8
     assert not ex.formula_prediction(planted).held
     assert "0.43 / 1.02" in ex.formula_prediction(planted).verdict()
+    # final blind reading ch08 #3: a median 0.08 above the prediction, inside the repeats' spread, decides nothing
+    noisy = [(1.17, 1.13), (1.16, 1.24)]
+    ranges = [((1.12, 1.21), (1.03, 1.21)), ((1.11, 1.20), (1.14, 1.32))]
+    p = ex.formula_prediction(noisy, ranges=ranges)
+    assert p.held is None and p.verdict().startswith(UNDECIDED) and "実測 1.14〜1.32" in p.verdict()
+    assert ex.formula_prediction(noisy).held is False                       # medians alone: missed
+    clear = [((1.12, 1.21), (1.03, 1.21)), ((1.11, 1.20), (1.30, 1.40))]    # even the highest prediction is below
+    assert ex.formula_prediction(noisy, ranges=clear).held is False
+    assert "揺れます" in ex.formula_prediction(noisy).verdict().split("考えられる理由")[1][:30]
 
 
 PAIR = re.compile(r"([\d.]+) / ([\d.]+)")
@@ -190,10 +200,14 @@ PAIR = re.compile(r"([\d.]+) / ([\d.]+)")
 
 def test_lab8_saved_formula_verdict_agrees_with_its_saved_numbers():
     text = saved_stream("formula_prediction")
-    line = next(x for x in text.splitlines() if x.startswith((HELD, MISSED)))
-    pairs = [(float(p), float(m)) for p, m in PAIR.findall(line.split("測定：")[1])]
+    line = next(x for x in text.splitlines() if x.startswith((HELD, MISSED, UNDECIDED)))
+    measured = line.split("測定：")[1]
+    pairs = [(float(p), float(m)) for p, m in PAIR.findall(measured)]
+    spans = [((float(a), float(b)), (float(c), float(d))) for a, b, c, d in
+             re.findall(r"予測 ([\d.]+)〜([\d.]+)、実測 ([\d.]+)〜([\d.]+)", measured)]
     assert pairs, line
-    assert line.startswith(HELD if ex.formula_prediction(pairs).held else MISSED), line
+    p = ex.formula_prediction(pairs, ranges=spans if len(spans) == len(pairs) else None)
+    assert verdict_state(line) == p.held, line
 
 
 def test_break_even_verdicts_follow_the_numbers():
