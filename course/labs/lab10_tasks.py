@@ -54,9 +54,10 @@ def context_growth(short: dict, long: dict, budget: int = STEP_BUDGET) -> list[d
     """Per concurrency both runs measured: the measured TPOT of the short and the long-prompt run (medians, and
     the repeats' (min, max) as ``spans``), and the TPOT the short run's constants predict for each (the long
     run's prediction thus extrapolates to a longer context). The simulator's context terms are reading the KV
-    bytes at the measured bandwidth and, like the engine, splitting the prompts into steps of at most ``budget``
-    tokens (``max_num_batched_tokens``): where concurrency x prompt exceeds it, the first requests' decode steps
-    carry the rest of the prefill (``spills``), and that chunk, not the context, makes most of the growth."""
+    bytes at the measured bandwidth, the attention FLOPs over the context (sim_step.step_time_s), and, like the
+    engine, splitting the prompts into steps of at most ``budget`` tokens (``max_num_batched_tokens``): where
+    concurrency x prompt exceeds it, the first requests' decode steps carry the rest of the prefill (``spills``),
+    and that chunk's time enters the growth too."""
     t = {r["concurrency"]: r for r in machine_table(short["spec"], DEFAULT_MODEL_DIR, long["rows"], long["prompt_len"],
                                                     long["output_len"], long.get("dtype", "fp32"))}
     a = {r["concurrency"]: r for r in short["table"]}
@@ -117,8 +118,8 @@ def task1_predictions(short: dict, long: dict, growth: list[dict] | None = None)
     kept = [r for r in g if not r["spills"]]
     sides = [growth_side(r) for r in kept]
     grows = "、".join(_growth_text(r) for r in kept) or "Prefill がはみ出さない同時リクエスト数がありません"
-    third = ("短いプロンプトの定数のままの予測では、TPOT の伸び（KV を読む時間の分）が、Prefill が Decode の"
-             "ステップにはみ出さない同時リクエスト数で、実測の伸びより小さい")
+    third = ("短いプロンプトの定数のままの予測では、TPOT の伸び（KV を読む時間と Attention の計算の分）が、"
+             "Prefill が Decode のステップにはみ出さない同時リクエスト数で、実測の伸びより小さい")
     return [
         Prediction("プロンプトを長くすると、どの同時リクエスト数でも TTFT（実測）が伸びる",
                    all(b[c]["ttft_ms"] > a[c]["ttft_ms"] for c in cs), f"TTFT [ms] {pairs('ttft_ms', '.1f')}", noise),
@@ -129,7 +130,8 @@ def task1_predictions(short: dict, long: dict, growth: list[dict] | None = None)
                f"TPOT の伸び（中央値の差と、2つの実行の繰り返しの範囲）{grows}",
                "実測の伸びが予測より小さく、その差が繰り返しの範囲を超えました。2つの実行のあいだに負荷が変わった"
                "（長いプロンプトの実行の方が空いていた）か、このマシンでは文脈とともに増える処理（KV のコピーと"
-               "Attention の計算）が予測の KV を読む時間より小さいか、のどちらかが考えられます。" + noise,
+               "Attention の計算）が予測の伸び（KV を読む時間と Attention の計算）より小さいか、"
+               "のどちらかが考えられます。" + noise,
                "既定モデルでは1リクエストの文脈の KV が小さいので、コピーと Attention で増える時間も小さく、"
                "繰り返しの揺れに埋もれやすい大きさです。" + noise),
     ]
