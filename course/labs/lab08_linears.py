@@ -51,4 +51,29 @@ def weight_bytes(device: str = "cpu") -> int:
                if isinstance(m, torch.nn.Linear))
 
 
-__all__ = ["linear_pass_ms", "weight_bytes"]
+def verify_rows_reading(linear_ms: dict[int, float], rows: list[dict], k: int) -> str:
+    """The verify step at concurrency B runs B(k+1) rows through the Linear layers, the no-speculation step B rows.
+    linear_ms: ``linear_pass_ms`` at both row counts; rows: concurrency, ngram_speedup (tok/s) and
+    ngram_tpot_speedup (TPOT). Prints how much longer the verify's rows take than the baseline's, and the two
+    speedups: tok/s includes the prefill both runs pay (its share grows with the concurrency), TPOT does not."""
+    parts = []
+    for r in rows:
+        c = r["concurrency"]
+        t0, t1 = linear_ms[c], linear_ms[c * (k + 1)]
+        parts.append(f"同時 {c}: {c} 行 {t0:.2f} ms → {c * (k + 1)} 行 {t1:.2f} ms（{t1 / t0:.1f} 倍）")
+    grow = linear_ms[rows[-1]["concurrency"] * (k + 1)] / linear_ms[rows[-1]["concurrency"]]
+    text = ("Linear 層だけの時間、投機なしの行数 → 検証の行数（同時リクエスト数 × (k+1)）:\n  " + "\n  ".join(parts))
+    if grow >= 1.5:
+        text += (f"\n→ 同時 {rows[-1]['concurrency']} では、検証の余分な行が重みを読む時間に隠れず、検証のステップが"
+                 "長くなります。行が増えると演算で決まるようになるのは、GPU のルーフラインと同じ形です。")
+    else:
+        text += "\n→ この行数までは、検証の余分な行の多くが重みを読む時間に隠れています。"
+    first, last = rows[0], rows[-1]
+    text += (f"\n速度比（tok/s）{first['ngram_speedup']:.2f} → {last['ngram_speedup']:.2f}、"
+             f"速度比（TPOT）{first['ngram_tpot_speedup']:.2f} → {last['ngram_tpot_speedup']:.2f}"
+             f"（同時 {first['concurrency']} → {last['concurrency']}）。tok/s は、どちらの実行も同じだけ払う Prefill の時間を"
+             "含み、TPOT は含みません。Prefill の割合が大きいほど、速度比（tok/s）は速度比（TPOT）より 1 に近くなります。")
+    return text
+
+
+__all__ = ["linear_pass_ms", "verify_rows_reading", "weight_bytes"]

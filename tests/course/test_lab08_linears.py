@@ -14,3 +14,17 @@ def test_linear_pass_times_each_batch_and_counts_the_weights():
     layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert layers
     assert lab08_linears.weight_bytes() == sum(m.weight.numel() * m.weight.element_size() for m in layers)
+
+
+def test_verify_rows_reading_names_the_rows_and_the_prefill():
+    """Final blind reading ch08 #1: at concurrency B the verify runs B(k+1) rows; the reading prints the Linear
+    pass at both row counts and the tok/s and TPOT speedups side by side (the blind reading's own numbers)."""
+    ms = {1: 3.27, 4: 2.75, 5: 2.76, 8: 3.79, 20: 7.61, 40: 13.37}
+    rows = [{"concurrency": 1, "ngram_speedup": 4.67, "ngram_tpot_speedup": 5.14},
+            {"concurrency": 4, "ngram_speedup": 1.60, "ngram_tpot_speedup": 2.11},
+            {"concurrency": 8, "ngram_speedup": 1.37, "ngram_tpot_speedup": 1.76}]
+    text = lab08_linears.verify_rows_reading(ms, rows, k=4)
+    assert "8 行 3.79 ms → 40 行 13.37 ms（3.5 倍）" in text and "1 行 3.27 ms → 5 行 2.76 ms（0.8 倍）" in text
+    assert "隠れず" in text and "速度比（tok/s）4.67 → 1.37、速度比（TPOT）5.14 → 1.76" in text and "Prefill" in text
+    flat = lab08_linears.verify_rows_reading({**ms, 40: 4.0}, rows, k=4)       # planted: the rows still hide
+    assert "隠れています" in flat and "隠れず" not in flat
