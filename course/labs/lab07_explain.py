@@ -138,15 +138,16 @@ def ratio_reading(res: dict) -> str:
     lines = [
         f"TP={n} の通信以外の時間 ÷ TP=1（{tp1_threads} スレッド）の1ステップ: Prefill {res['prefill_compute_ratio']:.2f}、"
         f"Decode {res['decode_compute_ratio']:.2f}。",
-        f"ランク 0 は {r0['num_heads']} ヘッドのうち {r0['heads']} つ、中間次元の約 1/{n}、各ランクに複製した lm_head"
-        f"（1トークンの行列積の重みの {100 * res['lm_head_share']:.0f}%）を持ち、Decode では TP=1 の {100 * r0['share']:.0f}% の"
-        f"行列積を {per_rank} スレッドで計算します（lm_head とサンプリングは TP=1 も同じだけ払います）。ランク 0 の計算の時間は、"
-        f"同じ {per_rank} スレッドの TP=1（Prefill {res['tp1_own_prefill_ms']:.1f} ms、Decode {res['tp1_own_decode_ms']:.1f} ms）の"
-        f"「行列積の割合」倍（時間がすべて行列積のとき）から 1 倍（すべて層ごとの固定の時間のとき）のあいだのはずです。",
-        f"TP=1 の {tp1_threads} スレッドの1ステップで割った比の見込み: Prefill {res['prefill_expected_range'][0]:.2f}〜"
-        f"{res['prefill_expected_range'][1]:.2f}、Decode {lo_d:.2f}〜{hi_d:.2f}（TP=1 のスレッドの効き方は測った値。"
-        f"Decode では {per_rank} スレッドの TP=1 が {tp1_threads} スレッドの TP=1 の {hi_d:.2f} 倍の時間）。相手のランクを待つ時間は通信に入り、"
-        "すでに引いてあります。",
+        f"ランク 0 が持つもの: {r0['num_heads']} ヘッドのうち {r0['heads']} つ、中間次元の約 1/{n}、複製した lm_head"
+        f"（1トークンの行列積の重みの {100 * res['lm_head_share']:.0f}%）。Decode では、TP=1 の {100 * r0['share']:.0f}% の"
+        f"行列積を {per_rank} スレッドで計算します。lm_head とサンプリングは TP=1 も同じだけ払います。",
+        f"ランク 0 の計算の時間の見込み: 同じ {per_rank} スレッドの TP=1（Prefill {res['tp1_own_prefill_ms']:.1f} ms、"
+        f"Decode {res['tp1_own_decode_ms']:.1f} ms）の、行列積の割合の倍（すべて行列積のとき）から 1 倍（すべて層ごとの"
+        "固定の時間のとき）まで。",
+        f"TP=1（{tp1_threads} スレッド）の1ステップで割った比の見込み: Prefill {res['prefill_expected_range'][0]:.2f}〜"
+        f"{res['prefill_expected_range'][1]:.2f}、Decode {lo_d:.2f}〜{hi_d:.2f}。スレッドの効き方は測った値です"
+        f"（Decode では、{per_rank} スレッドの TP=1 が {tp1_threads} スレッドの TP=1 の {hi_d:.2f} 倍の時間）。"
+        "相手のランクを待つ時間は通信に入れて、すでに引いてあります。",
     ]
     why = undecidable(facts(res))
     if why:
