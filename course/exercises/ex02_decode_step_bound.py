@@ -123,9 +123,10 @@ def _measured_case(fn, row: dict, timeout_s: float) -> Case:
     if case.passed:
         bound = reference(*row["args"])
         case.got += f"（計測 {row['measured_s'] * 1000:.2f} ms、下限の {row['measured_s'] / bound:.1f} 倍）"
-        case.message = ("OK。計測したステップは下限より長く、差は主に、小さな演算や Python の処理など、ルーフラインに"
-                        "入っていない固定の時間と、小さな演算をはさみながら読むので重みを読む速さが測った帯域より"
-                        "落ちる分です" + (f"。ただし下限の {row['measured_s'] / bound:.0f} 倍と大きいので、マシンが混んで"
+        case.message = ("OK。計測したステップは下限より長くなりました。差の候補は、小さな演算や Python の処理など、"
+                        "ルーフラインに入っていない固定の時間と、線形層の呼び出しとカーネルの実効速度（小さな行列では、"
+                        "線形層だけを続けて呼んでも測った帯域ほど速くは読めません）です。どれがどれだけかは、レッスンと"
+                        "ラボの「内訳」の行が測って分けます" + (f"。ただし下限の {row['measured_s'] / bound:.0f} 倍と大きいので、マシンが混んで"
                                          "いた分も入っているはずです（ほかのノートブックを止めて測り直してください）"
                                          if row["measured_s"] > LOADED_RATIO * bound else "")
                         if row["measured_s"] >= bound else

@@ -11,18 +11,24 @@ Three causes, each from the run:
     read; the stand-in of benchmarks/batch1_breakdown.py). What remains is Python, the scheduler, attention,
     RMSNorm, RoPE, sampling. Taking the Linear layers out also leaves the caches warm for the small operators, so
     this part is a lower bound on their cost in the real step.
-  * slower weight reads: the rest of the step (measured - fixed) against the prediction (bytes / the measured
-    bandwidth); weight bytes / (measured - fixed) is the speed the Linear layers actually read at.
-  * machine load: ``os.getloadavg()`` (1 minute), read before and after, the larger kept. It counts runnable
-    threads, this notebook's own included; above the usable cores, threads waited for a CPU during the run and
-    both parts above include that wait. Where the load average is missing (Windows) nothing is said about load.
-The two measured parts add up to the excess by construction; the load decides whether they are the machine's
-own costs or partly waiting for a CPU.
+  * the Linear calls themselves: every Linear layer of the model called once, back to back, on a one-row input
+    (``linears_ms``, nothing in between), against the prediction (bytes / the measured bandwidth): the per-call
+    cost and the kernel's own rate on these small shapes (final blind reading ch02 #1: on the saved 1-thread runs
+    this, not interleaving, held most of the gap).
+  * the Linear layers slower inside the step: (measured - fixed) - ``linears_ms``, what the small operators in
+    between cost the Linear layers (cache turnover); it can come out near zero or negative within the noise.
+  * machine load: ``os.getloadavg()`` (1 minute), read before and after, the larger kept, and the share of CPU
+    time the hypervisor gave to others (steal, /proc/stat on Linux). The load average counts runnable threads,
+    this notebook's own included; above the usable cores, threads waited for a CPU. It does not see steal or a
+    sibling hyperthread's use, so a low load average does not show an uncontended run (final blind reading ch02
+    #2): the sentence says what it can see and no more. Where neither is readable nothing is said about load.
+The measured parts add up to the excess by construction; the load says whether they are partly waiting for a CPU.
 """
 from __future__ import annotations
 
 import os
 import statistics
+import time
 from contextlib import contextmanager
 
 import torch
@@ -59,20 +65,55 @@ def load1() -> float | None:
         return None
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(steal, total) CPU ticks since boot from /proc/stat's first line, or None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7], sum(fields)) if len(fields) == 8 else None
+
+
+def steal_share(before, after) -> float | None:
+    """The share of CPU time the hypervisor gave to other guests between two ``cpu_ticks`` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
+def linears_back_to_back_ms(model, steps: int) -> float:
+    """Every nn.Linear of ``model`` (the engine's CpuLinear included) called once on a one-row input, back to back
+    with nothing in between: median ms of ``steps`` passes (after one warm pass)."""
+    calls = [(m, torch.zeros(1, m.in_features, dtype=m.weight.dtype, device=m.weight.device))
+             for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    times = []
+    with torch.inference_mode():
+        for i in range(steps + 1):
+            t = time.perf_counter()
+            for m, x in calls:
+                m(x)
+            if i:
+                times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times) if times else 0.0
+
+
 def measure(llm, context: int, steps: int, repeats: int = 1, seed: int = 0) -> dict:
-    """Batch-1 decode steps with and without the Linear layers, timed alternately (with, without, with, ...) so that
-    both medians (``with_ms``, ``fixed_ms``) come from the same minutes of load (blind reading 2026-12-07b ch02
-    second #3: a fixed time taken minutes after the batch-1 point mixed two load windows), and the load average."""
+    """Batch-1 decode steps with and without the Linear layers and the Linear layers alone back to back, timed
+    alternately (with, without, alone, with, ...) so that the medians (``with_ms``, ``fixed_ms``, ``linears_ms``)
+    come from the same minutes of load (blind reading 2026-12-07b ch02 second #3), the load average and steal."""
     from minimal_engine.bench.offline import decode_step_time
-    before, full, fixed = load1(), [], []
+    before, ticks, full, fixed, alone = load1(), cpu_ticks(), [], [], []
     for r in range(repeats):
         full.append(decode_step_time(llm, 1, context, steps, seed=seed + r)["median_step_ms"])
         with without_linear_layers(llm.model):
             fixed.append(decode_step_time(llm, 1, context, steps, seed=seed + r)["median_step_ms"])
+        alone.append(linears_back_to_back_ms(llm.model, steps))
     after = load1()
     loads = [x for x in (before, after) if x is not None]
     return {"fixed_ms": statistics.median(fixed), "with_ms": statistics.median(full),
-            "load1": max(loads) if loads else None, "cores": usable_cpus()}
+            "linears_ms": statistics.median(alone), "load1": max(loads) if loads else None, "cores": usable_cpus(),
+            "steal": steal_share(ticks, cpu_ticks())}
 
 
 def prefill_kernel_reading(flops: float, best_ms: float, kernel: float, roof: float) -> str:
@@ -97,14 +138,36 @@ def prefill_kernel_reading(flops: float, best_ms: float, kernel: float, roof: fl
 
 
 def split(measured_ms: float, predicted_ms: float, fixed_ms: float, weight_bytes: float, bandwidth: float,
-          load1: float | None, cores: int, threads: int) -> dict:
-    """The excess (measured - predicted) as fixed time + slower reads, the in-step read speed, and the load."""
+          load1: float | None, cores: int, threads: int, linears_ms: float | None = None,
+          steal: float | None = None) -> dict:
+    """The excess (measured - predicted) as fixed time + the Linear layers' time beyond the prediction; with
+    ``linears_ms`` the latter splits into the Linear calls alone (back to back) and their slowdown inside the step.
+    Read speeds: bytes over the Linear layers' time in the step, and over ``linears_ms``."""
     excess = measured_ms - predicted_ms
     rest = measured_ms - fixed_ms
-    return {"measured_ms": measured_ms, "predicted_ms": predicted_ms, "excess_ms": excess, "fixed_ms": fixed_ms,
-            "reads_ms": rest - predicted_ms, "read_gb_s": weight_bytes / rest / 1e6 if rest > 0 else None,
-            "bandwidth_gb_s": bandwidth / 1e9, "load1": load1, "cores": cores, "threads": threads,
-            "busy": load1 is not None and load1 > cores}
+    out = {"measured_ms": measured_ms, "predicted_ms": predicted_ms, "excess_ms": excess, "fixed_ms": fixed_ms,
+           "reads_ms": rest - predicted_ms, "read_gb_s": weight_bytes / rest / 1e6 if rest > 0 else None,
+           "bandwidth_gb_s": bandwidth / 1e9, "load1": load1, "cores": cores, "threads": threads,
+           "busy": load1 is not None and load1 > cores, "steal": steal, "linears_ms": linears_ms}
+    if linears_ms:
+        out.update(calls_ms=linears_ms - predicted_ms, between_ms=rest - linears_ms,
+                   alone_gb_s=weight_bytes / linears_ms / 1e6)
+    return out
+
+
+def _load_ja(s: dict) -> str:
+    """What the run can see of other programs: the load average, steal, and what neither sees."""
+    steal = ("" if s.get("steal") is None else
+             f"steal（ハイパーバイザーがほかの仮想マシンに回した CPU 時間）は {s['steal']:.0%} でした。")
+    if s["load1"] is None:
+        return steal + "このマシンでは load average が読めないので、混み具合はわかりません"
+    where = (f"load average（1分）は {s['load1']:.1f}（このノートブックの {s['threads']} スレッドを含む）、"
+             f"使えるコアは {s['cores']} ")
+    if s["busy"]:
+        return (steal + f"{where}で、コアの数より多くのスレッドが CPU を待っていました。上の時間にはどれも、ほかのプログラムに"
+                "CPU を譲って待った時間が入っていると考えられます（静かなマシンで測り直すと短くなります）")
+    return (steal + f"{where}で、コアの数を超えていません。ただし load average は、同じコアのもう1つのハードウェア"
+            "スレッドの使用を数えないので、CPU を取り合わなかったとまでは言えません")
 
 
 def sentence_ja(s: dict) -> str:
@@ -113,26 +176,25 @@ def sentence_ja(s: dict) -> str:
         return (f"内訳：実測 {s['measured_ms']:.2f} ms は予測 {s['predicted_ms']:.2f} ms を超えていないので、"
                 "分ける差がありません")
     share = lambda x: f"{x / s['excess_ms']:.0%}"           # noqa: E731
-    if s["busy"]:            # the Linear layers' time includes waiting for a CPU: no read speed is a measurement
-        read = "CPU を待った時間を含むので、読む速さとしては示しません"
-    elif s["read_gb_s"]:
-        read = (f"線形層が重みを読んだ速さは約 {s['read_gb_s']:.1f} GB/s で、予測に使った帯域 "
-                f"{s['bandwidth_gb_s']:.1f} GB/s より" + ("遅い" if s["read_gb_s"] < s["bandwidth_gb_s"] else "速い"))
-    else:
-        read = "線形層を除いたステップが実測より長く、読む速さは出せません"
-    text = (f"内訳（線形層あり・なしのステップを交互に測った中央値）：実測 {s['measured_ms']:.2f} ms − 予測 "
+    head = (f"内訳（線形層あり・なしのステップを交互に測った中央値）：実測 {s['measured_ms']:.2f} ms − 予測 "
             f"{s['predicted_ms']:.2f} ms = 超過 {s['excess_ms']:.2f} ms。そのうち固定の時間（線形層を除いたステップ）が "
             f"{s['fixed_ms']:.2f} ms（{share(s['fixed_ms'])}）、残りの {s['reads_ms']:.2f} ms（{share(s['reads_ms'])}）は"
-            f"線形層の時間のうち予測を超えた分です（{read}）。")
-    if s["load1"] is None:
-        return text + "このマシンでは load average が読めないので、混み具合はわかりません"
-    where = (f"load average（1分）は {s['load1']:.1f}（このノートブックの {s['threads']} スレッドを含む）、"
-             f"使えるコアは {s['cores']} ")
-    if s["busy"]:
-        return (text + f"{where}で、コアの数より多くのスレッドが CPU を待っていました。上の2つにはどちらも、"
-                "ほかのプログラムに CPU を譲って待った時間が入っていると考えられます（静かなマシンで測り直すと、両方とも短くなります）")
-    return (text + f"{where}で、CPU を待つスレッドはほぼありませんでした。超過は、このマシンでの固定の時間と読む速さで"
-            "説明できます")
+            "線形層の時間のうち予測を超えた分です")
+    if s.get("linears_ms"):
+        head += (f"。\n  残りの内訳：線形層だけを間に何もはさまず続けて呼んでも出る分（線形層の呼び出しとカーネルの実効速度）"
+                 f"{s['calls_ms']:.2f} ms（{share(s['calls_ms'])}）、ステップの中で線形層が遅くなった分（小さな演算を"
+                 f"はさむことなど）{s['between_ms']:.2f} ms（{share(s['between_ms'])}）です")
+    if s["busy"]:            # the Linear layers' time includes waiting for a CPU: no read speed is a measurement
+        read = "CPU を待った時間を含むので、読む速さとしては示しません"
+    elif s.get("linears_ms"):
+        read = (f"線形層だけを続けて呼んだときに重みを読んだ速さは約 {s['alone_gb_s']:.1f} GB/s、予測に使った帯域は "
+                f"{s['bandwidth_gb_s']:.1f} GB/s です")
+    elif s["read_gb_s"]:
+        read = (f"線形層が重みを読んだ速さは約 {s['read_gb_s']:.1f} GB/s で、予測に使った帯域 "
+                f"{s['bandwidth_gb_s']:.1f} GB/s より" + ("遅い" if s["read_gb_s"] < s["bandwidth_gb_s"] else "速い") + "です")
+    else:
+        read = "線形層を除いたステップが実測より長く、読む速さは出せません"
+    return f"{head}。\n  読む速さ：{read}。\n  混み具合：{_load_ja(s)}"
 
 
-__all__ = ["SLOWER", "load1", "measure", "prefill_kernel_reading", "sentence_ja", "split", "without_linear_layers"]
+__all__ = ["SLOWER", "cpu_ticks", "linears_back_to_back_ms", "load1", "measure", "prefill_kernel_reading", "sentence_ja", "split", "steal_share", "without_linear_layers"]

@@ -18,12 +18,11 @@ The predictions (課題1-5 of the lab):
   3. Batch-1 decode takes longer than FIXED_TIME x its prediction (判定できません where its repeats' range straddles
      it); the longest prefill's ratio is closer to 1, decided on the ranges of |ln ratio| (blind reading 2026-12-07b
      ch02 second #2: a load-disturbed batch-1 median decided it); no repeat beats its prediction. After the
-     verdicts, ``excess_reading`` splits batch 1's excess (steps with and without the Linear layers, timed
-     alternately) and reads the load; ``prefill_reading`` splits the longest prefill's gap into the kernel's own
+     verdicts, ``excess_reading`` splits batch 1's excess (steps with and without the Linear layers and the Linear
+     layers alone back to back, timed alternately) and reads the load; ``prefill_reading`` splits the longest prefill's gap into the kernel's own
      slowdown since the roof was taken and the step's work beyond it (``course.labkit.excess``).
   4. GFLOP/s grows nearly in proportion to the threads; GB/s grows less (the ridge moves right).
-  5. On a datasheet GPU the same steps are predicted in microseconds, decode at batch 32 still
-     bandwidth-bound.
+  5. On a datasheet GPU the same steps are predicted in microseconds, decode at batch 32 still bandwidth-bound.
 """
 from __future__ import annotations
 
@@ -78,8 +77,8 @@ def facts(res: dict, rows: list[dict] | None = None, gpu_predictions: dict | Non
     if res.get("excess") and one is not None:         # 課題3's reading: where batch 1's excess goes
         x = res["excess"]
         out["excess"] = {"fixed_ms": x["fixed_ms"], "with_ms": x["with_ms"], "predicted_ms": one["predicted_ms"],
-                         "weight_mb": one["weight_bytes"] / 1e6, "load1": x["load1"], "cores": x["cores"],
-                         "threads": res.get("threads") or m.get("threads") or 1}
+                         "weight_mb": one["weight_bytes"] / 1e6, "load1": x["load1"], "cores": x["cores"], "steal": x.get("steal"),
+                         "threads": res.get("threads") or m.get("threads") or 1, "linears_ms": x.get("linears_ms")}
     longest = max((p for p in res["points"] if p["kind"] == "prefill"), key=lambda p: p["size"], default=None)
     if longest and "kernel_flops" in longest:          # 課題3: the longest prefill against the kernel at that moment
         out["prefill_kernel"] = {"size": longest["size"], "mflop": longest["flops"] / 1e6,
@@ -113,7 +112,9 @@ def facts_text(f: dict) -> str:
         lines.append(f"内訳の材料（Decode バッチ 1）: 線形層ありのステップ {x['with_ms']:.3f} ms、線形層を除いたステップ "
                      f"{x['fixed_ms']:.3f} ms（交互に測った中央値）、予測 "
                      f"{x['predicted_ms']:.3f} ms、重み {x['weight_mb']:.2f} MB、load average "
-                     + ("-" if x["load1"] is None else f"{x['load1']:.2f}") + f"（コア {x['cores']}、スレッド {x['threads']}）")
+                     + ("-" if x["load1"] is None else f"{x['load1']:.2f}") + f"（コア {x['cores']}、スレッド {x['threads']}）"
+                     + (f"、線形層だけを続けて呼んだ時間 {x['linears_ms']:.3f} ms" if x.get("linears_ms") else "")
+                     + (f"、steal {100 * x['steal']:.1f}%" if x.get("steal") is not None else ""))
     if f.get("prefill_kernel"):
         k = f["prefill_kernel"]
         lines.append(f"Prefill の内訳の材料（{k['size']} トークン）: {k['mflop']:.1f} MFLOP、最速の回 {k['best_ms']:.3f} ms、"
@@ -128,7 +129,7 @@ def excess_reading(f: dict) -> str:
     if not x or one is None:
         return ""
     return excess.sentence_ja(excess.split(x.get("with_ms") or one["measured_ms"], x["predicted_ms"], x["fixed_ms"], x["weight_mb"] * 1e6,
-                                           f["gb_s"] * 1e9, x["load1"], x["cores"], x["threads"]))
+                                           f["gb_s"] * 1e9, x["load1"], x["cores"], x["threads"], x.get("linears_ms"), x.get("steal")))
 
 
 def prefill_reading(f: dict) -> str:

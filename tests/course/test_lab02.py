@@ -106,7 +106,8 @@ def test_run_roofline_measures_the_step_without_its_linear_layers(result):
     from course.labs import lab02_explain
     from course.runtime import get_llm
     x = result["excess"]
-    assert 0 < x["fixed_ms"] and x["cores"] >= 1 and "load1" in x
+    assert 0 < x["fixed_ms"] and x["cores"] >= 1 and "load1" in x and x["linears_ms"] > 0
+    assert "線形層だけを続けて呼んだ時間" in lab02_explain.facts_text(lab02_explain.facts(result))
     f = lab02_explain.facts(result)
     assert f["excess"]["predicted_ms"] == pytest.approx(result["points"][0]["predicted_ms"])
     assert lab02_explain.excess_reading(f).startswith("内訳（")
