@@ -92,11 +92,10 @@ def disagg_itl_reading(res: dict, ratio: float = 1.2) -> str:
     md, mr = percentile(during, 50), percentile(rest, 50)
     out = (f"Disaggregation の Decode 側の ITL: 長いプロンプトが Prefill のプロセスにいるあいだ（破線〜点線）の中央値"
            f" {md:.1f} ms（{len(during)} 個）、それ以外 {mr:.1f} ms（{len(rest)} 個）で {md / mr:.2f} 倍。")
-    out += (f"\n→ Prefill のあいだ ITL が伸びています。考えられる原因は、このマシンでは Prefill のプロセスが Decode の"
-            "プロセスと同じコアとメモリ帯域を使うことです（Prefill 用と Decode 用の GPU を分ければ、この原因はありません）。"
-            "Decode のプロセスの KV を受け取るスレッドは、KV が届くまで CPU を使わずに待つので（`conn.poll`）、CPU を分け合うのは"
-            "点線の直前の受信のあいだだけで、この中央値の原因にはなりません。"
-            "ほかのプログラムの負荷でも同じように伸びるので、1回の実行のこの比だけでは、どれが原因かは分けられません。"
+    out += ("\n→ Prefill のあいだ ITL が伸びています。考えられる原因は2つです。このマシンでは Prefill のプロセスが Decode の"
+            "プロセスと同じコアとメモリ帯域を使うこと（GPU を分ければこの原因はありません）と、ほかのプログラムの負荷です。"
+            "1回の実行のこの比だけでは、どちらかは分けられません。Decode のプロセスの KV を受け取るスレッドは、KV が届くまで"
+            " CPU を使わずに待つので（`conn.poll`）、この中央値の原因にはなりません。"
             if md > ratio * mr
             else f"\n→ {md / mr:.2f} 倍で、しきい値の {ratio:g} 倍を下回りました。この実行では、Prefill のあいだに ITL が"
                  "はっきり伸びたとは言えません。")
