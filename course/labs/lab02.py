@@ -9,7 +9,7 @@ Three layers, as in lab 1 (tests call the first two; notebooks stay thin):
        res = run_roofline("default", context=64, batches=[1, 8, 32], chunks=[16, 128, 512], repeats=3)
        res["points"][0]  # kind, size, flops, bytes (weights, KV read, KV written), intensity,
                          # measured_ms (median) / _min / _max, predicted_ms, bound, achieved GFLOP/s and GB/s
-       res["excess"]      # batch 1 with / without its Linear layers, timed alternately, and the load (labkit/excess)
+       res["excess"]      # batch 1 with / without its Linear layers and those alone, alternately; load (labkit/excess)
        predict_on_gpu(res, "H100")                        # the same steps, predicted on a datasheet GPU
 
    Decode points: ``batch`` requests with ``context`` prompt tokens each, timed by the bench's
@@ -187,7 +187,7 @@ def run_roofline(model="default", device: str = "cpu", context: int = DEFAULT_CO
                            **({"kernel_flops": max(kernel)} if kernel else {})})
         if progress:
             progress(i + 1, len(todo))
-    # batch 1's step without its Linear layers and the load average: where the excess goes (labkit/excess.py)
+    # batch 1's step without its Linear layers, the Linear layers alone, the load: where the excess goes (labkit/excess.py)
     fixed = excess.measure(llm, context, DECODE_STEPS, repeats, seed) if ("decode", 1) in todo else None
     warnings = [load["warning"]] if load and load["warning"] else []
     if skipped:
