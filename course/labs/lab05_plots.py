@@ -16,11 +16,14 @@ def plot_run(res: dict):
     from matplotlib.ticker import MaxNLocator
 
     from course.labkit.charts import figure
+    import numpy as np
     fig, (a1, a2) = figure(11, 3.8, 1, 2)
+    ttfts = [t for r in res["policies"].values() for t in (r["ttft_ms_list"] or [])]
+    edges = np.histogram_bin_edges(ttfts, bins=12) if ttfts else 12     # the same bins for every policy
     for k, r in res["policies"].items():
         a1.scatter([r["tok_s_per_user"]], [r["tok_s"]], color=COLORS[k], label=r["label"], s=50)
         if r["ttft_ms_list"]:
-            a2.hist(r["ttft_ms_list"], bins=12, alpha=0.5, color=COLORS[k], label=r["label"])
+            a2.hist(r["ttft_ms_list"], bins=edges, alpha=0.5, color=COLORS[k], label=r["label"])
     a1.set_xlabel("tok/s/user（1リクエストから見た速さ）")
     a1.set_ylabel("出力 tok/s（システム全体）")
     pts = [(r["tok_s_per_user"], r["tok_s"]) for r in res["policies"].values()]
