@@ -72,9 +72,10 @@ def late_long_predictions(together: dict, late: dict) -> list[Prediction]:
                    f"（その {100 * rise / spike:.0f}%。停止を間隔の数で割ると {spike:.1f} ÷ {out_len - 1} = "
                    f"{spike / max(out_len - 1, 1):.1f} ms）" if spike > 0 else
                    f"TPOT {t_tpot:.1f} → {l_tpot:.1f} ms、ITL 最大 {l_max:.1f} ms（跳ね上がりなし）",
-                   "①遅れたリクエストが加わった後の Decode の1ステップが大きく重くなった（CPU では文脈の長い"
+                   "①停止が Decode の1ステップの数倍しかない（Prefill が速い。→ 遅れて届く長さを長くする）"
+                   "②遅れたリクエストが加わった後の Decode の1ステップが大きく重くなった（CPU では文脈の長い"
                    "1件が別のグループになり、各層の Attention の呼び出しが1回増える。→ 遅れて届く長さを短くして"
-                   "比べる）②" + BUSY),
+                   "比べる）③" + BUSY),
     ]
 
 
