@@ -32,7 +32,7 @@ from course.labkit.history import to_csv
 from course.labkit.load import check_load
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
-from course.demos.no_cache import generate_no_cache
+from course.demos.no_cache import generate_no_cache, next_token_logits
 from course.runtime import (MODEL_CHOICES, apply_thread_policy, available_devices, check_device, check_int,
                             check_model, get_llm, is_quick, max_model_len, random_prompts)
 from minimal_engine import SamplingParams
@@ -89,6 +89,17 @@ def _held_blocks(llm, prompt, positions: list[int]) -> list[int]:
     return [held[x] for x in positions]
 
 
+def _one_position_ms(llm, ids: list[int], repeats: int = 7) -> float:
+    """Median ms of a no-cache step over ``ids`` alone (1 position: every weight is read for one row), after a warm-up."""
+    next_token_logits(llm.model, ids)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        int(next_token_logits(llm.model, ids).argmax())
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
 def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", repeats=None, threads=None,
                seed=0, progress=None, load_check=True) -> dict:
     """Generate the same prompt with and without the KV cache, ``repeats`` times each (alternating).
@@ -103,7 +114,8 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
     after each step, and their bytes: measured), ``slot_bytes`` (the pool's bytes per token slot, measured from
     its tensors), ``block_size``, ``pool_bytes`` (the engine's whole preallocated pool), ``tokens_processed``
     (positions computed: cached vs no cache), ``dtype``, ``threads``, ``load``, ``warnings``, ``weight_bytes``
-    (the model's weights, read by every cached step) and ``kv_shape`` (layers, KV heads, head_dim, bytes).
+    (the model's weights, read by every cached step), ``kv_shape`` (layers, KV heads, head_dim, bytes) and
+    ``no_cache_one_ms`` (a no-cache step of the prompt's first token alone, median of 7: beside the line's intercept).
     """
     d = defaults()
     s = check_settings(model, d["prompt_len"] if prompt_len is None else prompt_len,
@@ -153,6 +165,7 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
     res["block_size"] = llm.engine.block_manager.block_size
     res["held_blocks"] = _held_blocks(llm, prompt, res["positions"])             # measured: blocks the engine holds
     res["held_bytes"] = [b * res["block_size"] * res["slot_bytes"] for b in res["held_blocks"]]
+    res["no_cache_one_ms"] = _one_position_ms(llm, prompt[:1])      # a no-cache step of 1 position (all weights read)
     warnings = [load["warning"]] if load and load["warning"] else []
     if not equal:
         warnings.append(f"キャッシュあり・なしで {first_diff + 1} トークン目から出力が違いました（2つの経路は別のカーネルで"

@@ -3,13 +3,11 @@
     print(steps_reading(res)); print(verdicts(steps_predictions(steps_numbers(res))))   # res: one run_kv_lab
     print(verdicts(task1_predictions(task1_numbers(runs))))   # 課題1 (task2_..task4_ likewise): one run per setting
 
-Each ``*_predictions`` takes the measured numbers (``*_numbers`` pulls them out of the runs), so that a test can
-plant contradicting numbers, and re-derive a saved verdict from the numbers printed next to it.
-
-The readings, on a CPU: the no-cache step at position ``x`` recomputes ``x`` positions: a fixed part (one read
-of every weight per step, from memory when they exceed the last-level cache; the small op calls; Python) plus a
-part proportional to ``x`` (a line ``a + b x``, ``a > 0``). The cached step reads the weights and the context's
-small K/V, plus a fixed per-step time: nearly flat. Work grows faster than time (many positions use the ALUs better).
+Each ``*_predictions`` takes the measured numbers (``*_numbers``), so a test can plant contradicting ones.
+The no-cache step at position ``x`` is a line ``a + b x`` (``a > 0``); the run does not separate what ``a`` holds
+(small op calls and Python, the one-row lm_head, matmuls less efficient at few positions). Where the step is
+compute-bound the weight reads overlap the arithmetic: ``one_position_reading`` sets ``a`` beside a measured
+1-position step, which reads every weight. The cached step (weights, small K/V, fixed per-step time) is nearly flat.
 """
 from __future__ import annotations
 
@@ -56,7 +54,17 @@ def steps_numbers(res: dict) -> dict:
             "fixed_share": fit["fixed"] / (fit["fixed"] + fit["slope"] * x0),
             "growth_cached_ms": growth(res["cached_ms"]), "growth_no_cache_ms": growth(res["no_cache_ms"]),
             "time_ratio": res["no_cache_total_s"] / res["cached_total_s"],
-            "work_ratio": tp["no_cache"] / tp["cached"], "tokens_equal": bool(res["tokens_equal"])}
+            "work_ratio": tp["no_cache"] / tp["cached"], "tokens_equal": bool(res["tokens_equal"]),
+            "one_position_ms": res.get("no_cache_one_ms")}
+
+
+def one_position_reading(n: dict) -> str:
+    """The intercept ``a`` beside the measured 1-position step (it reads every weight once): ``a`` under 0.8x of it
+    means the weight reads are not added whole to the fitted steps; otherwise the run does not decide."""
+    a, one = n["fixed_ms"], n["one_position_ms"]
+    return f"切片 a {a:.2f} ms、1位置だけのキャッシュなしのステップ（実測）{one:.2f} ms：" + (
+        "a の方がはっきり小さい。重みを読む時間は、当てはめた範囲のステップにそのままは足されていない（演算と重なる）"
+        if a < 0.8 * one else "差が2割未満か a の方が大きい。重みを読む時間が a に入っているかは、この実行では判定できません")
 
 
 def steps_reading(res: dict) -> str:
@@ -70,6 +78,8 @@ def steps_reading(res: dict) -> str:
     if "weight_bytes" in res:
         lines.append(f"最後のステップで読む KV {res['kv_bytes'][-1] / 2**20:.2f} MiB、重み "
                      f"{res['weight_bytes'] / 2**20:.1f} MiB（キャッシュありの1ステップが読む量）")
+    if n["one_position_ms"] is not None:
+        lines.append(one_position_reading(n))
     return "\n".join(lines)
 
 
@@ -81,8 +91,8 @@ def _line_reason(n: dict) -> str:
     if n["per_position_ms"] <= 0:
         why.append("傾きが 0 以下：位置が短すぎて伸びが見えないか、負荷で最初のほうのステップが遅くなった")
     if n["fixed_share"] < 0.1:
-        why.append("固定の時間の割合が1割未満：このマシンでは1ステップの固定の時間（重み全体を1回読む時間と、"
-                   "小さな演算の呼び出しや Python の処理）が、位置に比例する行列積の時間に比べて小さい")
+        why.append("固定の時間の割合が1割未満：このマシンでは1ステップの固定の時間（小さな演算の呼び出しや "
+                   "Python の処理など）が、位置に比例する行列積の時間に比べて小さい")
     return "。".join(why) or _LOAD
 
 
@@ -93,10 +103,8 @@ def steps_predictions(n: dict) -> list[Prediction]:
                    "傾き b > 0）が、位置に比例ではなく、最初の位置の時間の1割以上を固定の時間 a が占める",
                    n["r2"] >= 0.8 and n["per_position_ms"] > 0 and n["fixed_share"] >= 0.1,
                    f"a = {n['fixed_ms']:.2f} ms、b = {n['per_position_ms']:.4f} ms/位置、R² = {n['r2']:.3f}、"
-                   f"位置 {n['first_position']} の時間のうち a の割合 {n['fixed_share']:.0%}",
-                   _line_reason(n)),
-        Prediction("キャッシュありの1ステップはほぼ平ら（最初の1/4 → 最後の1/4 の伸びが、キャッシュなしの伸びの "
-                   "1/5 未満）",
+                   f"位置 {n['first_position']} の時間のうち a の割合 {n['fixed_share']:.0%}", _line_reason(n)),
+        Prediction("キャッシュありの1ステップはほぼ平ら（最初の1/4 → 最後の1/4 の伸びが、キャッシュなしの伸びの 1/5 未満）",
                    n["growth_no_cache_ms"] > 0 and abs(n["growth_cached_ms"]) < n["growth_no_cache_ms"] / 5,
                    f"伸び あり {n['growth_cached_ms']:+.2f} ms、なし {n['growth_no_cache_ms']:+.2f} ms",
                    "大きなモデルや長い文脈では、文脈の K・V を読む時間が重みを読む時間に近づき、キャッシュありの"
@@ -106,8 +114,7 @@ def steps_predictions(n: dict) -> list[Prediction]:
                    f"時間の比 {n['time_ratio']:.1f} 倍、位置の数の比 {n['work_ratio']:.1f} 倍",
                    "出力が短いと両者の差が小さい。1トークンのステップの固定の時間が小さい CPU（や GPU）では、"
                    "時間の比が位置の数の比に近づく"),
-        Prediction("出力トークンはキャッシュあり・なしで一致する", n["tokens_equal"],
-                   "一致" if n["tokens_equal"] else "途中から違う",
+        Prediction("出力トークンはキャッシュあり・なしで一致する", n["tokens_equal"], "一致" if n["tokens_equal"] else "途中から違う",
                    "2つの経路は別のカーネルで計算するので丸めの差がある。1位と2位の候補が僅差のステップで"
                    "入れ替わった（BF16 では起きやすい）"),
     ]
@@ -116,8 +123,7 @@ def steps_predictions(n: dict) -> list[Prediction]:
 def rounding_prediction(max_diff: float, min_gap: float) -> Prediction:
     """The cached and uncached log-probabilities differ by rounding only: far less than the top-1 / top-2 gap."""
     return Prediction("キャッシュあり・なしのログ確率の差（丸めの差）は、1位と2位の候補の差の 1/100 未満",
-                      max_diff < min_gap / 100,
-                      f"差の最大 {max_diff:.1e}、1位と2位の差の最小 {min_gap:.3g}",
+                      max_diff < min_gap / 100, f"差の最大 {max_diff:.1e}、1位と2位の差の最小 {min_gap:.3g}",
                       "僅差の候補があるステップでは、丸めの差で順位が入れ替わり得る。プロンプトを変えて確かめる")
 
 
@@ -131,10 +137,6 @@ def task1_numbers(runs: dict[int, dict]) -> list[dict]:
 def task1_table(rows: list[dict]) -> str:
     return "\n".join(f"出力 {r['output_len']:>4}: 合計 あり {r['cached_s']:.2f} s、なし {r['no_cache_s']:.2f} s、"
                      f"なしが計算した位置 {r['positions']:,}" for r in rows)
-
-
-def _steps(rows, key):
-    return [b[key] / a[key] for a, b in zip(rows, rows[1:])]
 
 
 def _cached_doubling_reason(ratios: list[float]) -> str:
@@ -158,8 +160,7 @@ def _no_cache_doubling_reason(nocache: list[float], cached: list[float], work: l
                    "長いうちは、2乗の項より NP の項が大きく、位置の数の伸びが2倍に近い")
     if any(x <= 2.2 < w for x, w in zip(nocache, work)):
         why.append("なしの伸びが 2.2 倍以下だが、計算した位置の数は 2.2 倍より大きく伸びている：1ステップの固定の"
-                   "時間 a（重み全体を1回読む時間、小さな演算の呼び出し、Python の処理。レッスン第4節の切片）が"
-                   "大きいと、合計 ≈ N·a ＋ b·位置の数 の伸びは2倍に近づく")
+                   "時間 a（レッスン第4節の切片。小さな演算の呼び出しや Python の処理など）が大きいと、合計 ≈ N·a ＋ b·位置の数 の伸びは2倍に近づく")
     if any(x <= c for x, c in zip(nocache, cached)):
         why.append("なしの伸びがキャッシュありの伸び以下：キャッシュありの合計が予想より大きく伸びた（測定の「あり」"
                    "の値）。長い実行の途中で負荷が跳ねたか、キャッシュありの1ステップが文脈とともに伸びている（課題2）")
@@ -167,7 +168,7 @@ def _no_cache_doubling_reason(nocache: list[float], cached: list[float], work: l
 
 
 def task1_predictions(rows: list[dict]) -> list[Prediction]:
-    cached, nocache, work = _steps(rows, "cached_s"), _steps(rows, "no_cache_s"), _steps(rows, "positions")
+    cached, nocache, work = ([b[k] / a[k] for a, b in zip(rows, rows[1:])] for k in ("cached_s", "no_cache_s", "positions"))
     fmt = lambda v: " → ".join(f"{x:.2f}" for x in v)       # noqa: E731
     return [
         Prediction("出力長を2倍にするごとに、キャッシュありの合計時間はほぼ2倍（1.6〜2.4 倍）",
@@ -190,8 +191,7 @@ def task2_numbers(runs: dict[int, dict]) -> list[dict]:
     """Per prompt: cached steps' median, no-cache first step, and (if present) last-step K/V and weights in MiB."""
     return [{"prompt_len": p, "cached_ms": statistics.median(r["cached_ms"]), "no_cache_first_ms": r["no_cache_ms"][0],
              **({"kv_mib": r["kv_bytes"][-1] / 2**20, "weight_mib": r["weight_bytes"] / 2**20}
-                if "kv_bytes" in r and "weight_bytes" in r else {})}
-            for p, r in sorted(runs.items())]
+                if "kv_bytes" in r and "weight_bytes" in r else {})} for p, r in sorted(runs.items())]
 
 
 def task2_table(rows: list[dict]) -> str:
@@ -289,12 +289,12 @@ def task4_ratio_note(nums: dict[str, dict], small: str = "default", large: str =
     if max(a, b) < 1.3 * min(a, b):
         return (f"2つのモデルの比（{a:.2f} 倍と {b:.2f} 倍）の差は 1.3 倍未満で、負荷の揺れの範囲です。"
                 "dtype（float32 と BF16）も違うので、この差からは何も言えません。")
-    return (f"2つのモデルの比は、既定モデル {a:.2f} 倍、llama-125m の形 {b:.2f} 倍です。2つは dtype が違い"
-            "（float32 と BF16）、BF16 の行列積の速さは CPU（AVX512_BF16・AMX の有無）で大きく変わるので、"
-            "この2つの比の大小からモデルの大きさの効果は読み取れません。")
+    return (f"2つのモデルの比は、既定モデル {a:.2f} 倍、llama-125m の形 {b:.2f} 倍です。2つは dtype が違い（float32 と "
+            "BF16）、BF16 の行列積の速さは CPU（AVX512_BF16・AMX の有無）で大きく変わるので、この2つの比の大小からモデルの"
+            "大きさの効果は読み取れません。")
 
 
 __all__ = ["QUICK_TASK1", "QUICK_TASK2", "QUICK_TASK4", "TASK1", "TASK2", "TASK4", "growth", "line_fit",
-           "rounding_prediction", "steps_numbers", "steps_predictions", "steps_reading", "task1_numbers", "task1_predictions",
+           "one_position_reading", "rounding_prediction", "steps_numbers", "steps_predictions", "steps_reading", "task1_numbers", "task1_predictions",
            "task1_table", "task2_numbers", "task2_predictions", "task2_table", "task3_numbers", "task3_predictions",
            "task4_numbers", "task4_predictions", "task4_ratio_note", "task4_table"]

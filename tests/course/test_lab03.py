@@ -113,6 +113,7 @@ def test_run_kv_lab_default_model():
     assert res["tokens_processed"] == {"cached": 13, "no_cache": 6 * 8 + 15}
     assert res["kv_shape"] == {"layers": 6, "kv_heads": 5, "head_dim": 64, "bytes": 4}
     assert res["weight_bytes"] == 4 * sum(p.numel() for p in get_llm("default").model.parameters())
+    assert res["no_cache_one_ms"] > 0                                  # a 1-position no-cache step, beside the intercept
     text = lab03.format_readout(res)
     assert "一致" in text and "エンジンが保持する KV" in text
     assert "lab-readout" not in lab03.readout_html(res) and "<table" in lab03.readout_html(res)

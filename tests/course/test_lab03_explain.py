@@ -50,6 +50,17 @@ def test_step_readings_follow_the_numbers():
     assert "考えられる理由" in ex.steps_predictions(n)[3].verdict()
 
 
+def test_one_position_reading_sets_the_intercept_beside_a_measured_short_step():
+    """The intercept a against a measured 1-position step (which reads every weight): clearly below (< 0.8x)
+    says the weight reads are not added whole to the fitted steps; otherwise the run does not decide."""
+    assert "1位置だけ" not in ex.steps_reading(GOOD)                   # runs without the measurement: no line
+    text = ex.steps_reading({**GOOD, "no_cache_one_ms": 12.0})
+    assert "切片 a 6.60 ms、1位置だけのキャッシュなしのステップ（実測）12.00 ms：a の方がはっきり小さい" in text
+    undecided = ex.one_position_reading({"fixed_ms": 4.0, "one_position_ms": 4.47})
+    assert "判定できません" in undecided and "はっきり小さい" not in undecided
+    assert "判定できません" in ex.one_position_reading({"fixed_ms": 5.76, "one_position_ms": 4.47})
+
+
 def test_rounding_verdict():
     assert ex.rounding_prediction(2.6e-6, 0.057).held
     assert not ex.rounding_prediction(2.6e-6, 1e-4).held        # planted: a near tie
@@ -203,7 +214,11 @@ def steps_from(lines):
 
 @pytest.mark.parametrize("rel, marker", [(LESSON, "steps_predictions"), (LAB, "steps_predictions")])
 def test_saved_step_verdicts_agree_with_the_saved_numbers(rel, marker):
-    agree(*steps_from(saved(rel, marker)))
+    lines = saved(rel, marker)
+    agree(*steps_from(lines))
+    for line in (x for x in lines if x.startswith("切片 a ")):     # the 1-position reading (runs since 2026-12-07)
+        a, one = map(float, re.search(rf"切片 a {F} ms、1位置だけのキャッシュなしのステップ（実測）{F} ms", line).groups())
+        assert line == ex.one_position_reading({"fixed_ms": a, "one_position_ms": one})
 
 
 def test_lesson_saved_rounding_verdict_agrees():
