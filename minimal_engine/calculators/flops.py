@@ -63,7 +63,9 @@ def generation_flops(model: str | ModelShape, prompt_len: int, output_len: int, 
 
     With the cache each position is computed once: the prompt, then ``output_len - 1`` new tokens (the last
     token is never fed back). Without it, step ``i`` recomputes all ``prompt_len + i`` positions. A position
-    ``p`` costs ``flops_per_token(model, p + 1)`` (it attends to itself and everything before it).
+    ``p`` costs ``flops_per_token(model, p + 1)`` (it attends to itself and everything before it). lm_head is
+    counted at every position, in both paths; the engine (``x[batch.logits_indices]``), like vLLM, applies it to
+    the sampled rows only, which makes both totals, and the no-cache ratio, a little smaller.
     """
     _check_positive(prompt_len, "prompt_len")
     _check_positive(output_len, "output_len")
