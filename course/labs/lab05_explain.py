@@ -36,9 +36,9 @@ ones a 2-4 core CPU shows:
 """
 from __future__ import annotations
 
-from course.labkit import hf_gap
+from course.labkit import hf_gap, linear_rows
 from course.labkit.predictions import Prediction
-from course.labkit import linear_rows
+from course.labkit.policy_floor import floor_line, stands_out
 from minimal_engine import calculators as calc
 
 TASK1_OUTPUT_LENS = (16, 64, 128)
@@ -177,7 +177,7 @@ def sweep_table(runs: dict[int, dict]) -> str:
               if "hf_static" in res["policies"] and "static" in res["policies"]}
     finished = {r["concurrency"]: _finished_share(r, runs, _fit(runs)[0]) for r in sweep_rows(runs)}
     kernels = next((res.get("engine_kernels") for res in runs.values() if res.get("engine_kernels")), None)
-    return "\n".join(out + [hf_gap.gap_reading(points, kernels, finished)]).rstrip("\n")
+    return "\n".join(out + [floor_line(sweep_rows(runs)), hf_gap.gap_reading(points, kernels, finished)]).rstrip("\n")
 
 
 def _fit(runs: dict[int, dict]) -> tuple[float, float, float, float]:
@@ -218,12 +218,12 @@ def sweep_predictions(runs: dict[int, dict]) -> list[Prediction]:
         why = ("1スレッドで行列の計算が件数とともに伸びる CPU では、固定の時間の割合が小さくなります。"
                "COURSE_THREADS を変えて比べてください")
     return [
-        Prediction("同時リクエスト数 2 以上で、連続 / 静的の出力 tok/s の比は 1 より大きく（繰り返しの幅の外）、"
+        Prediction("同時リクエスト数 2 以上で、連続 / 静的の出力 tok/s の比は 1 より大きく（繰り返しの幅の外で、同時リクエスト数 1 の揺れの2倍より外）、"
                    "ステップ数の比（1ステップの時間が一定なら開く比）より小さい",
-                   bool(multi) and all(1 < r["ratio"] < r["step_ratio"] and r["apart"] is not False for r in multi),
+                   bool(multi) and all(1 < r["ratio"] < r["step_ratio"] and r["apart"] is not False and stands_out(rows, r) for r in multi),
                    f"同時リクエスト数ごとの比 {gaps}",
                    "比が 1 に近いか幅が重なるなら、Prefill と1トークンあたりの計算が実行時間の多くを占めて差が薄まっているか、"
-                   "ほかのプログラムの負荷で計測がぶれています（警告を確かめ、繰り返しや出力長を増やして測り直す）。"
+                   "ほかのプログラムの負荷で計測がぶれています（警告と、表の下の同時リクエスト数 1 の比を確かめ、繰り返しや出力長を増やして測り直す）。"
                    "ステップ数の比を超えたなら計測のばらつきです"),
         Prediction(f"同時リクエスト数を {lo['concurrency']} → {hi['concurrency']} にすると、1ステップの時間（静的の TPOT の"
                    f"中央値）は伸びるが、{hi['concurrency']} 件ずつの組でも1ステップの半分以上は件数によらない固定の時間",

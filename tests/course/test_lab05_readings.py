@@ -187,3 +187,15 @@ def test_task1_table_prints_each_lengths_step_ratio():
            "policies": {"continuous": {"tok_s": 119.0}, "static": {"tok_s": 100.0}}}
     static, cont = step_counts(STREAM, 4)
     assert f"ステップ数の比 {static / cont:.2f} 倍、連続 / 静的の出力 tok/s 1.19 倍" in task1_table({64: run})
+
+
+def test_concurrency_one_is_the_noise_floor():
+    # blind reading 8 ch05 #3: at 1 both policies do the same work, so their ratio is the run's noise
+    from course.labkit.policy_floor import floor_line
+    rows = [{"concurrency": 1, "ratio": 1.11}, {"concurrency": 4, "ratio": 1.11}, {"concurrency": 8, "ratio": 1.30}]
+    text = floor_line(rows)
+    assert "1.11 倍は方式の差ではなく" in text and "4 の 1.11 倍は" in text and "8 の" not in text
+    assert "言い切れません" in text
+    noisy = _sweep()
+    noisy[1]["policies"]["continuous"] = dict(noisy[1]["policies"]["continuous"], tok_s=noisy[1]["policies"]["static"]["tok_s"] * 1.11)
+    assert not sweep_predictions(noisy)[0].held
