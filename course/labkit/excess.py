@@ -179,11 +179,11 @@ def sentence_ja(s: dict) -> str:
     head = (f"内訳（線形層あり・なしのステップを交互に測った中央値）：実測 {s['measured_ms']:.2f} ms − 予測 "
             f"{s['predicted_ms']:.2f} ms = 超過 {s['excess_ms']:.2f} ms。そのうち固定の時間（線形層を除いたステップ）が "
             f"{s['fixed_ms']:.2f} ms（{share(s['fixed_ms'])}）、残りの {s['reads_ms']:.2f} ms（{share(s['reads_ms'])}）は"
-            "線形層の時間のうち予測を超えた分です")
+            "線形層を入れて増えた時間のうち予測を超えた分です")
     if s.get("linears_ms"):
         head += (f"。\n  残りの内訳：線形層だけを間に何もはさまず続けて呼んでも出る分（線形層の呼び出しとカーネルの実効速度）"
-                 f"{s['calls_ms']:.2f} ms（{share(s['calls_ms'])}）、ステップの中で線形層が遅くなった分（小さな演算を"
-                 f"はさむことなど）{s['between_ms']:.2f} ms（{share(s['between_ms'])}）です")
+                 f"{s['calls_ms']:.2f} ms（{share(s['calls_ms'])}）、線形層と小さな演算が同じステップで互いを遅くした分"
+                 f"（どちらが遅くなったかは分けられません）{s['between_ms']:.2f} ms（{share(s['between_ms'])}）です")
     if s["busy"]:            # the Linear layers' time includes waiting for a CPU: no read speed is a measurement
         read = "CPU を待った時間を含むので、読む速さとしては示しません"
     elif s.get("linears_ms"):

@@ -34,9 +34,9 @@ from course.labkit.spread import RETRY, decide, order, span, spread_text
 from minimal_engine.bench import roofline
 
 FLOOR = 0.95            # measured / predicted below this: the point beats its roof (5 % for timer noise)
-FIXED_TIME = 1.2        # batch-1 decode: measured / predicted above this. On a quiet 2-core host the default
-                        # model's batch-1 step is 2.4-2.5 ms against a ~1.4-1.6 ms prediction (benchmarks/README.md,
-                        # 2026-12-05; blind reading 2026-12-07b ch02 #3), a ratio of about 1.5-1.8
+FIXED_TIME = 1.2        # batch-1 decode: measured / predicted above this. The saved runs of 2026-12-07 (2-core
+                        # AMD EPYC, fp32, 1 thread, load 0.8-0.9) give 5.8-6.9 ms against a ~1.5 ms prediction,
+                        # a ratio of about 4-5 (lab 2 cell 13, lesson 2 cell 23); 1.2 leaves room for faster hosts
 NEAR = 0.1              # a ratio within this share of FIXED_TIME is printed as "within noise" (the verdict may flip)
 SCALING = 0.7           # GFLOP/s must grow by at least this share of the thread ratio
 NOT_SLOWER = 0.9        # a pairwise dip below this share of the previous batch's time is reported, not judged
@@ -209,17 +209,17 @@ def task3_predictions(f: dict) -> list[Prediction]:
     rng = lambda p: f"{p['ratio']:.2f}（{ratios(p)[0]:.2f}〜{ratios(p)[1]:.2f}）"      # noqa: E731
     return [
         decide(one["ratio"] > FIXED_TIME, o_lo <= FIXED_TIME < o_hi,
-               f"Decode バッチ {one['size']} の実測は予測の {FIXED_TIME} 倍を超える（固定の時間が目立つ）",
+               f"Decode バッチ {one['size']} の実測は予測の {FIXED_TIME} 倍を超える（固定の時間や、線形層の実効速度の損が目立つ）",
                f"実測/予測 {rng(one)}" + _near(one["ratio"], FIXED_TIME),
-               "このマシンでは1ステップの固定の時間（Python と小さな演算）が、重みを読む時間に比べて短い。"
-               "CPU のコアが速いか、帯域が低いマシンです。モデルを大きな形に変えると差はさらに小さくなります", RETRY),
+               "このマシンでは固定の時間（Python と小さな演算）も、線形層が小さな行列で読む速さの損（内訳の行の"
+               "「続けて呼んでも出る分」）も、重みを読む時間に比べて小さい。CPU のコアが速いか、帯域が低いマシンです。モデルを大きな形に変えると差はさらに小さくなります", RETRY),
         decide(p_far < d_near, not (p_far < d_near or p_near > d_far),
                f"最長の Prefill（{long_['size']} トークン）の実測/予測は、Decode バッチ {one['size']} より 1 に近い"
                "（繰り返しの最小〜最大で比べる）",
                f"Prefill {long_['size']} トークン {rng(long_)}、Decode バッチ {one['size']} {rng(one)}",
                "Prefill の行列積がピークよりずっと遅い（下の Prefill の内訳の行を見てください）か、"
                "Decode の固定の時間がとても短いマシンです。表の Prefill の行で実測/予測の並びを見てください", RETRY),
-        Prediction("どの点も実測/予測は 1 以上（予測は上限なので、実測はそれより速くならない）", not under,
+        Prediction(f"どの点も実測/予測は 1 以上（予測は上限で、実測はそれより速くならない。計時の揺れ {1 - FLOOR:.0%} を許す）", not under,
                    f"いちばん小さい実測/予測（繰り返しの最速の回）{ratios(low[1])[0]:.2f}（{low[0]} {low[1]['size']}）",
                    "1 より小さい点: " + "、".join(under) + "。測ったピーク（演算性能か帯域）が、このマシンの本当の"
                    "上限ではありません。エンジンが、ピークを測ったのより速いカーネルを使ったか、重みの一部が CPU の"

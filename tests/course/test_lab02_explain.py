@@ -220,7 +220,7 @@ def test_excess_reading_splits_the_linear_time_into_calls_alone_and_in_step_slow
     f["excess"].update(linears_ms=2.0, steal=0.004)       # rest 2.30 = prediction 1.29 + calls 0.71 + in step 0.30
     text = ex.excess_reading(f)
     assert "1.01 ms（56%）" in text and "続けて呼んでも出る分（線形層の呼び出しとカーネルの実効速度）0.71 ms（39%）" in text
-    assert "遅くなった分（小さな演算をはさむことなど）0.30 ms（17%）" in text, text
+    assert "互いを遅くした分（どちらが遅くなったかは分けられません）0.30 ms（17%）" in text, text
     assert "続けて呼んだときに重みを読んだ速さは約 20.1 GB/s" in text and "steal" in text and "0% でした" in text
     assert parse_excess(ex.facts_text(f)) == f["excess"] | {"predicted_ms": 1.292}
 
