@@ -33,9 +33,10 @@ import random
 
 def request_stream(n: int = 200, seed: int = 0, prompt_median: int = 300, output_median: int = 200,
                    sigma: float = 0.9, max_tokens_choices=(256, 512, 1024, 2048), max_model_len: int = 4096,
-                   rate_per_step: float | None = None) -> list[dict]:
+                   rate_per_step: float | None = None, tightest: bool = False) -> list[dict]:
     """``n`` requests: ``prompt_len`` and ``output_len`` log-normal (medians given, spread ``sigma``),
-    ``max_tokens`` (the client's limit, at least the output) from ``max_tokens_choices``, and
+    ``max_tokens`` (the client's limit, at least the output) drawn at random among the ``max_tokens_choices``
+    that fit (with ``tightest``, the smallest that fits; the lengths drawn stay the same), and
     ``arrival_step`` (all 0, or Poisson arrivals at ``rate_per_step`` requests per step). Seeded."""
     rng = random.Random(seed)
     reqs, t = [], 0.0
@@ -43,7 +44,8 @@ def request_stream(n: int = 200, seed: int = 0, prompt_median: int = 300, output
         p = min(max(1, round(rng.lognormvariate(math.log(prompt_median), sigma))), max_model_len // 2)
         o = max(1, round(rng.lognormvariate(math.log(output_median), sigma)))
         allowed = [m for m in max_tokens_choices if m >= o and p + m <= max_model_len] or [max_model_len - p]
-        m = rng.choice(allowed)
+        m = rng.choice(allowed)                  # drawn in both modes, so the lengths that follow stay the same
+        m = min(allowed) if tightest else m
         if rate_per_step:
             t += rng.expovariate(rate_per_step)
         reqs.append({"index": i, "prompt_len": p, "output_len": min(o, m), "max_tokens": m,

@@ -25,6 +25,12 @@ def test_stream_is_seeded_and_respects_limits():
     assert a == b and a != kv_sim.request_stream(50, seed=4)
     for r in a:
         assert 1 <= r["output_len"] <= r["max_tokens"] and r["prompt_len"] + r["max_tokens"] <= 4096
+    # tightest: the same lengths, and max_tokens is the smallest choice that fits (never above the random draw)
+    t = kv_sim.request_stream(50, seed=3, tightest=True)
+    assert [(r["prompt_len"], r["output_len"]) for r in t] == [(r["prompt_len"], r["output_len"]) for r in a]
+    assert all(x["max_tokens"] <= r["max_tokens"] for x, r in zip(t, a)) and t != a
+    assert all(x["max_tokens"] == min([m for m in (256, 512, 1024, 2048) if m >= x["output_len"]
+                                       and x["prompt_len"] + m <= 4096] or [4096 - x["prompt_len"]]) for x in t)
 
 
 def test_paging_fits_more_requests_and_wastes_only_the_last_block():
