@@ -122,8 +122,9 @@ def speedup_span(res: dict, method: str) -> tuple[float, float]:
 
 def formula_prediction(pairs: list[tuple[float, float]], tol: float = 0.05, ranges: list | None = None) -> Prediction:
     """pairs: (the formula's speedup at alpha solved from the mean length and the measured c, the
-    measured speedup). Both known gaps (a verify step slower than a decode step, c measured as the
-    forward alone) push the prediction above the measurement. ranges: per row ((prediction at the largest
+    measured speedup). c measured as the forward alone pushes the prediction above the measurement; the verify
+    step's time against a decode step can push either way on a CPU (the engine's Linear kernel need not be
+    slower on k+1 rows than on one: ``lab08_linears.verify_cost_reading`` prints it). ranges: per row ((prediction at the largest
     and the smallest measured c), ``speedup_span``). A row contradicts the prediction only when even its
     highest prediction is below its lowest measured speedup by more than ``tol``; a median below that lies
     within those ranges is 判定できません (the speedup varies run to run by more than ``tol``)."""
@@ -138,52 +139,16 @@ def formula_prediction(pairs: list[tuple[float, float]], tol: float = 0.05, rang
                   "予測 / 実測 " + "、".join(rows),
                   "まず、速度比そのものが実行ごとに揺れます（同じ設定の速度比が、このノートブックの別のセルでは違います）。"
                   "また、c は速度比とは別の時点に測った値なので、そのあいだに負荷が変わると合いません。"
+                  "検証のステップが Decode の1ステップより短いと、予測は実測より小さくなります（Linear 層だけの時間の印字）。"
                   "負荷の警告を確かめ、繰り返しを増やすか、出力長を長くして受理の数を増やしてください", RETRY)
 
 
-LOWER_BOUND = ("式の損益分岐は下限です。式は検証の1回を Decode の1ステップと同じ時間とみなし、c はドラフトの forward "
-               "だけを測るので小さめに出ます（式の予測の節の2つのずれ）。実際の損益分岐はこれより高く、α が式の損益分岐を"
-               "わずかに上回るだけでは遅いことがあります")
-
-
-def break_even_prediction(label: str, alpha: float, break_even: float, speedup: float,
-                          distilled: bool) -> Prediction:
-    """The distilled draft's alpha is above the break-even alpha and it is faster than no
-    speculation; the undistilled one's is below and it is slower. The formula's break-even is a lower
-    bound (a verify step slower than a decode step, c measured on the draft forward alone), so an alpha
-    just above it can still lose: that is the first reason named when alpha is above it and the run is slower."""
-    side, pace = ("上回り", "速い") if distilled else ("下回り", "遅い")
-    above = alpha > break_even
-    load = "c が負荷でばらついた（損益分岐は c で決まります）。負荷の警告を確かめ、c の測定を繰り返してください"
-    why = f"{LOWER_BOUND}。または、{load}" if above and speedup <= 1 else load
-    return Prediction(f"{label}は、受理率 α が損益分岐の α を{side}、投機なしより{pace}",
-                      above == distilled and (speedup > 1) == distilled,
-                      f"受理率 α {alpha:.3f}、損益分岐の α {break_even:.3f}、速度比 {speedup:.2f}", why)
-
-
-def break_even_note(label: str, k: int, alpha: float, break_even: float, speedup: float,
-                    near: float = 0.05) -> str:
-    """One line (no verdict) for a k where no prediction is made: alpha against the formula's break-even and
-    the measured speedup; at most ``near`` above the break-even the formula cannot decide (it is a lower bound)."""
-    line = (f"k = {k}：{label}の受理率 α {alpha:.3f}、式の損益分岐の α {break_even:.3f}"
-            f"（差 {alpha - break_even:+.3f}）、速度比 {speedup:.2f}")
-    if alpha <= break_even:
-        line += "。α が式の損益分岐以下なので、式は投機なしより遅くなると予測します"
-        if speedup >= 1:
-            line += ("。ただし測定では遅くなりませんでした（速度比 1 以上）。損益分岐は測った c から求めるので、"
-                     "c が実行ごとに揺れると損益分岐も動きます")
-        return line
-    if alpha - break_even < near:
-        line += (f"。α が式の損益分岐をわずかに上回る（差 {near} 未満）だけなので、式では速いか遅いかが決まりません。"
-                 + LOWER_BOUND)
-    return line
-
-
 def step_fit(rows: list[dict]) -> dict:
-    """Least squares of the no-speculation step time (concurrency / tok/s) on the batch:
-    step = fixed + per_token x batch."""
+    """Least squares of the no-speculation step time on the batch: step = fixed + per_token x batch. The step
+    time is the baseline's TPOT (``base_tpot_ms``: each step gives every running request one token; the prefill
+    is not in it) when the row has it, else concurrency / tok/s (which also spreads the prefill over the tokens)."""
     xs = [r["concurrency"] for r in rows]
-    ys = [1000 * r["concurrency"] / r["base_tok_s"] for r in rows]
+    ys = [r["base_tpot_ms"] if r.get("base_tpot_ms") else 1000 * r["concurrency"] / r["base_tok_s"] for r in rows]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
@@ -207,7 +172,7 @@ def concurrency_predictions(rows: list[dict], k: int) -> list[Prediction]:
         Prediction("投機なしの1ステップの時間は「固定の時間＋トークンあたりの時間×バッチ」で表せ"
                    "（ずれ 15% 以内）、最初のバッチでは固定の時間が半分以上を占める",
                    f["worst_error"] <= 0.15 and share1 >= 0.5,
-                   f"1ステップ {steps}。固定 {a:.2f} ms、1トークン {b:.3f} ms、"
+                   f"1ステップ{'（投機なしの TPOT）' if rows[0].get('base_tpot_ms') else ''} {steps}。固定 {a:.2f} ms、1トークン {b:.3f} ms、"
                    f"最初のバッチで固定の割合 {share1:.0%}、式とのずれ最大 {f['worst_error']:.0%}",
                    "固定の時間が小さい（速い CPU、スレッドが多い）か、負荷で時間がばらついた。"
                    "負荷の警告を確かめ、繰り返しを増やす"),
@@ -219,17 +184,29 @@ def concurrency_predictions(rows: list[dict], k: int) -> list[Prediction]:
     ]
 
 
-def over_length(res: dict, slack: float = 0.02) -> list[str]:
+def over_length(res: dict, slack: float = 0.02, linear_ms: dict | None = None) -> list[str]:
     """Warnings for speedups above the mean accepted length. A step with drafts advances that many tokens on
     average and a step without drafts one, and both runs share the prefill, so the speedup can exceed it only if a
-    (k+1)-token verify step is faster than a one-token decode step: on a CPU, a no-speculation run slowed by load."""
+    (k+1)-token verify step is faster than a one-token decode step. Two candidates: the engine's Linear kernel
+    itself faster on more rows (``linear_ms``: {rows: ms} of the Linear pass, measured in the same run, shows it),
+    or a no-speculation run slowed by load. The run does not separate them, so the warning names both."""
     out = []
     for x in res["methods"].values():
         s, length = x.get("speedup"), x.get("mean_accepted_length")
-        if s is not None and length is not None and s > length * (1 + slack):
-            out.append(f"注意：{x['label']}（k = {res['k']}）の速度比 {s:.2f} が平均受理長 {length:.2f} を超えています。"
-                       "1ステップで進むのは平均受理長以下なので、k+1 トークンの検証が1トークンの Decode より速くない限り"
-                       "こうはなりません。投機なしの計測が負荷で遅れた可能性が高いので、この速度比は信用せず測り直してください。")
+        if s is None or length is None or s <= length * (1 + slack):
+            continue
+        b = res.get("concurrency", 1)
+        rows = (b, b * (res["k"] + 1))
+        line = (f"注意：{x['label']}（k = {res['k']}）の速度比 {s:.2f} が平均受理長 {length:.2f} を超えています。"
+                "1ステップで進むのは平均受理長以下なので、k+1 トークンの検証が1トークンの Decode より短いときだけ、"
+                "こうなります。候補は2つです。")
+        if linear_ms and all(r in linear_ms for r in rows) and linear_ms[rows[1]] <= linear_ms[rows[0]]:
+            line += (f"1つは、エンジンの Linear のカーネル自体が行の多いほうで速いことです（同じ実行で Linear 層だけ "
+                     f"{rows[0]} 行 {linear_ms[rows[0]]:.2f} ms、{rows[1]} 行 {linear_ms[rows[1]]:.2f} ms）。")
+        else:
+            line += "1つは、エンジンの Linear のカーネルが行の多いほうで速いことです（Linear 層だけの時間で確かめます）。"
+        out.append(line + "もう1つは、投機なしの計測が負荷で遅れたことです。この実行では2つを分けられないので、"
+                          "測り直して確かめてください。")
     return out
 
 
@@ -273,7 +250,7 @@ def weight_pass_prediction(linear_ms: dict[int, float], step_ms: float) -> Predi
                       "大部分は Python の処理です。負荷の警告も確かめてください")
 
 
-__all__ = ["acceptance_reading", "alpha_from_length", "break_even_note", "break_even_prediction",
+__all__ = ["acceptance_reading", "alpha_from_length",
            "concurrency_predictions", "k_gain_prediction", "loop_period", "weight_pass_prediction",
            "formula_prediction", "loop_reading", "speedup_span",
            "loop_share", "step_fit"]

@@ -17,13 +17,18 @@ import time
 
 import torch
 
+from course.labkit.linear_rows import linear_ms, table_words
 from course.runtime import cached_llm
 from minimal_engine import LLM
 
 
-def _model(device: str = "cpu"):
+def _llm(device: str = "cpu") -> LLM:
     return cached_llm(("lab8", "linears", device),
-                      lambda: LLM(None, device=device, max_num_seqs=1, kv_cache_memory=16 << 20)).model
+                      lambda: LLM(None, device=device, max_num_seqs=1, kv_cache_memory=16 << 20))
+
+
+def _model(device: str = "cpu"):
+    return _llm(device).model
 
 
 def linear_pass_ms(batches=(1, 4, 8), repeats: int = 30, device: str = "cpu") -> dict[int, float]:
@@ -51,6 +56,34 @@ def weight_bytes(device: str = "cpu") -> int:
                if isinstance(m, torch.nn.Linear))
 
 
+def kernel_rows(rows=(1, 3, 5, 9), rounds: int = 12, device: str = "cpu") -> dict[int, dict]:
+    """{rows: {"min", "median"}} ms of one pass through every Linear layer (course.labkit.linear_rows, rounds shuffled)."""
+    return linear_ms(_llm(device), rows, rounds)
+
+
+KERNEL = ("エンジンの Linear のカーネル自体の、行数による速さの違いです（カーネルは minimal_engine/model/cpu_linears.py "
+          "が読み込み時に選んだもの）")
+
+
+def verify_cost_reading(kt: dict[int, dict], ks=(2, 4, 8)) -> str:
+    """The formula assumes a verify step (k+1 rows) takes as long as a decode step (1 row). Compares the Linear
+    pass at k+1 rows with 1 row: faster beyond the rounds' spread (its median below 1 row's minimum), slower
+    beyond it, or within it. Blind reading 2026-12-07d ch08 #2: 5 rows ran faster than 1 row on an AVX-512 EPYC."""
+    base = kt[1]
+    words = []
+    for k in ks:
+        r = kt[k + 1]
+        side = ("短い" if r["median"] < base["min"] else "長い" if r["min"] > base["median"] else "差は繰り返しの幅の中")
+        words.append(f"k = {k}（{k + 1} 行）{side}")
+    text = f"Linear 層だけの時間: {table_words(kt)}\n→ 1 行（Decode）と比べた検証: " + "、".join(words)
+    if any("短い" in w for w in words):
+        text += (f"\n→ 行の多いほうが短いのは、{KERNEL}。その k では、式の「検証1回 = Decode 1ステップ」の仮定が検証を"
+                 "長く見積もるので、Linear 層の分だけ予測は実測より小さくなる向きです")
+    if any("長い" in w for w in words):
+        text += "\n→ 検証が長い k では、Linear 層の分だけ予測は実測より大きくなる向きです"
+    return text
+
+
 def verify_rows_reading(linear_ms: dict[int, float], rows: list[dict], k: int) -> str:
     """The verify step at concurrency B runs B(k+1) rows through the Linear layers, the no-speculation step B rows.
     linear_ms: ``linear_pass_ms`` at both row counts; rows: concurrency, ngram_speedup (tok/s) and
@@ -61,8 +94,12 @@ def verify_rows_reading(linear_ms: dict[int, float], rows: list[dict], k: int) -
         c = r["concurrency"]
         t0, t1 = linear_ms[c], linear_ms[c * (k + 1)]
         parts.append(f"同時 {c}: {c} 行 {t0:.2f} ms → {c * (k + 1)} 行 {t1:.2f} ms（{t1 / t0:.1f} 倍）")
+    faster = [r["concurrency"] for r in rows if linear_ms[r["concurrency"] * (k + 1)] < linear_ms[r["concurrency"]]]
     grow = linear_ms[rows[-1]["concurrency"] * (k + 1)] / linear_ms[rows[-1]["concurrency"]]
     text = ("Linear 層だけの時間、投機なしの行数 → 検証の行数（同時リクエスト数 × (k+1)）:\n  " + "\n  ".join(parts))
+    if faster:
+        text += (f"\n→ 同時 {faster[0]} では、検証の行のほうが短く測れました。{KERNEL}。検証のステップが Decode の"
+                 "ステップより短くなりうるので、速度比が平均受理長を少し超えることもあります")
     if grow >= 1.5:
         text += (f"\n→ 同時 {rows[-1]['concurrency']} では、検証の余分な行が重みを読む時間に隠れず、検証のステップが"
                  "長くなります。行が増えると演算で決まるようになるのは、GPU のルーフラインと同じ形です。")
@@ -76,4 +113,4 @@ def verify_rows_reading(linear_ms: dict[int, float], rows: list[dict], k: int) -
     return text
 
 
-__all__ = ["linear_pass_ms", "verify_rows_reading", "weight_bytes"]
+__all__ = ["KERNEL", "kernel_rows", "linear_pass_ms", "verify_cost_reading", "verify_rows_reading", "weight_bytes"]

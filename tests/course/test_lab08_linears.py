@@ -28,3 +28,21 @@ def test_verify_rows_reading_names_the_rows_and_the_prefill():
     assert "隠れず" in text and "速度比（tok/s）4.67 → 1.37、速度比（TPOT）5.14 → 1.76" in text and "Prefill" in text
     flat = lab08_linears.verify_rows_reading({**ms, 40: 4.0}, rows, k=4)       # planted: the rows still hide
     assert "隠れています" in flat and "隠れず" not in flat
+
+
+def test_verify_cost_reading_names_the_kernel_when_more_rows_run_faster():
+    """Blind reading 2026-12-07d ch08 #2: one Linear pass on 5 rows ran faster than on 1 row (3.45 vs 3.79 ms)."""
+    kt = {1: {"min": 3.79, "median": 3.85}, 3: {"min": 3.80, "median": 3.90}, 5: {"min": 3.40, "median": 3.45},
+          9: {"min": 4.60, "median": 4.70}}
+    text = lab08_linears.verify_cost_reading(kt)
+    assert "k = 4（5 行）短い" in text and "k = 8（9 行）長い" in text and "k = 2（3 行）差は繰り返しの幅の中" in text
+    assert lab08_linears.KERNEL in text and "小さくなる向き" in text and "大きくなる向き" in text
+    flat = lab08_linears.verify_cost_reading({r: {"min": 3.0 + r / 10, "median": 3.05 + r / 10} for r in (1, 3, 5, 9)})
+    assert lab08_linears.KERNEL not in flat and "短い" not in flat
+
+
+def test_verify_rows_reading_names_the_kernel_when_the_verify_rows_are_faster():
+    ms = {1: 3.79, 4: 3.78, 5: 3.45, 8: 3.78, 20: 6.82, 40: 10.42}
+    rows = [{"concurrency": c, "ngram_speedup": 2.0, "ngram_tpot_speedup": 2.0} for c in (1, 4, 8)]
+    assert "同時 1 では、検証の行のほうが短く" in lab08_linears.verify_rows_reading(ms, rows, k=4)
+    assert "検証の行のほうが短く" not in lab08_linears.verify_rows_reading({**ms, 5: 3.9}, rows, k=4)
