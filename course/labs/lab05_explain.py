@@ -8,8 +8,8 @@
 課題1 varies the output length (maximum) ``o``. The lengths are drawn anew, uniform in [o/4, o], so the
 absolute spread (max - min) grows with ``o`` while the relative spread of the distribution stays; the
 static batch's expected idle share (1 - sum o_i / (B * max o_i), summed over the groups) does not grow
-(16 draws move it by a few points). The ratio follows the drawn lengths' step ratio (printed per length): it
-falls where that falls, and may rise slightly as the prefill work (the same in both policies) shrinks in share.
+(16 draws move it by a few points). The ratio follows the drawn lengths' step ratio (printed per length); beyond it,
+two shared costs pull apart: the prefill's share shrinks (up), context-growing work grows (down): dilution_line.
 
 The run's and the sweep's readings (``run_reading``, ``sweep_table``, ``sweep_predictions``) say, from
 the numbers measured, whether continuous / static lies outside the repeats' range and below the ratio a step
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from course.labkit import hf_gap, linear_rows
 from course.labkit.predictions import Prediction
-from course.labkit.policy_floor import floor_line, stands_out
+from course.labkit.policy_floor import dilution_line, floor_line, stands_out
 from minimal_engine import calculators as calc
 
 TASK1_OUTPUT_LENS = (16, 64, 128)
@@ -269,9 +269,9 @@ def task1_rows(runs: dict[int, dict]) -> list[dict]:
 
 
 def task1_table(runs: dict[int, dict]) -> str:
-    return "\n".join(f"出力長（最大）{r['output_len']:>4}: 最大 − 最小 {r['spread']:>3}、静的の空き枠 "
-                     f"{100 * r['idle_share']:.1f} %、ステップ数の比 {r['step_ratio']:.2f} 倍、連続 / 静的の出力 tok/s {r['ratio']:.2f} 倍"
-                     for r in task1_rows(runs))
+    return "\n".join([f"出力長（最大）{r['output_len']:>4}: 最大 − 最小 {r['spread']:>3}、静的の空き枠 "
+                      f"{100 * r['idle_share']:.1f} %、ステップ数の比 {r['step_ratio']:.2f} 倍、連続 / 静的の出力 tok/s {r['ratio']:.2f} 倍"
+                      for r in task1_rows(runs)] + [dilution_line(task1_rows(runs), runs)]).rstrip("\n")
 
 
 def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:

@@ -199,3 +199,13 @@ def test_concurrency_one_is_the_noise_floor():
     noisy = _sweep()
     noisy[1]["policies"]["continuous"] = dict(noisy[1]["policies"]["continuous"], tok_s=noisy[1]["policies"]["static"]["tok_s"] * 1.11)
     assert not sweep_predictions(noisy)[0].held
+
+
+def test_task1_names_both_dilutions_and_the_one_the_run_shows():
+    # blind reading 8 ch05 #4: measured ÷ step ratio 0.915 at 16 against 0.883 at 128 in the saved run
+    from course.labs.lab05_explain import task1_table
+    short, long_ = _run(lens=[16, 4, 12, 9] * 4), _run(cont=(95, 94, 96), lens=[128, 32, 96, 70] * 4)
+    text = task1_table({16: short, 128: long_})
+    assert text.splitlines()[-1].startswith("測った比 ÷ ステップ数の比: 16 で ") and "出力長とともに下がりました" in text
+    wide = _run(cont=(106, 90, 120), lens=[128, 32, 96, 70] * 4)
+    assert "判定できません" in task1_table({16: short, 128: wide})
