@@ -78,7 +78,8 @@ MODEL_SHAPES = {m.name: m for m in [
                kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
                active_params=37e9),   # "671B total parameters with 37B activated for each token" (DeepSeek-V3 report)
     # params counted from the config: 32 x (4 x 4096^2 + 3 x 4096 x 11008) + 2 x 32000 x 4096 + norms = 6,738,415,616
-    ModelShape("Llama 2 7B", 32, 32, 32, 128, 6_738_415_616, _HF.format("meta-llama/Llama-2-7b-hf")),
+    ModelShape("Llama 2 7B", 32, 32, 32, 128, 6_738_415_616, _HF.format("meta-llama/Llama-2-7b-hf"),
+               embedding_params=32_000 * 4_096),   # untied ("tie_word_embeddings": false)
 ]}
 
 
