@@ -184,6 +184,22 @@ def kernel_times(rows=(1, 8, 32, 256), shape=(8192, 320), repeats: int = 5, iter
 
 
 # ---------------------------------------------------------------- readouts and history
+def prefill_reading(res: dict) -> str:
+    """Lab cell 8's expectation judged per alternating batch-B pair (blind reading 8 ch06 #1): INT8's output tok/s
+    ratio beats the inverse of its TPOT ratio (the prefill rows take the dequantize path, where the loss is smaller),
+    i.e. tok/s ratio x TPOT ratio > 1 in every pair; below 1 in every pair: missed; mixed or one pair: undecided."""
+    from course.labkit.predictions import verdicts
+    from course.labkit.spread import decide
+    prods = [t * q for t, q in res.get("bB_repeat_ratios") or []]
+    words = "、".join(f"{x:.2f}" for x in prods) or "なし"
+    return verdicts([decide(all(x > 1 for x in prods), len(prods) < 2 or (min(prods) <= 1 < max(prods)),
+                            f"バッチ {res['batch']} の INT8 ÷ BF16 の出力 tok/s の比は、TPOT の比の逆数より大きい"
+                            "（Prefill の行は逆量子化の経路で、損が Decode より小さい）",
+                            f"同じ組ごとの「出力 tok/s の比 × TPOT の比」（1 より大きければ予想どおり）: {words}",
+                            "Prefill の時間の割合が小さく、Decode の損がそのまま出ています",
+                            "組によって 1 の上と下に分かれるか、組が1つです（繰り返しを増やして測り直す）")])
+
+
 def readout_html(res: dict) -> str:
     rows = []
     for k, r in res["settings"].items():
@@ -274,4 +290,4 @@ def plot_run(res: dict):
 __all__ = ["BATCH_RANGE", "HISTORY_FIELDS", "KV_DTYPES", "OUTPUT_LEN_RANGE", "PROMPT_LEN_RANGE", "SETTINGS",
            "add_run", "default_repeats", "defaults", "kernels_ja", "history_csv", "history_html", "kernel_times",
            "kv_capacity",
-           "plot_run", "quality", "readout_html", "run_quant_lab"]
+           "plot_run", "prefill_reading", "quality", "readout_html", "run_quant_lab"]

@@ -149,3 +149,12 @@ def test_the_readouts_kernel_line_is_japanese_and_keeps_the_kernel_names():
     assert "1 行は ATen の行列ベクトル積" in bf16 and "事前に並べ替えた" in bf16 and "row" not in bf16
     int8 = lab06.kernels_ja("int8 weights: _weight_int8pack_mm for short steps (CPU AVX512)")
     assert "_weight_int8pack_mm" in int8 and "INT8PACK_MAX_ROWS" in int8 and "short" not in int8
+
+
+def test_prefill_reading_is_judged_per_pair():
+    # blind reading 8 ch06 #1: the saved pairs (0.84, 1.12), (0.98, 0.98), (1.38, 0.78) give 0.94 / 0.96 / 1.08
+    from course.labs.lab06 import prefill_reading
+    assert prefill_reading({"batch": 32, "bB_repeat_ratios": [(0.84, 1.12), (0.98, 0.98), (1.38, 0.78)]}).startswith("判定できません")
+    assert prefill_reading({"batch": 32, "bB_repeat_ratios": [(0.9, 1.2), (1.0, 1.05)]}).startswith("予想どおり")
+    assert prefill_reading({"batch": 32, "bB_repeat_ratios": [(1.0, 0.9), (1.0, 0.95)]}).startswith("予想と違う")
+    assert prefill_reading({"batch": 32, "bB_repeat_ratios": [(0.9, 1.2)]}).startswith("判定できません")
