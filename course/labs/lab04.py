@@ -213,7 +213,7 @@ def capacity_rows(models, gpus, context_lens, dtype="bf16", kv_dtype="bf16", gpu
 
 def capacity_html(rows: list[dict]) -> str:
     body = [(r["model"], f"{r['gpu']} × {r['gpu_count']}", f"{r['context_len']:,}", f"{r['kv_bytes_per_token']:,}",
-             f"{r['weight_gb']:.0f}", f"{r['memory_gb']:.0f}",
+             f"{r['weight_gb']:.1f}", f"{r['memory_gb']:.1f}",            # one decimal: 70B's 141.2 vs H200's 141.0
              f"{r['users']:,}" if r["users"] else ("1件も入らない" if r.get("weights_fit", True) else "重みが入らない"))
             for r in rows]
     return table_html(body, ("モデル", "GPU", "文脈長", "KV [B/トークン]", "重み [GB]", "メモリ [GB]", "同時に入るリクエスト数"),

@@ -92,6 +92,8 @@ def test_capacity_rows_use_the_calculators():
     assert rows[0]["users"] == calc.max_concurrent_users("Llama 3.1 8B", 32_768, calc.gpu_memory_bytes("H100"), "bf16",
                                                           calc.weight_bytes("Llama 3.1 8B")) == 14
     assert rows[1]["users"] == 0 and "重みが入らない" in lab04.capacity_html(rows)
+    h200 = lab04.capacity_html(lab04.capacity_rows(["Llama 3.3 70B"], ["H200"], [4_096]))
+    assert "141.2" in h200 and "141.0" in h200 and "重みが入らない" in h200     # weights just above the memory
     # the weights fit on a B200, but one 131k request's KV does not: a different "nothing fits"
     b200 = lab04.capacity_rows(["Llama 3.3 70B"], ["B200"], [131_072])
     assert b200[0]["users"] == 0 and b200[0]["weights_fit"]
