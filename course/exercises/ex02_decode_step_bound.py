@@ -1,6 +1,7 @@
 """Exercise 02 (chapter 2): decode_step_bound(weight_bytes, kv_bytes, flops, peak_flops, bandwidth) -> seconds.
 
-The roofline lower bound of one decode step: max(FLOPs / peak FLOP/s, (weight + KV bytes) / bandwidth).
+The roofline lower bound of one decode step: max(FLOPs / peak FLOP/s, (weight + KV bytes) / bandwidth). The notebook
+states the inputs and the output only; the hints escalate to the formula in words (blind reading reviews8 ch02 #8).
 Graded on hand cases on both sides of the ridge point and on datasheet shapes: bytes and FLOPs from
 ``minimal_engine.calculators.roofline`` (decode_step_bytes, decode_step_flops) for a model, a GPU, and batch
 sizes below and above the ridge (``DATASHEET_CASES``: each fits the GPU's memory), compared with the same formula
@@ -140,5 +141,6 @@ GRADER = Grader(
     id="02_decode_step_bound", chapter=2, title_ja="Decode 1ステップのルーフラインの下限",
     check=check,
     hints=["1ステップは、重みと KV キャッシュを読む時間と、演算の時間のどちらより短くもなりません。",
-           "メモリ側は (weight_bytes + kv_bytes) / bandwidth、演算側は flops / peak_flops です。",
-           "return max(flops / peak_flops, (weight_bytes + kv_bytes) / bandwidth) の形です。"])
+           "読む時間はバイト数を帯域（バイト/秒）で割り、演算の時間は FLOPs をピーク（FLOP/s）で割ります。"
+           "1ステップが読むバイト数には、重みのほかに何が入るかを考えてください。",
+           "2つの時間は重なって進むので、足すのではなく、遅いほうがステップの時間を決めます（レッスン第2章のルーフラインの節）。"])
