@@ -23,12 +23,12 @@ ones a 2-4 core CPU shows:
   more steps, pays more of it. The per-token work (the part of a step proportional to the batch) and the
   prefill are the same in both policies and dilute the gap, so on a CPU the measured ratio stays below the
   step ratio; a GPU decode step, whose time hardly depends on the batch, approaches it;
-* the engine's static policy vs transformers ``generate`` is an implementation difference with three parts a
-  sweep can separate (``course.labkit.hf_gap``): the per-step work outside the model (generate's Python loop
-  and logits processors, the engine's scheduler), present at one request; the engine's Linear kernels probed at
-  load (``minimal_engine.model.cpu_linears``) against transformers' plain ``F.linear``, whose difference for
-  several rows shows as a ratio growing from concurrency 1 to >= 2; and generate's finished rows (estimated from
-  the static TPOT fit). Every prompt has ``prompt_len`` tokens: no padding at any batch;
+* the engine's static policy vs transformers ``generate`` is an implementation difference (``course.labkit.hf_gap``):
+  work outside the model that does not grow with the batch (present at one request); work that does (generate's
+  KV concatenation, the engine's per-request updates and K/V gather); the Linear kernels (``cpu_linears``) against
+  transformers' plain ``F.linear``; generate's finished rows (from the static TPOT fit). A ratio growing from
+  concurrency 1 to >= 2 fits the kernels or the per-request work, which the sweep does not separate. Every
+  prompt has ``prompt_len`` tokens: no padding at any batch;
 * static's tok/s/user is often the higher: on this small model a CPU step is mostly fixed time, so the main
   cause is continuous's decode steps that also run a new request's prefill (``prefill_step_share``); a
   static group's shrinking batch helps only where a step's time grows with the batch (the sweep's
