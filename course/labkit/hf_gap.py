@@ -45,13 +45,17 @@ def kernels_of(llm) -> dict | None:
     return None if k is None else {"one_row": k.one_row, "more_rows": k.more_rows, "line": k.describe()}
 
 
+# cpu_linears' kernel names in the course's words (blind reading 8 ch05, Japanese: no English jargon in readings)
+KERNEL_JA = {"oneDNN pre-packed": " oneDNN の事前に並べ替えた重みの積", "aten mv": " PyTorch 自身の行列ベクトル積"}
+
+
 def kernel_words(kernels: dict | None, rows: str = "more_rows") -> str:
     """'エンジンは <kernel>、transformers は F.linear' for the Linear layers (one row or more rows)."""
     if not kernels:
-        return "エンジンは読み込み時に確かめたカーネル（cpu_linears.py）、transformers は F.linear"
+        return "エンジンは読み込み時に確かめたカーネル、transformers は F.linear"
     if kernels[rows] == PLAIN:
         return "エンジンも transformers も F.linear で、カーネルの差はありません"
-    return f"エンジンは読み込み時に確かめた {kernels[rows]}（cpu_linears.py）、transformers は F.linear"
+    return f"エンジンは読み込み時に確かめた{KERNEL_JA.get(kernels[rows], ' ' + kernels[rows])}、transformers は F.linear"
 
 
 def single_run_cause(concurrency: int, kernels: dict | None) -> str:

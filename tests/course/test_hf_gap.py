@@ -18,7 +18,7 @@ def _points(c1=(100, 98, 102), h1=(95, 93, 97), c2=(150, 148, 152), h2=(100, 99,
 
 def test_growth_beyond_concurrency_one_points_to_the_kernel():
     cause, text = gap_cause(_points(), PACKED)
-    assert cause == "kernel" and "行の多い行列積のカーネルの差" in text and "oneDNN pre-packed" in text
+    assert cause == "kernel" and "行の多い行列積のカーネルの差" in text and "oneDNN の事前に並べ替えた重みの積" in text
     assert "この実行では分けられません" in text and "KV キャッシュの連結" in text   # blind reading 8 ch05 #1
     assert "同時リクエスト数 2・4 では比が 1 の幅を超えて開きました" in text
     assert "モデルの外の処理" in text.split("。")[0]                    # concurrency 1 beyond 1: outside work named
@@ -56,7 +56,7 @@ def test_gap_reading_prints_each_ratio_with_its_range():
 
 
 def test_single_run_names_what_it_mixes():
-    assert "1回の実行では分けられません" in single_run_cause(4, PACKED) and "oneDNN pre-packed" in single_run_cause(4, PACKED)
+    assert "1回の実行では分けられません" in single_run_cause(4, PACKED) and "oneDNN の事前に並べ替えた重みの積" in single_run_cause(4, PACKED)
     assert "1行の行列積" in single_run_cause(1, None)
     assert "カーネルの差はありません" in single_run_cause(1, PLAIN)         # both take F.linear
     res = {"output_lens": [40, 64, 42, 18], "concurrency": 4, "repeats": 3, "engine_kernels": PACKED,
