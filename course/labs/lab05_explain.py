@@ -218,7 +218,7 @@ def sweep_predictions(runs: dict[int, dict]) -> list[Prediction]:
         why = ("1スレッドで行列の計算が件数とともに伸びる CPU では、固定の時間の割合が小さくなります。"
                "COURSE_THREADS を変えて比べてください")
     return [
-        Prediction("同時リクエスト数 2 以上で、連続 / 静的の出力 tok/s の比は 1 より大きく（繰り返しの幅の外で、同時リクエスト数 1 の揺れの2倍より外）、"
+        Prediction("同時リクエスト数 2 以上で、連続 ÷ 静的の出力 tok/s の比は 1 より大きく（繰り返しの幅の外で、同時リクエスト数 1 の揺れの2倍より外）、"
                    "ステップ数の比（1ステップの時間が一定なら開く比）より小さい",
                    bool(multi) and all(1 < r["ratio"] < r["step_ratio"] and r["apart"] is not False and stands_out(rows, r) for r in multi),
                    f"同時リクエスト数ごとの比 {gaps}",
@@ -270,7 +270,7 @@ def task1_rows(runs: dict[int, dict]) -> list[dict]:
 
 def task1_table(runs: dict[int, dict]) -> str:
     return "\n".join([f"出力長（最大）{r['output_len']:>4}: 最大 − 最小 {r['spread']:>3}、静的の空き枠 "
-                      f"{100 * r['idle_share']:.1f} %、ステップ数の比 {r['step_ratio']:.2f} 倍、連続 / 静的の出力 tok/s {r['ratio']:.2f} 倍"
+                      f"{100 * r['idle_share']:.1f} %、ステップ数の比 {r['step_ratio']:.2f} 倍、連続 ÷ 静的の出力 tok/s {r['ratio']:.2f} 倍"
                       for r in task1_rows(runs)] + [dilution_line(task1_rows(runs), runs)]).rstrip("\n")
 
 
@@ -285,10 +285,10 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
                    f"最大 − 最小 {lo['spread']} → {hi['spread']}、空き枠 {100 * lo['idle_share']:.1f} → "
                    f"{100 * hi['idle_share']:.1f} %",
                    "乱数の種やリクエスト数を変えると、組ごとの最長の出力長が変わる。種を変えて平均を見る"),
-        Prediction(f"{span} で、連続 / 静的の出力 tok/s の比は、出力長 {hi['output_len']} の比が {lo['output_len']} の比の"
+        Prediction(f"{span} で、連続 ÷ 静的の出力 tok/s の比は、出力長 {hi['output_len']} の比が {lo['output_len']} の比の"
                    " 1.1 倍を超えるほどには広がらない",
                    hi["ratio"] < 1.1 * lo["ratio"],
-                   f"連続 / 静的 {lo['ratio']:.2f} → {hi['ratio']:.2f} 倍（{hi['output_len']} の比 ÷ {lo['output_len']} の比 "
+                   f"連続 ÷ 静的 {lo['ratio']:.2f} → {hi['ratio']:.2f} 倍（{hi['output_len']} の比 ÷ {lo['output_len']} の比 "
                    f"= {hi['ratio'] / lo['ratio']:.2f}）",
                    "出力が短いと 64 トークンの Prefill が実行時間の多くを占め、Decode の空き枠の差が tok/s に"
                    "出にくい（出力が長いほど出やすい）。ほかのプログラムが CPU を使っていれば、負荷の警告を確かめ、"

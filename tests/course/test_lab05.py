@@ -217,7 +217,7 @@ def test_task1_saved_verdicts_agree_with_the_saved_table():
     cell = next(c for c in cells if c["cell_type"] == "code" and "task1_predictions" in "".join(c["source"]))
     text = "".join("".join(o.get("text", "")) for o in cell["outputs"]
                    if o.get("output_type") == "stream")
-    rows = re.findall(r"出力長（最大）\s*(\d+): 最大 − 最小\s*(\d+)、静的の空き枠 ([\d.]+) %、(?:ステップ数の比 [\d.]+ 倍、)?連続 / 静的の出力 tok/s "
+    rows = re.findall(r"出力長（最大）\s*(\d+): 最大 − 最小\s*(\d+)、静的の空き枠 ([\d.]+) %、(?:ステップ数の比 [\d.]+ 倍、)?連続 [/÷] 静的の出力 tok/s "
                       r"([\d.]+) 倍", text)
     assert len(rows) == 3, text
     lo, hi = rows[0], rows[-1]

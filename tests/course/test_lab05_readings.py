@@ -191,7 +191,7 @@ def test_task1_table_prints_each_lengths_step_ratio():
     run = {"output_lens": STREAM, "concurrency": 4,
            "policies": {"continuous": {"tok_s": 119.0}, "static": {"tok_s": 100.0}}}
     static, cont = step_counts(STREAM, 4)
-    assert f"ステップ数の比 {static / cont:.2f} 倍、連続 / 静的の出力 tok/s 1.19 倍" in task1_table({64: run})
+    assert f"ステップ数の比 {static / cont:.2f} 倍、連続 ÷ 静的の出力 tok/s 1.19 倍" in task1_table({64: run})
 
 
 def test_concurrency_one_is_the_noise_floor():
