@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import timeit
 
 from course.labkit.arrivals import arrival_plan, check_arrivals, check_rate
 from course.labkit.history import add_variant_rows, to_csv
@@ -92,7 +93,8 @@ def close_engines() -> None:
 def build_stream(prompt_len: int, num_decodes: int, output_len: int, num_long: int = 1, arrivals: str = "late_long",
                  rate: float = 20.0, seed: int = 0, model: str = "default") -> list[dict]:
     """The requests of a run, from the lab kit's arrival plan: short decodes first, then the long prompts.
-    Long prompt k (0-based) arrives once the short ones have (k + 1) / (num_long + 1) of their output tokens."""
+    Long prompt k (0-based) arrives once the run has produced (k + 1) / (num_long + 1) x num_decodes x output_len
+    output tokens, counting every request's tokens (earlier long prompts' too; run_stream counts them all)."""
     base = get_llm(model, "cpu")
     plan = arrival_plan("poisson" if arrivals == "poisson" else "all", num_decodes, SHORT_PROMPT_LEN, output_len,
                         seed, rate)
@@ -171,8 +173,16 @@ def _handoff(longs: list) -> dict:
         return {}
     pre = [(m.prefill_done_time - m.arrival_time) * 1e3 for m in ms]
     kv = [m.kv_transfer_s * 1e3 for m in ms]
+    queue = [(m.first_scheduled_time - m.arrival_time) * 1e3 for m in ms if m.first_scheduled_time is not None]
     return {"prefill_ms_long": statistics.fmean(pre), "admit_ms_long": statistics.fmean(
-        m.ttft * 1e3 - a - b for m, a, b in zip(ms, pre, kv))}
+        m.ttft * 1e3 - a - b for m, a, b in zip(ms, pre, kv)),
+        **({"queue_ms_long": statistics.fmean(queue)} if len(queue) == len(ms) else {})}   # arrival -> first scheduled
+
+
+def copy_ms(nbytes: int, reps: int = 5) -> float:
+    """One copy of nbytes inside this process (median of reps, ms): the byte copy alone, without pipe or threads."""
+    src = bytearray(max(1, int(nbytes)))
+    return statistics.median(timeit.repeat(lambda: bytes(src), number=1, repeat=reps)) * 1e3
 
 
 def _mean_of(values: list, late: list[bool], want: bool) -> float:
@@ -218,6 +228,8 @@ def run_interference_lab(prompt_len=None, num_decodes=None, output_len=None, num
         row["label"] = "Disaggregation（2プロセス）" if name == "disagg" else f"1エンジン・予算 {name[6:]}"
         row["budget"] = None if name == "disagg" else int(name[6:])
         out[name] = row
+    if out.get("disagg", {}).get("kv_bytes_long"):
+        out["disagg"]["copy_ms_long"] = copy_ms(out["disagg"]["kv_bytes_long"])
     tokens = [r["tokens"] for r in out.values()]
     warnings = [load["warning"]] if load and load["warning"] else []
     per_token = get_llm(model, "cpu").model_config.kv_bytes_per_token(4)            # float32, as the engines here

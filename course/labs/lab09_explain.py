@@ -136,26 +136,43 @@ def _max_where(top: tuple[float, float], wins: list, done: list | None) -> str:
 
 
 def handoff_reading(hi: dict, d: dict, threads: int | None = None, prefill_threads: int = 1) -> str:
-    """Where Disaggregation's extra TTFT went, measured: the prefill process (arrival -> first token sampled), the copy
-    out + pipe (kv_transfer_s), and the rest until the decode side admitted it; the largest part is named. The thread
-    counts are named only where they differ (the one engine ran alone; the prefill process runs beside the decode one)."""
+    """Where Disaggregation's extra TTFT went, measured: the wait in the prefill process (arrival -> first scheduled,
+    queue_ms_long), its compute (-> first token sampled) against the one engine's TTFT, the copy out + pipe
+    (kv_transfer_s, set against one in-process copy of the same bytes, copy_ms_long) and the rest until the decode
+    side admitted it; the largest part is named. Thread counts are named only where they differ. The long prompts'
+    arrivals are printed for both: they follow the token count, so they differ between the setups."""
     if "prefill_ms_long" not in d:
         return f"\n  受け渡しの代償: KV の取り出しと転送が長いプロンプト1件あたり平均 {d['kv_ms_long']:.1f} ms。"
-    pre, kv, adm = d["prefill_ms_long"], d["kv_ms_long"], d["admit_ms_long"]
-    parts = {"Prefill": pre - hi["long_ttft_ms"], "転送": kv, "受け入れ": adm}
+    pre, kv, adm, q = d["prefill_ms_long"], d["kv_ms_long"], d["admit_ms_long"], d.get("queue_ms_long")
+    parts = {"待ち": q, "Prefill": pre - q - hi["long_ttft_ms"]} if q is not None else {"Prefill": pre - hi["long_ttft_ms"]}
+    parts.update({"転送": kv, "受け入れ": adm})
     share = ("Prefill のプロセスは、同時に動く Decode のプロセスやほかのプログラムと、コアとメモリ帯域を分け合います。"
              "1エンジンの実行では、このラボのほかのプロセスは動いていません")
     slow = (f"Prefill のプロセスは {prefill_threads} スレッド、1エンジンは {threads} スレッドです。また、{share}"
             if threads is not None and threads != prefill_threads else f"スレッドの数は1エンジンと同じです。{share}")
-    why = {"Prefill": f"Prefill のプロセスそのものが1エンジンより遅いことです（{slow}）",
-           "転送": "KV をプールから取り出してパイプで運ぶ時間です（CPU がバイト列をコピーします）",
+    c = d.get("copy_ms_long")
+    pipe = ("区間の中でバイト列は数回コピーされます（取り出し、パイプの出入り、受け取り）。"
+            f"このプロセスで同じバイト数を1回コピーすると {c:.1f} ms なので、コピーだけでは {4 * c:.1f} ms 程度です。"
+            if c is not None else "")
+    why = {"待ち": ("Prefill のプロセスで順番を待った時間です。このプロセスは、前の長いプロンプトの Prefill と、その KV の"
+                  "送り出しを終えるまで、次のプロンプトを始めません（送り出しは同じステップの中で、送り終えるまで続きます）"),
+           "Prefill": f"Prefill のプロセスの計算が1エンジンの TTFT より長いことです（{slow}）",
+           "転送": (f"KV の取り出しと転送です。{pipe}考えられる残りの原因は、パイプがカーネルの小さなバッファを通すので"
+                  "受け手が読むたびにしか進まないことと、受け手の受信スレッドが Decode のループと CPU や Python の GIL を"
+                  "分け合うことです。この実行では、この2つは分けられません"),
            "受け入れ": ("届いた KV が、Decode 側の次のステップの前に受け入れられ、プールに書き込まれるまでの待ちです"
                     "（Decode の1ステップが長いほど伸びます）")}
     top = max(parts, key=parts.get)
-    return (f"\n  内訳（長いプロンプト1件あたりの平均、測定）: 到着から Prefill 完了まで {pre:.0f} ms"
-            f"（予算 {hi['budget']} の1エンジンの TTFT は {hi['long_ttft_ms']:.0f} ms）、KV の取り出しと転送 {kv:.1f} ms、"
-            f"受け取ってから Decode 側が受け入れるまで {adm:.1f} ms。"
-            f"\n  1エンジンより長くなった分のうち最も大きいのは、{why[top]}")
+    wait = f"うち Prefill のプロセスが始めるまでの待ちが {q:.0f} ms です。" if q is not None else ""
+    arr = "・".join(f"{t:.3f}" for t in hi.get("long_arrivals_s", []))
+    arr_d = "・".join(f"{t:.3f}" for t in d.get("long_arrivals_s", []))
+    out = (f"\n  内訳（長いプロンプト1件あたりの平均、測定）: 到着から Prefill 完了まで {pre:.0f} ms。{wait}"
+           f"予算 {hi['budget']} の1エンジンの TTFT は {hi['long_ttft_ms']:.0f} ms です。KV の取り出しと転送は {kv:.1f} ms、"
+           f"受け取ってから Decode 側が受け入れるまでは {adm:.1f} ms です。")
+    if arr and arr_d:
+        out += (f"\n  長いプロンプトの到着（開始からの秒）: 1エンジン {arr}、Disaggregation {arr_d}。到着は出力トークンの数で"
+                "決まるので、構成ごとに違います。")
+    return out + f"\n  1エンジンより長くなった分のうち最も大きいのは、{why[top]}。"
 
 
 def budget_reading(res: dict) -> str:

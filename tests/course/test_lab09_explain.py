@@ -70,15 +70,25 @@ def test_handoff_reading_names_the_largest_measured_part():
     hi = setup(512, ttft=250.0)
     slow_prefill = setup(None, ttft=1600.0, kv_ms_long=300.0, prefill_ms_long=1200.0, admit_ms_long=100.0)
     text = ex.budget_reading(run(setup(16), hi, slow_prefill))
-    assert "到着から Prefill 完了まで 1200 ms" in text and "KV の取り出しと転送 300.0 ms" in text
-    assert "受け入れるまで 100.0 ms" in text and "Prefill のプロセスそのものが" in text
+    assert "到着から Prefill 完了まで 1200 ms" in text and "KV の取り出しと転送は 300.0 ms" in text
+    assert "受け入れるまでは 100.0 ms" in text and "Prefill のプロセスの計算が" in text
     assert "スレッドの数は1エンジンと同じです" in ex.budget_reading(run(setup(16), hi, slow_prefill, threads=1))
     named = ex.budget_reading(run(setup(16), hi, slow_prefill, threads=2, prefill_threads=1))
     assert "Prefill のプロセスは 1 スレッド、1エンジンは 2 スレッドです" in named     # named only where they differ
     slow_pipe = setup(None, ttft=700.0, kv_ms_long=300.0, prefill_ms_long=260.0, admit_ms_long=140.0)
-    assert "パイプで運ぶ" in ex.budget_reading(run(setup(16), hi, slow_pipe))        # planted: the pipe dominates
+    assert "KV の取り出しと転送です" in ex.budget_reading(run(setup(16), hi, slow_pipe))        # planted: the pipe dominates
     slow_admit = setup(None, ttft=700.0, kv_ms_long=30.0, prefill_ms_long=260.0, admit_ms_long=410.0)
     assert "次のステップの前に" in ex.budget_reading(run(setup(16), hi, slow_admit))
+    # the blind reading's lab run: the second prompt queued behind the first's prefill and its synchronous send
+    queued = setup(None, ttft=300.0, kv_ms_long=19.1, prefill_ms_long=117.0, admit_ms_long=8.1, queue_ms_long=24.0,
+                   copy_ms_long=0.6, long_arrivals_s=[0.122, 0.225])
+    text = ex.budget_reading(run(setup(16), setup(512, ttft=91.0, long_arrivals_s=[0.113, 0.315]), queued))
+    assert "待ち 24 ms" in text and "順番を待った" in text and "1エンジン 0.113・0.315、Disaggregation 0.122・0.225" in text
+    piped = dict(queued, queue_ms_long=2.0)               # compute +24 ms, wait 2 ms, transfer 19.1 ms -> compute
+    assert "計算が1エンジンの TTFT より長い" in ex.budget_reading(run(setup(16), setup(512, ttft=91.0), piped))
+    slow_kv = dict(queued, kv_ms_long=40.0)
+    text = ex.budget_reading(run(setup(16), setup(512, ttft=91.0), slow_kv))
+    assert "1回コピーすると 0.6 ms" in text and "GIL" in text and "分けられません" in text
 
 
 def test_budget_prediction_follows_the_numbers():
