@@ -136,10 +136,10 @@ def _undecided_reason(runs: list[dict], b1s: list[float], kernel_b1=()) -> str:
     beyond = [x for x in b1s if x > max([1.0, PER_WEIGHT_MAX, *kernel_b1]) + NOISE_MARGIN]
     if beyond:
         k = f"カーネル単体の1行の比は {min(kernel_b1):.2f}〜{max(kernel_b1):.2f}、" if kernel_b1 else ""
-        out.append(f"バッチ 1 の比 {'、'.join(f'{x:.2f}' for x in beyond)} は、INT8 の仕組みからは出ない大きさです（"
-                   f"{k}重みをメモリから読む条件で講座のマシンが測った重み1個あたりの比も最大 {PER_WEIGHT_MAX:.2f}。"
-                   "線形層以外の時間はどちらの設定でも同じなので、エンジンの比はこれらと 1 のあいだに来ます）。"
-                   "INT8 の仕組みではなく、計測中の負荷の揺れと読みます")
+        out.append(f"バッチ 1 の比 {'、'.join(f'{x:.2f}' for x in beyond)} は、INT8 のカーネルで説明できる範囲を超えています（"
+                   f"{k}重みをメモリから読む条件で講座のマシンが測った重み1個あたりの比も最大 {PER_WEIGHT_MAX:.2f}）。"
+                   "線形層以外の時間はどちらの設定でも同じなので、エンジンの比はこれらと 1 のあいだに来るはずです。"
+                   "そのため、計測中の負荷の揺れと読みます")
     return "。".join(x for x in out if x)
 
 

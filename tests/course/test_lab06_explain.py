@@ -246,6 +246,6 @@ def test_an_undecided_batch_verdict_names_the_load_the_repeats_and_a_ratio_no_ke
     assert isinstance(p, ex.Undecided) and v.startswith(ex.UNDECIDED), v
     assert "ロードアベレージ（os.getloadavg）は最大 2.6 で、使えるコア 2 を超えて" in v
     assert "1.20〜1.90、0.60〜0.70、1.20〜1.90" in v
-    assert "バッチ 1 の比 1.66 は、INT8 の仕組みからは出ない" in v and "0.40〜0.43" in v
+    assert "バッチ 1 の比 1.66 は、INT8 のカーネルで説明できる範囲を超えて" in v and "0.40〜0.43" in v
     quiet = ex.batch_predictions(run_(1.00, bB=1.02, load=0.8), [0.98, 1.01])[0].verdict()
-    assert "使えるコア 2 以下" in quiet and "仕組みからは出ない" not in quiet
+    assert "使えるコア 2 以下" in quiet and "説明できる範囲を超えて" not in quiet
