@@ -83,7 +83,7 @@ def test_handoff_reading_names_the_largest_measured_part():
     queued = setup(None, ttft=300.0, kv_ms_long=19.1, prefill_ms_long=117.0, admit_ms_long=8.1, queue_ms_long=24.0,
                    copy_ms_long=0.6, long_arrivals_s=[0.122, 0.225])
     text = ex.budget_reading(run(setup(16), setup(512, ttft=91.0, long_arrivals_s=[0.113, 0.315]), queued))
-    assert "待ち 24 ms" in text and "順番を待った" in text and "1エンジン 0.113・0.315、Disaggregation 0.122・0.225" in text
+    assert "待ちが 24 ms" in text and "順番を待った" in text and "1エンジン 0.113・0.315、Disaggregation 0.122・0.225" in text
     piped = dict(queued, queue_ms_long=2.0)               # compute +24 ms, wait 2 ms, transfer 19.1 ms -> compute
     assert "計算が1エンジンの TTFT より長い" in ex.budget_reading(run(setup(16), setup(512, ttft=91.0), piped))
     slow_kv = dict(queued, kv_ms_long=40.0)
