@@ -110,7 +110,7 @@ def calls_reading(s: dict, floor_us: float | None, label: str = "Decode", undeci
                        "（相手がランク 0 より遅れて来ています）。")
     if s.get("rank0_mean_us", 0.0) >= TAIL_MOSTLY * s["inside_median_us"][0]:
         text += (f"\n→ 相手を待つ時間では説明できません。平均が中央値の {TAIL_MOSTLY:.0f} 倍以上なので、ランク 0 の all-reduce の時間の"
-                 "半分以上は、中央値より長くかかった回の分です。")
+                 "半分以上は、中央値より長くかかった回の、中央値を超えた分です。")
         if floor_us and floor_p90_us and floor_p90_us >= PING_TAIL * floor_us:
             text += ("何もしない2プロセスにも同じような長い回があるので、その主な原因は、プロセスがコアに"
                      "割り当てられるまでの遅れ（OS のスケジューリング）と見られます。1回の受け渡しそのものは、中央値で読んでください。")

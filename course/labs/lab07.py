@@ -135,7 +135,9 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
         med = [statistics.median(col) for col in zip(*rows)]
         runs[k] = {"prefill_ms": med[0], "prefill_comm_ms": med[1], "decode_ms": med[2], "decode_comm_ms": med[3],
                    "prefill_comm_share": med[1] / med[0], "decode_comm_share": med[3] / med[2],
-                   "decode_ms_min": min(r[2] for r in rows), "decode_ms_max": max(r[2] for r in rows)}
+                   "decode_ms_min": min(r[2] for r in rows), "decode_ms_max": max(r[2] for r in rows),
+                   **{f"{n_}_comm_share_{f.__name__}": f(r[i + 1] / r[i] for r in rows)      # over the repeats
+                      for n_, i in (("prefill", 0), ("decode", 2)) for f in (min, max)}}
     res = {"prompt_len": p, "batch_size": b, "tp": n, "device": device, "repeats": repeats, "threads": threads,
            "threads_per_config": {1: (tp1_threads, 1), n: (per_rank, n)},   # (torch threads per process, processes)
            "tp1_own_prefill_ms": statistics.median(o[0] for o in own),

@@ -11,18 +11,12 @@ the notebook), and each prediction of the lab is decided by the run (``labkit.pr
     b = batch_facts(history); print(batch_reading(history)); print(batch_prediction(b).verdict())
     print(tp_dp_reading(rows))       # the simulator's TPOT and tok/s/GPU quoted by the lab
 
-The compute ratio: TP=N's non-communication time over TP=1's step. Rank 0 computes its share of the
-matmuls (3 of 5 heads for TP=2, its MLP slice, the whole replicated lm_head: ``rank0_share``) plus the
-same fixed per-layer time as TP=1, on one rank's threads; so its time lies between that share and all of
-TP=1's time measured on the same thread count (``tp1_own_*``). Divided by TP=1's step, that is the
-expected range (``*_expected_range``, TP=1's thread scaling measured, not assumed). Waiting for another
-rank is inside the subtracted communication. Above the range: not the split of work; the run does not
-separate the candidates (processes sharing few cores, cache effects). The all-reduce itself is read from
-every rank's record (``comm_reading``, course.labkit.tp_calls).
-
-Load: when the load check fired, or TP=1 with its threads was more than 10% slower than TP=1 with one
-rank's threads (OpenMP threads waiting for a descheduled one), the timing verdicts, the ratio reading and the
-per-rank all-reduce reading print 「判定できない（負荷）」 instead of naming a mechanism (``undecidable``). The GPU contrast is in ``lab07_gpu``.
+The compute ratio: TP=N's non-communication time over TP=1's step. Rank 0 computes its matmul share
+(``rank0_share``: 3 of 5 heads at TP=2, its MLP slice, the replicated lm_head) plus TP=1's fixed per-layer time
+on one rank's threads, so the ratio's expected range runs from that share to all of TP=1's time on the same
+threads (``tp1_own_*``, measured). Above it: not the split of work (candidates named, not separated).
+Load: a fired load check, or TP=1 with its threads over 10% slower than with one rank's (``undecidable``),
+turns the timing verdicts and readings into 「判定できない（負荷）」. The GPU contrast is in ``lab07_gpu``.
 """
 from __future__ import annotations
 
@@ -31,6 +25,7 @@ import os
 import re
 
 from course.labkit.predictions import Prediction
+from course.labkit.spread import RETRY, decide as spread_decide
 from course.labkit.tp_calls import WAIT_MOSTLY, calls_reading
 
 UNDECIDED = "判定できない（負荷）"
@@ -39,7 +34,6 @@ SLOW_TP1 = 1.10        # TP=1 with its threads this much slower than with one ra
 
 class Undecided(Prediction):
     """A prediction the run cannot decide because the machine was busy (``undecidable``)."""
-
     def verdict(self) -> str:
         tail = self.otherwise if self.otherwise.endswith("。") else f"{self.otherwise}。"
         return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{tail}"
@@ -47,8 +41,9 @@ class Undecided(Prediction):
 BUSY = "ほかのプログラムが CPU を使っている（負荷の警告を確かめ、繰り返しを増やして測り直す）"
 
 
-def facts(res: dict) -> dict:
-    """The numbers the lab's predictions are decided on."""
+def facts(res: dict, floor: dict | None = None) -> dict:
+    """The numbers the lab's predictions are decided on. floor: ``lab07_ping.bare_allreduce_us`` at the decode and
+    prefill per-call sizes (the idle two-process all-reduce); its medians decide the per-call prediction."""
     n, calls = res["tp"], res["allreduces_per_step"]
     one, many = res["runs"][1], res["runs"][n]
     own = res.get("tp1_own_decode_ms", one["decode_ms"])
@@ -59,7 +54,11 @@ def facts(res: dict) -> dict:
             "decode_call_ms": many["decode_comm_ms"] / calls,
             "prefill_call_ms": many["prefill_comm_ms"] / calls,
             "bytes_ratio": res["prefill_allreduce_bytes"] / res["decode_allreduce_bytes"],
-            "same_tokens": bool(res["same_tokens"])}
+            "same_tokens": bool(res["same_tokens"]),
+            **{k: many[k] for k in ("decode_comm_share_min", "decode_comm_share_max", "prefill_comm_share_min",
+                                    "prefill_comm_share_max") if k in many},
+            **({"ping_small_us": floor[min(floor)]["median_us"], "ping_large_us": floor[max(floor)]["median_us"],
+                "ping_bytes_ratio": max(floor) / min(floor)} if floor and len(floor) > 1 else {})}
 
 
 def facts_line(f: dict) -> str:
@@ -96,6 +95,36 @@ def _decide(f: dict, p: Prediction) -> Prediction:
     return Undecided(p.text, False, p.measured, f"{why}。ほかのプログラムを止めて測り直してください")
 
 
+def _share_prediction(f: dict) -> Prediction:
+    """Decode's communication share above Prefill's; 判定できません when the repeats' ranges overlap (blind reading
+    2026-12-07d ch07 #1: a 5-point gap, the size of the lab's own spread, decided it)."""
+    d, p = f["decode_comm_share"], f["prefill_comm_share"]
+    d0, d1, p0, p1 = (f.get(f"{k}_comm_share_{m}", v) for k, v in (("decode", d), ("prefill", p)) for m in ("min", "max"))
+    rng = f"（繰り返しの幅 Decode {100 * d0:.0f}〜{100 * d1:.0f}%、Prefill {100 * p0:.0f}〜{100 * p1:.0f}%）"
+    return spread_decide(d > p, "decode_comm_share_min" in f and d0 <= p1 and p0 <= d1,
+                         "Decode のほうが Prefill より、1ステップに占める通信の割合が大きい",
+                         f"Decode {100 * d:.0f}%、Prefill {100 * p:.0f}%" + (rng if "decode_comm_share_min" in f else ""),
+                         "プロンプトが短いと Prefill の計算も小さくなります。プロンプト長を 256 以上にしてください。" + BUSY, RETRY)
+
+
+PER_CALL_GROWTH = 2.0   # 'hardly depends on size': the per-call time grows less than this for the bytes ratio
+
+
+def _per_call_prediction(f: dict, calls: str) -> Prediction:
+    """Per-call time grows < PER_CALL_GROWTH x for the bytes ratio: the idle ping's medians when ``facts`` has them
+    (blind reading 2026-12-07d ch07 #2: 'less than half the bytes ratio' could not fail), else the run's mean per call."""
+    if "ping_small_us" in f:
+        a, b = f["ping_small_us"], f["ping_large_us"]
+        return Prediction(f"何もしない2プロセスの all-reduce の1回の時間（中央値）は、運ぶバイト数が {f['ping_bytes_ratio']:.0f} 倍"
+                          f"になっても {PER_CALL_GROWTH:.0f} 倍未満しか増えない（1回の時間の大半がバイト数によらない）",
+                          b < PER_CALL_GROWTH * a, f"中央値 {a:.0f} µs → {b:.0f} µs（{b / a:.2f} 倍）",
+                          "このマシンでは、ループバックの受け渡しがバイト数とともに伸びます（1回の固定の時間が短いマシン）")
+    a, b = f["decode_call_ms"], f["prefill_call_ms"]
+    return _decide(f, Prediction(f"1回の all-reduce の時間は、運ぶバイト数が {f['bytes_ratio']:.0f} 倍になっても "
+                                 f"{PER_CALL_GROWTH:.0f} 倍未満しか増えない", b < PER_CALL_GROWTH * a, calls,
+                                 "空いたコアがあるとバイト数の分が見えます。時間のかかった回が平均を押し上げることもあります"))
+
+
 def tp_predictions(f: dict) -> list[Prediction]:
     """The lab's predictions (「予想を確かめる」 and 課題1), decided by ``facts(res)``; the timing ones
     read 「判定できない（負荷）」 on a busy run (``undecidable``)."""
@@ -110,16 +139,8 @@ def tp_predictions(f: dict) -> list[Prediction]:
                    f"TP={n} {f['tpn_decode_ms']:.1f} ms",
                    "空いているコアが多いマシンでは、TP=N の各プロセスが待たされにくく、重みの読み出しも"
                    "分かれるので速くなることがあります")),
-        _decide(f, Prediction("Decode のほうが Prefill より、1ステップに占める通信の割合が大きい",
-                   f["decode_comm_share"] > f["prefill_comm_share"],
-                   f"Decode {100 * f['decode_comm_share']:.0f}%、"
-                   f"Prefill {100 * f['prefill_comm_share']:.0f}%",
-                   "プロンプトが短いと Prefill の計算も小さくなります。プロンプト長を 256 以上に"
-                   "してください。" + BUSY)),
-        _decide(f, Prediction("1回の all-reduce の時間は、運ぶバイト数の比の半分も増えない",
-                   f["prefill_call_ms"] < f["decode_call_ms"] * f["bytes_ratio"] / 2, calls,
-                   "プロンプトが長く、プロセスがすぐ動ける（空いたコアがある）と、バイト数の分の"
-                   "時間が見えてきます")),
+        _decide(f, _share_prediction(f)),
+        _per_call_prediction(f, calls),
         Prediction(f"TP={n} の貪欲トークンは TP=1 と同じ（float32）", f["same_tokens"],
                    "一致" if f["same_tokens"] else "不一致",
                    "TP は部分和を all-reduce で足すので、float32 でも足し算の順序が変わり、logit がわずかに"
@@ -238,20 +259,21 @@ def batch_reading(history: list[dict], tp: int = 2) -> str:
 
 
 def batch_prediction(b: dict) -> Prediction:
-    """The lab's prediction for the batch sweep, decided by ``batch_facts``: TP=tp's decode communication
-    time per step grows by less than half the bytes it carries (the batch ratio), as when each call's time
-    is mostly a per-call cost, not bytes; 「判定できない（負荷）」 when a run of the sweep was busy."""
+    """The batch sweep's prediction (``batch_facts``): TP=tp's decode communication time per step grows less than
+    PER_CALL_GROWTH x while its bytes grow by the batch ratio (each call mostly a per-call cost; blind reading
+    2026-12-07d ch07 #2: 'less than half the bytes ratio' could not fail); 「判定できない（負荷）」 on a busy sweep."""
     ratio = b["batch_last"] / b["batch_first"]
     text = (f"バッチを {b['batch_first']:.0f} から {b['batch_last']:.0f} にしても、TP={b['tp']} の Decode の通信の時間は、"
-            f"運ぶバイト数の伸び（{ratio:.0f} 倍）の半分も増えない")
+            f"運ぶバイト数の伸び（{ratio:.0f} 倍）に対して {PER_CALL_GROWTH:.0f} 倍未満しか増えない")
     measured = (f"通信の時間 {b['comm_growth']:.2f} 倍（通信の割合 {100 * b['share_first']:.0f}% → "
                 f"{100 * b['share_last']:.0f}%、揺れの目安 {100 * b['noise']:.0f} ポイント）")
     if b.get("busy"):
         return Undecided(text, False, measured, "負荷の警告が出たか、TP=1 が1ランク分のスレッドのときより遅くなった"
                          "実行があります。ほかのプログラムを止め、繰り返しを増やして測り直してください")
-    return Prediction(text, b["comm_growth"] < ratio / 2, measured,
+    return Prediction(text, b["comm_growth"] < PER_CALL_GROWTH, measured,
                       "1回の all-reduce の時間が、このマシンではバイト数とともに伸びています（ソケットの帯域が効く"
-                      "大きさです）。プロンプト長やバッチを変えて、1回の時間とバイト数を比べてください")
+                      "大きさです）。または、バッチとともに伸びた計算の分だけ相手のランクを待つ時間が増えました"
+                      "（上の通信以外の時間の伸びと比べてください）")
 
 
 def tp_dp_reading(rows: list[dict]) -> str:

@@ -18,6 +18,8 @@ def test_tp_run_measures_both_and_keeps_the_tokens(res):
     one, two = res["runs"][1], res["runs"][2]
     assert one["decode_comm_ms"] == 0 and one["prefill_comm_ms"] == 0     # TP=1 has no communication
     assert 0 < two["decode_comm_share"] < 1 and 0 < two["prefill_comm_share"] < 1
+    for k in ("decode", "prefill"):                                        # the repeats' range of the shares
+        assert two[f"{k}_comm_share_min"] <= two[f"{k}_comm_share"] <= two[f"{k}_comm_share_max"]
     assert res["allreduces_per_step"] == 12                                # 6 layers x 2
     assert res["decode_allreduce_bytes"] == 2 * 6 * 2 * 320 * 4             # 2 per layer x tokens x hidden x fp32
     assert res["prefill_allreduce_bytes"] == 2 * 6 * 24 * 320 * 4
