@@ -45,6 +45,19 @@ def _mlp_sharded(fns, x, gate, up, down, world):
     return fns["combine"](hs, "columns"), fns["combine"](partial, "rows")
 
 
+def _placement_message(w, got, dim: int, r: int, world: int, start: int, n: int) -> str:
+    """Right shape, wrong rows/columns: an interleaved w[r::world], a contiguous block at the wrong offset (e.g. the
+    remainder given to the last rank), or something else (blind reading 2026-12-07d ch07 #5)."""
+    head = f"形は合っていますが、中身が違います。各ランクは連続した区間を持ちます（ランク {r} は {dim} 次元の {start} から {n} 個）。"
+    inter = torch.equal(got, w.index_select(dim, torch.arange(r, w.shape[dim], world)))
+    offs = [o for o in range(w.shape[dim] - n + 1) if torch.equal(got, w.narrow(dim, o, n))]
+    if offs:
+        also = "（w[r::world] の飛び飛びの取り方でも、ここでは同じ中身になります）" if inter else ""
+        return (head + f"取り出した区間は {offs[0]} から始まっています{also}。ランク {r} の始まりは、"
+                "それより前のランクの大きさの合計です（余りは先頭のランクから1つずつ配ります）。")
+    return head + ("w[r::world] のような飛び飛びの取り方になっています。" if inter else "")
+
+
 def check(fn, ctx=None) -> list:
     fns = _parts(fn, ctx)
     missing = [k for k, v in fns.items() if not callable(v)]
@@ -74,8 +87,7 @@ def check(fn, ctx=None) -> list:
                     message = ("分ける次元が違います。重みは [出力, 入力] です。列分割は出力（0 次元）、"
                                "行分割は入力（1 次元）で分けます。")
                 elif isinstance(got, torch.Tensor) and got.shape == want.shape:
-                    message = (f"形は合っていますが、中身が違います。各ランクは連続した区間を持ちます（ランク {r} は "
-                               f"{dim} 次元の {start} から {sizes[r]} 個。w[r::world] のような飛び飛びの取り方ではありません）。")
+                    message = _placement_message(w, got, dim, r, world, start, sizes[r])
                 else:
                     message = (f"割り切れないときは先頭のランクから1つずつ多く持たせます（{size} を {world} つに分けると "
                                f"{sizes}）。端数を捨てたり最後のランクに寄せたりしていませんか。")

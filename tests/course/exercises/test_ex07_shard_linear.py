@@ -71,6 +71,27 @@ def test_interleaved_shards_are_told_to_be_contiguous():
     assert mlp and all("シャードの確かめ" in c.message and "連結" not in c.message for c in mlp), mlp
 
 
+def _last_gets_rest(w, r, n, dim):
+    """Contiguous, but the remainder on the last rank: right shapes only where the split is even."""
+    _checked(w, r, n, dim)
+    base = w.shape[dim] // n
+    return w.narrow(dim, r * base, base if r < n - 1 else w.shape[dim] - base * (n - 1))
+
+
+REMAINDER_LAST = {"shard_columns": lambda w, r, n: _last_gets_rest(w, r, n, 0),
+                  "shard_rows": lambda w, r, n: _last_gets_rest(w, r, n, 1), "combine": _combine}
+
+
+def test_a_contiguous_shard_at_the_wrong_offset_is_not_called_interleaved():
+    """Blind reading 2026-12-07d ch07 #5: shard_rows(w [5, 4], rank=1, world=3) with the remainder on the last rank
+    has the right shape [5, 1] but starts at 1, not 2: the message names the offset, not w[r::world]."""
+    failed = [c for c in _grader().check(REMAINDER_LAST, CTX) if not c.passed and "shard_rows" in c.input]
+    hit = [c for c in failed if "rank=1, world=3" in c.input]
+    assert hit and "1 から始まっています" in hit[0].message, hit
+    inter = [c for c in _grader().check(INTERLEAVED, CTX) if not c.passed and "shard_columns" in c.input]
+    assert inter and any("飛び飛びの取り方になっています" in c.message for c in inter), inter
+
+
 def test_shard_rows_without_a_range_check_fails():
     failed = [c for c in _grader().check(ROWS_UNCHECKED, CTX) if not c.passed]
     assert [c.input for c in failed] == ["shard_rows(w, rank=2, world=2)", "shard_rows(w, rank=-1, world=2)"], failed
