@@ -76,7 +76,7 @@ def prediction_lines(res: dict) -> list[str]:
 
 
 def _tpot_range(q: dict) -> str:
-    return f"{q['tpot_ms']:.1f} ms（繰り返し {q.get('tpot_ms_min', q['tpot_ms']):.1f}〜{q.get('tpot_ms_max', q['tpot_ms']):.1f}）"
+    return f"{q['tpot_ms']:.2f} ms（繰り返し {q.get('tpot_ms_min', q['tpot_ms']):.2f}〜{q.get('tpot_ms_max', q['tpot_ms']):.2f}）"
 
 
 def tpot_order_lines(res: dict) -> list[str]:
@@ -88,11 +88,11 @@ def tpot_order_lines(res: dict) -> list[str]:
         if prev is None or r["tpot_ms"] >= prev["tpot_ms"]:
             continue
         line = (f"[TPOT の順序] 同時 {r['concurrency']} の TPOT {_tpot_range(r)} は、同時 {prev['concurrency']} の "
-                f"{_tpot_range(prev)} より短い。")
+                f"{_tpot_range(prev)} より {prev['tpot_ms'] - r['tpot_ms']:.2f} ms 短い。")
         if res.get("repeats", 1) < 2:
             out.append(line + "繰り返しが1回なので、計測の揺れかどうかは判定できません。")
         elif r.get("tpot_ms_max", r["tpot_ms"]) >= prev.get("tpot_ms_min", prev["tpot_ms"]):
-            out.append(line + "2つの繰り返しの幅が重なるので、計測の揺れと区別できません（内挿の誤差もこの点で大きく出ます）。")
+            out.append(line + "2つの繰り返しの幅が重なるので、計測の揺れと区別できません。")
         else:
             out.append(line + "繰り返しの幅を超える差です。CPU の行列積のライブラリは行数でカーネルを選び分けるので、"
                        "1行より数行の方が1行あたり速いことがあります（この実行では確かめていません）。")

@@ -260,7 +260,8 @@ def _order_res(repeats, rows):
 def test_tpot_order_lines_flag_an_inversion_against_the_repeats_ranges():
     """The saved run's c=4 TPOT (6.3 ms) below c=1 and c=2 (blind reading ch10 2026-12-07b #6)."""
     inside = ex.tpot_order_lines(_order_res(3, [(1, 6.7, 6.5, 7.4), (2, 7.0, 6.6, 7.2), (4, 6.3, 6.2, 6.9)]))
-    assert len(inside) == 1 and "同時 4 の TPOT 6.3 ms" in inside[0] and "同時 2 の 7.0 ms" in inside[0]
+    assert len(inside) == 1 and "同時 4 の TPOT 6.30 ms" in inside[0] and "同時 2 の 7.00 ms" in inside[0]
+    assert "0.70 ms 短い" in inside[0] and "内挿の誤差" not in inside[0]       # reviews8 ch10 #1/#4: no claim about the error
     assert "区別できません" in inside[0]
     beyond = ex.tpot_order_lines(_order_res(3, [(1, 6.7, 6.6, 6.8), (2, 7.0, 6.9, 7.1), (4, 6.3, 6.2, 6.4)]))
     assert "繰り返しの幅を超える差" in beyond[0]
