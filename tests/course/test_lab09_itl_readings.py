@@ -73,10 +73,10 @@ def saved_text(rel: str, cell_id: str) -> str:
     return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
 
 
-@pytest.mark.parametrize("rel,cell_id", [("labs/09_disaggregation_lab.ipynb", "5d0a7c10"),
-                                         ("lessons/09_disaggregation.ipynb", "dba79d7d")])
-def test_saved_itl_readings_agree_with_their_numbers(rel, cell_id):
-    text = saved_text(rel, cell_id)
+@pytest.mark.parametrize("rel,cell_ids", [("labs/09_disaggregation_lab.ipynb", ("5d0a7c10",)),
+                                          ("lessons/09_disaggregation.ipynb", ("dba79d7d", "d9a1ed01"))])
+def test_saved_itl_readings_agree_with_their_numbers(rel, cell_ids):
+    text = "".join(saved_text(rel, cell_id) for cell_id in cell_ids)   # lesson: the Disaggregation ITL line is in 4 節
     m = re.search(rf"平均 {NUM} ms（中央値の.*?を除くと平均は {NUM} ms", text)
     assert m, text
     mean, base = map(float, m.groups())
