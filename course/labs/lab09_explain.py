@@ -171,7 +171,7 @@ def handoff_reading(hi: dict, d: dict, threads: int | None = None, prefill_threa
            f"受け取ってから Decode 側が受け入れるまでは {adm:.1f} ms です。")
     if arr and arr_d:
         out += (f"\n  長いプロンプトの到着（開始からの秒）: 1エンジン {arr}、Disaggregation {arr_d}。到着は出力トークンの数で"
-                "決まるので、構成ごとに違います。")
+                "決まるので、構成ごとに違うことがあります。")
     return out + f"\n  1エンジンより長くなった分のうち最も大きいのは、{why[top]}。"
 
 
