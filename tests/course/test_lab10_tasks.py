@@ -181,7 +181,7 @@ def test_lab_saved_task1_verdicts_agree_with_the_numbers_printed_in_them():
                  abs(r["spans"][1][1] - r["spans"][0][0] - r["predicted"][1])) for r in rows]
     if all(e > 0.15 for e in edges):
         sides = [tk.growth_side(r) for r in rows]
-        state = True if sides and all(x > 0 for x in sides) else False if -1 in sides else None
+        state = False if -1 in sides else True if 1 in sides else None     # reviews8 ch10 #2: one beyond suffices
         assert lines[2].startswith({True: HELD, False: MISSED, None: UNDECIDED}[state]), lines[2]
     for line, rises in zip(lines[:2], (True, False)):
         pairs = [(float(a), float(b)) for _, a, b in PAIR.findall(line)]
