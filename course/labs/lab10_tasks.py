@@ -119,8 +119,7 @@ def task1_predictions(short: dict, long: dict, growth: list[dict] | None = None)
     sides = [growth_side(r) for r in kept]
     grows = "、".join(_growth_text(r) for r in kept) or "Prefill がはみ出さない同時リクエスト数がありません"
     third = ("短いプロンプトの定数のままの予測では、TPOT の伸び（KV を読む時間と Attention の計算の分）が実測の伸びより"
-             "小さい（Prefill がはみ出さない同時リクエスト数で比べ、繰り返しの範囲を超えて小さい点が1つ以上あり、"
-             "逆向きに超える点はない）")
+             "小さい。Prefill がはみ出さない同時リクエスト数で比べ、範囲を超えて小さい点が1つ以上あり、逆向きの点がなければ予想どおり")
     return [
         Prediction("プロンプトを長くすると、どの同時リクエスト数でも TTFT（実測）が伸びる",
                    all(b[c]["ttft_ms"] > a[c]["ttft_ms"] for c in cs), f"TTFT [ms] {pairs('ttft_ms', '.1f')}", noise),
@@ -128,7 +127,7 @@ def task1_predictions(short: dict, long: dict, growth: list[dict] | None = None)
                    all(b[c]["tok_s"] < a[c]["tok_s"] for c in cs), f"出力 tok/s {pairs('tok_s', '.1f')}",
                    "同時リクエスト数が小さいと Prefill が全体に占める割合が小さいので、" + noise),
         decide(1 in sides and -1 not in sides, not sides or all(x == 0 for x in sides), third,
-               f"TPOT の伸び（中央値の差と、2つの実行の繰り返しの範囲）{grows}",
+               f"TPOT の伸びの中央値の差と、2つの実行の繰り返しの範囲: {grows}",
                "実測の伸びが予測より小さく、その差が繰り返しの範囲を超えた点がありました。2つの実行のあいだに負荷が変わった"
                "（長いプロンプトの実行の方が空いていた）か、このマシンでは文脈とともに増える処理（KV のコピーと"
                "Attention の計算）が予測の伸び（KV を読む時間と Attention の計算）より小さいか、"
