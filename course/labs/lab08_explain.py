@@ -15,6 +15,8 @@ the share. ``alpha_from_length`` solves the formula for the measured mean length
 """
 from __future__ import annotations
 
+import math
+
 from course.labkit.predictions import Prediction
 from course.labkit.spec import alpha_from_length
 from course.labkit.spread import RETRY, decide, ratio_span
@@ -193,8 +195,8 @@ def over_length(res: dict, slack: float = 0.02, linear_ms: dict | None = None) -
     out = []
     for x in res["methods"].values():
         s, length = x.get("speedup"), x.get("mean_accepted_length")
-        if s is None or length is None or s <= length * (1 + slack):
-            continue
+        if s is None or length is None or math.isnan(length) or s <= length * (1 + slack):
+            continue                              # the baseline has no drafts: its accepted length is NaN
         b = res.get("concurrency", 1)
         rows = (b, b * (res["k"] + 1))
         line = (f"注意：{x['label']}（k = {res['k']}）の速度比 {s:.2f} が平均受理長 {length:.2f} を超えています。"
