@@ -154,7 +154,8 @@ def test_saved_sweep_verdicts_agree_with_the_saved_table():
     rest = tp[-1] / tp[0] >= 0.95 and fixed / tp[-1] >= 0.5
     # the TPOTs are printed to 0.1 ms: a pair within rounding of the 0.95 threshold may go either way
     rising = {all(b + e >= 0.95 * (a - e) for a, b in zip(tp, tp[1:])) for e in (0.05, -0.05)}
-    assert f"固定の割合 {100 * fixed / tp[-1]:.0f} %" in text, text
+    share = re.search(r"固定の割合 (\d+) %", text)          # computed from unrounded TPOTs: allow the 0.1 ms rounding
+    assert share and abs(int(share.group(1)) - 100 * fixed / tp[-1]) <= 2, text
     saved = [line.startswith(HELD) for line in text.splitlines() if line.startswith((HELD, MISSED))]
     floor_printed = "揺れの大きさです" in text         # outputs saved before the floor: the older rule
     assert saved[0] in ({gap_held and f for f in floor_ok} if floor_printed else {gap_held}), text

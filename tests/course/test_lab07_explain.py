@@ -217,8 +217,19 @@ def saved_stream(rel: str, marker: str) -> str:
 
 def same_decision(saved: str, p) -> bool:
     """The saved line is the verdict derived from its saved numbers, reasons included (a notebook saved
-    before a wording change fails here: re-execute it)."""
-    return saved == p.verdict()
+    before a wording change fails here: re-execute it). The facts line keeps about four significant digits,
+    so a re-derived figure may differ from the printed one by one unit in its last printed digit (1.185 -> 1.19
+    where the run printed 1.18 from 1.1849); nothing else may differ."""
+    import re
+    derived = p.verdict()
+    num = re.compile(r"\d+(?:\.\d+)?")
+    if num.sub("#", saved) != num.sub("#", derived):
+        return False
+    for a, b in zip(num.findall(saved), num.findall(derived)):
+        unit = 10 ** -len(a.split(".")[1]) if "." in a else 1
+        if abs(float(a) - float(b)) > unit + 1e-9:
+            return False
+    return True
 
 
 def test_lab7_saved_verdicts_agree_with_its_saved_numbers():
@@ -249,6 +260,7 @@ def test_saved_comm_readings_agree_with_their_saved_numbers():
         assert len(blocks) == 2, rel
         for block in blocks:
             block = block.split("\n\n")[0]     # the compute-ratio reading after the blank line is not this block
+            block = block.split("TP=2 の通信以外の時間")[0]     # nor is it where no blank line comes first
             share = int(re.search(r"待った分は (\d+)%", block).group(1))
             if abs(share - 100 * ex.WAIT_MOSTLY) < 1:
                 continue

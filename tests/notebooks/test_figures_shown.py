@@ -22,7 +22,7 @@ LESSONS = sorted((ROOT / "lessons").glob("*.ipynb"))
 NOTEBOOKS = LESSONS + sorted((ROOT / "labs").glob("*.ipynb"))
 CHART_WORDS = re.compile(r"グラフ|図|横軸|縦軸")
 NUMBERED = re.compile(r"##\s+\d+\.")                          # "## 5. ...": the lesson's own sections
-UNDRAWN = re.compile(r"用語集|セルフチェック|参考文献")                # sections that only name charts
+UNDRAWN = re.compile(r"まとめ|用語集|セルフチェック|参考文献")      # sections that only name charts (a summary recalls them)
 NOT_A_CHART = re.compile(r"意図|図書|地図|合図|図る|図り|系統図|構成図|CUDA ?グラフ")      # 図 in other words
 
 
