@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from contextlib import contextmanager
 
 import torch
 
+from course.labkit.linear_rows import linear_layers, pass_ms
 from course.labkit.load import usable_cpus
 
 SLOWER = 1.1            # a factor of the prefill reading at or above this is named as a cause (10 % for timer noise)
@@ -85,16 +85,11 @@ def steal_share(before, after) -> float | None:
 def linears_back_to_back_ms(model, steps: int) -> float:
     """Every nn.Linear of ``model`` (the engine's CpuLinear included) called once on a one-row input, back to back
     with nothing in between: median ms of ``steps`` passes (after one warm pass)."""
-    calls = [(m, torch.zeros(1, m.in_features, dtype=m.weight.dtype, device=m.weight.device))
-             for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    times = []
+    layers = linear_layers(model)
+    xs = [torch.zeros(1, m.in_features, dtype=m.weight.dtype, device=m.weight.device) for m in layers]
     with torch.inference_mode():
-        for i in range(steps + 1):
-            t = time.perf_counter()
-            for m, x in calls:
-                m(x)
-            if i:
-                times.append((time.perf_counter() - t) * 1e3)
+        pass_ms(layers, xs)                           # the warm pass, not counted
+        times = [pass_ms(layers, xs) for _ in range(steps)]
     return statistics.median(times) if times else 0.0
 
 

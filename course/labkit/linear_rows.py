@@ -19,10 +19,24 @@ ROWS = (1, 2, 4, 8)
 ROUNDS = 12
 
 
+def linear_layers(model) -> list:
+    """Every nn.Linear of ``model`` (the engine's CpuLinear included), in module order."""
+    import torch
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def pass_ms(layers, xs) -> float:
+    """ms of one pass: each layer called once on its input, back to back (call it under inference_mode)."""
+    t0 = time.perf_counter()
+    for m, x in zip(layers, xs):
+        m(x)
+    return (time.perf_counter() - t0) * 1e3
+
+
 def linear_ms(llm, rows=ROWS, rounds: int = ROUNDS, seed: int = 0) -> dict[int, dict]:
     """{rows: {"min", "median"}}: ms for one pass through every Linear layer of ``llm``'s model with that many rows."""
     import torch
-    layers = [m for m in llm.engine.runner.model.modules() if isinstance(m, torch.nn.Linear)]
+    layers = linear_layers(llm.engine.runner.model)
     gen = torch.Generator().manual_seed(seed)
     xs = {r: [torch.randn(r, m.in_features, generator=gen).to(m.weight.dtype) for m in layers] for r in rows}
     order = [r for _ in range(rounds) for r in rows]
@@ -30,13 +44,9 @@ def linear_ms(llm, rows=ROWS, rounds: int = ROUNDS, seed: int = 0) -> dict[int, 
     times: dict[int, list[float]] = {r: [] for r in rows}
     with torch.inference_mode():
         for r in rows:                                  # a first pass per row count: not measured
-            for m, x in zip(layers, xs[r]):
-                m(x)
+            pass_ms(layers, xs[r])
         for r in order:
-            t0 = time.perf_counter()
-            for m, x in zip(layers, xs[r]):
-                m(x)
-            times[r].append((time.perf_counter() - t0) * 1e3)
+            times[r].append(pass_ms(layers, xs[r]))
     return {r: {"min": min(t), "median": statistics.median(t)} for r, t in times.items()}
 
 
@@ -80,4 +90,5 @@ def step_fall_reason(runs: dict[int, dict]) -> str:
             f"確かめ、ほかのカーネルを止めて測り直す）。{caveat}")
 
 
-__all__ = ["ROUNDS", "ROWS", "falls", "linear_ms", "merged", "step_fall_reason", "table_words"]
+__all__ = ["ROUNDS", "ROWS", "falls", "linear_layers", "linear_ms", "merged", "pass_ms", "step_fall_reason",
+           "table_words"]

@@ -13,11 +13,9 @@ attention, sampling and the scheduler.
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
-from course.labkit.linear_rows import linear_ms, table_words
+from course.labkit.linear_rows import linear_layers, linear_ms, pass_ms, table_words
 from course.runtime import cached_llm
 from minimal_engine import LLM
 
@@ -33,20 +31,13 @@ def _model(device: str = "cpu"):
 
 def linear_pass_ms(batches=(1, 4, 8), repeats: int = 30, device: str = "cpu") -> dict[int, float]:
     """Minimum time (ms) of one pass through every Linear layer of the default model with B rows."""
-    layers = [m for m in _model(device).modules() if isinstance(m, torch.nn.Linear)]
+    layers = linear_layers(_model(device))
     out = {}
     with torch.inference_mode():
         for b in batches:
             xs = [torch.randn(b, m.in_features, dtype=m.weight.dtype, device=m.weight.device) for m in layers]
-            for m, x in zip(layers, xs):          # warm-up (first calls are slow)
-                m(x)
-            best = float("inf")
-            for _ in range(repeats):
-                t = time.perf_counter()
-                for m, x in zip(layers, xs):
-                    m(x)
-                best = min(best, time.perf_counter() - t)
-            out[b] = best * 1000
+            pass_ms(layers, xs)                   # warm-up (first calls are slow)
+            out[b] = min(pass_ms(layers, xs) for _ in range(repeats))
     return out
 
 
