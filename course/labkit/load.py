@@ -1,9 +1,15 @@
-"""Is the machine busy with something else? Checked before a measurement, and after a sweep.
+"""Is the machine busy with something else? Checked before a measurement, during it, and after a sweep.
 
 Before: ``sample_cpu_load()`` reads ``/proc/stat`` (all CPUs' busy time) and this process's own CPU time
 over ~0.3 s; what the machine spent beyond this process is other programs (another notebook's kernel, a
 browser, a build). ``load_warning(...)`` decides from those numbers (tests inject them). Where ``/proc``
 is missing (macOS), the 1-minute load average stands in.
+
+During: ``LoadWatch(threads)`` takes the check before and a snapshot; ``finish()`` reads the whole run's
+interval: the cores other programs used on average (this process and its worker processes excluded) and the
+cores the hypervisor took away (``steal``). A run they crowded is ``disturbed``: its predictions print
+判定できません instead of a verdict (``course.labkit.predictions.verdicts``), since 0.3 s before a run cannot
+see a job that starts in the middle of it.
 
 After: ``sweep_warnings(rows)`` flags a sweep that contradicts itself: output tok/s falling as the
 concurrency grows by more than the spread of the repeats (and more than ``DROP_TOLERANCE``).
@@ -32,24 +38,23 @@ def usable_cpus() -> int:
     return max(1, n)
 
 
-def _proc_stat_busy_total() -> tuple[float, float, int] | None:
-    """(busy, total) jiffies summed over the CPUs this process may run on, and their count; None without
-    /proc/stat."""
+def _proc_stat_times() -> tuple[float, float, float, int] | None:
+    """(busy without steal, steal, total) jiffies over the CPUs this process may run on, and their count."""
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     try:
         with open("/proc/stat") as f:
             lines = [ln.split() for ln in f if ln.startswith("cpu") and ln[3:4].isdigit()]
     except OSError:
         return None
-    busy = total = 0.0
+    busy = steal = total = 0.0
     count = 0
     for fields in lines:
         if cpus is not None and int(fields[0][3:]) not in cpus:
             continue
-        values = [float(v) for v in fields[1:9]]
-        idle = values[3] + (values[4] if len(values) > 4 else 0.0)    # idle + iowait
-        busy, total, count = busy + sum(values) - idle, total + sum(values), count + 1
-    return (busy, total, count) if count else None
+        v = [float(x) for x in fields[1:9]] + [0.0] * 8
+        stolen = v[7]                                       # user nice system idle iowait irq softirq steal
+        busy, steal, total, count = busy + sum(v[:8]) - v[3] - v[4] - stolen, steal + stolen, total + sum(v[:8]), count + 1
+    return (busy, steal, total, count) if count else None
 
 
 def sample_cpu_load(interval_s: float = SAMPLE_S) -> dict:
@@ -58,7 +63,7 @@ def sample_cpu_load(interval_s: float = SAMPLE_S) -> dict:
 
     Returns ``{"other_busy_cores", "cpu_count", "source"}``; source is "/proc/stat" or "loadavg"."""
     ncpu = usable_cpus()
-    first = _proc_stat_busy_total()
+    first = _proc_stat_times()
     if first is None:
         try:
             load1 = os.getloadavg()[0]
@@ -68,14 +73,88 @@ def sample_cpu_load(interval_s: float = SAMPLE_S) -> dict:
     own0 = time.process_time()
     time.sleep(interval_s)
     own1 = time.process_time()
-    second = _proc_stat_busy_total()
-    busy, total = second[0] - first[0], second[1] - first[1]
+    second = _proc_stat_times()
+    busy, total = second[0] + second[1] - first[0] - first[1], second[2] - first[2]   # steal counts as busy
     if total <= 0:
         return {"other_busy_cores": 0.0, "cpu_count": ncpu, "source": "/proc/stat"}
-    busy_cores = first[2] * busy / total                    # jiffies -> cores, whatever the clock tick
+    busy_cores = first[3] * busy / total                    # jiffies -> cores, whatever the clock tick
     own_cores = (own1 - own0) / interval_s
     return {"other_busy_cores": min(float(ncpu), max(0.0, busy_cores - own_cores)), "cpu_count": ncpu,
             "source": "/proc/stat"}
+
+
+def _tree_cpu_s() -> float:
+    """CPU seconds of this process, its finished children and its live descendants (a lab's worker processes)."""
+    t = os.times()
+    own = time.process_time() + t.children_user + t.children_system
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        parents, cpu = {}, {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(pid)] = int(fields[1])
+            cpu[int(pid)] = sum(float(x) for x in fields[11:15]) / tick   # utime stime + its waited children's
+    except (OSError, ValueError, AttributeError):
+        return own
+    me, mine = os.getpid(), set()
+    for pid in parents:                                       # descendants: walk each pid up to us
+        p, chain = pid, []
+        while p in parents and p not in mine and p != me and p > 1:
+            chain.append(p)
+            p = parents[p]
+        if p == me or p in mine:
+            mine.update(chain)
+    return own + sum(cpu[p] for p in mine)
+
+
+def disturbed(other_cores: float, steal_cores: float, cpu_count: int, threads: int) -> bool:
+    """True when other programs and the hypervisor took enough of the run's cores to move its timings
+    (the before-check's rule, applied to the run's average)."""
+    taken = other_cores + steal_cores
+    return taken >= BUSY_MIN_CORES and taken + threads > CROWDED * cpu_count
+
+
+def during_warning(other_cores: float, steal_cores: float, cpu_count: int, threads: int) -> str:
+    steal = f"（うちハイパーバイザーの steal 約 {steal_cores:.1f} コア）" if steal_cores >= 0.05 else ""
+    return (f"⚠ 計測のあいだ、ほかのプログラムが平均 約 {other_cores + steal_cores:.1f} コアを使っていました{steal}"
+            f"（全 {cpu_count} コア、この計測は {threads} スレッド）。この実行の予想は「判定できません」としています。"
+            f"ほかのプログラムを止めて測り直してください。")
+
+
+class LoadWatch:
+    """The load check before a run and the load over the whole run: ``watch = LoadWatch(threads)``, measure,
+    ``load = watch.finish()``. ``finish`` returns ``check_load``'s dict plus ``during`` (``other_cores``,
+    ``steal_cores``, ``seconds``; None without /proc/stat) and ``disturbed``; ``warning`` joins both checks'
+    warnings (None when neither warns)."""
+
+    def __init__(self, threads: int, interval_s: float = SAMPLE_S):
+        self.threads = threads
+        self.before = check_load(threads, interval_s)
+        self.start = (time.perf_counter(), _proc_stat_times(), _tree_cpu_s())
+
+    def finish(self) -> dict:
+        wall0, stat0, own0 = self.start
+        stat1, own1, wall = _proc_stat_times(), _tree_cpu_s(), time.perf_counter() - wall0
+        out = {**self.before, "during": None, "disturbed": False}
+        if stat0 is None or stat1 is None or wall <= 0 or stat1[2] <= stat0[2]:
+            return out
+        cores = stat1[3] / (stat1[2] - stat0[2])            # jiffies -> cores, whatever the clock tick
+        other = max(0.0, (stat1[0] - stat0[0]) * cores - (own1 - own0) / wall)
+        steal = (stat1[1] - stat0[1]) * cores
+        n = self.before["cpu_count"]
+        out["during"] = {"other_cores": round(min(float(n), other), 2), "steal_cores": round(steal, 2),
+                         "seconds": round(wall, 1)}
+        out["disturbed"] = disturbed(other, steal, n, self.threads)
+        if out["disturbed"]:
+            text = during_warning(other, steal, n, self.threads)
+            out["warning"] = f"{out['warning']}\n{text}" if out["warning"] else text
+        return out
 
 
 def load_warning(other_busy_cores: float, cpu_count: int, threads: int) -> str | None:
@@ -111,5 +190,5 @@ def sweep_warnings(rows: list[dict], key: str = "tok_s", tolerance: float = DROP
     return out
 
 
-__all__ = ["BUSY_MIN_CORES", "CROWDED", "DROP_TOLERANCE", "SAMPLE_S", "check_load", "load_warning",
-           "sample_cpu_load", "sweep_warnings", "usable_cpus"]
+__all__ = ["BUSY_MIN_CORES", "CROWDED", "DROP_TOLERANCE", "SAMPLE_S", "LoadWatch", "check_load", "disturbed",
+           "during_warning", "load_warning", "sample_cpu_load", "sweep_warnings", "usable_cpus"]

@@ -7,7 +7,8 @@
     cost(usd_per_hour=2.0, watts=700, tok_s=m["tok_s"], total_tok_s=m["total_tok_s"], ...)
 
 Repeats of a sweep alternate (repeat 1 at every concurrency, then repeat 2, ...), so a slow drift of the
-machine touches every point alike. Before measuring, the thread policy is applied and the load checked.
+machine touches every point alike. The thread policy is applied first; the load is checked before and over
+the whole run (``course.labkit.load.LoadWatch``).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from minimal_engine import calculators as calc
 from course.runtime import apply_thread_policy, check_int
 from course.labkit.arrivals import DEFAULT_RATE, arrival_plan, check_arrivals
 from course.labkit.backends import Backend, run_plan
-from course.labkit.load import check_load, sweep_warnings
+from course.labkit.load import LoadWatch, sweep_warnings
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "p99_itl_ms", "max_itl_ms", "tok_s", "total_tok_s", "tok_s_per_user",
            "duration_s")
@@ -66,24 +67,25 @@ def parse_sweep_list(text, lo: int = 1, hi: int = 64, max_points: int = MAX_SWEE
 
 def _prepare(backend: Backend, threads):
     threads = apply_thread_policy(threads) if backend.kind == "local" else None
-    return threads, check_load(threads or 1)
+    return threads, LoadWatch(threads or 1)
 
 
 def measure(backend: Backend, prompt_len: int, output_len: int, concurrency: int, repeats: int = 1,
             arrivals: str = "all", rate: float = DEFAULT_RATE, late_prompt_len: int | None = None, seed: int = 0,
             threads: int | None = None, progress=None) -> dict:
     """``repeats`` runs of the same requests. Returns the settings, ``runs`` (every run's result), the
-    aggregate (median, _min, _max of METRICS), ``load`` (the check before) and ``warnings`` (Japanese)."""
+    aggregate (median, _min, _max of METRICS), ``load`` (the checks before and during, ``LoadWatch``) and ``warnings`` (Japanese)."""
     repeats, arrivals = check_repeats(repeats), check_arrivals(arrivals)
     if arrivals == "late_long" and late_prompt_len is None:
         late_prompt_len = 4 * prompt_len
     plan = arrival_plan(arrivals, concurrency, prompt_len, output_len, seed, rate, late_prompt_len)
-    threads, load = _prepare(backend, threads)
+    threads, watch = _prepare(backend, threads)
     total = output_len * len(plan) * repeats
     runs = []
     for i in range(repeats):
         cb = None if progress is None else (lambda d, _t, b=i * output_len * len(plan): progress(b + d, total))
         runs.append(run_plan(backend, plan, output_len, seed, cb, threads))
+    load = watch.finish()
     settings = dict(backend=backend.kind, base_url=backend.base_url or "", model=backend.model, device=backend.device,
                     threads=threads, arrivals=arrivals, rate=rate if arrivals == "poisson" else None,
                     late_prompt_len=late_prompt_len if arrivals == "late_long" else None, prompt_len=prompt_len,
@@ -105,7 +107,7 @@ def sweep(backend: Backend, prompt_len: int, output_len: int, concurrencies, rep
     if arrivals == "late_long" and late_prompt_len is None:
         late_prompt_len = 4 * prompt_len
     plans = {c: arrival_plan(arrivals, c, prompt_len, output_len, seed, rate, late_prompt_len) for c in concurrencies}
-    threads, load = _prepare(backend, threads)
+    threads, watch = _prepare(backend, threads)
     total = output_len * sum(len(p) for p in plans.values()) * repeats
     runs = {c: [] for c in concurrencies}
     before = 0
@@ -114,6 +116,7 @@ def sweep(backend: Backend, prompt_len: int, output_len: int, concurrencies, rep
             cb = None if progress is None else (lambda d, _t, b=before: progress(b + d, total))
             runs[c].append(run_plan(backend, plans[c], output_len, seed, cb, threads))
             before += output_len * len(plans[c])
+    load = watch.finish()
     base = dict(backend=backend.kind, base_url=backend.base_url or "", model=backend.model, device=backend.device,
                 threads=threads, arrivals=arrivals, rate=rate if arrivals == "poisson" else None,
                 late_prompt_len=late_prompt_len if arrivals == "late_long" else None, prompt_len=prompt_len,

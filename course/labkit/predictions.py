@@ -11,6 +11,10 @@ next to the numbers, and `tests/course/test_predictions.py` re-derives each save
 numbers. How to write one: state the prediction as a comparison the run can decide (a ratio, an order, a
 threshold with the margin the text allows), put the measured values in `measured`, and in `otherwise` the
 likely reasons on a CPU that differs (cores, load, a different kernel) and what to try.
+
+A run that other programs crowded (``course.labkit.load.LoadWatch``: its ``load`` says ``disturbed``) decides
+nothing: ``verdicts(predictions, res["load"])`` prints each of its predictions as 判定できません with the
+numbers, so a verdict never rests on a disturbed run.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from dataclasses import dataclass
 
 HELD = "予想どおり"
 MISSED = "予想と違う"
+UNDECIDED = "判定できません"
+DISTURBED = "計測のあいだにほかのプログラムが CPU を使っていたので、この実行では判定しません（上の ⚠ を参照）"
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,22 @@ class Prediction:
         return f"{MISSED}：{self.text}（{self.basis}：{self.measured}）。{reasons}".rstrip()
 
 
-def verdicts(predictions: list[Prediction]) -> str:
-    """One line per prediction, as the lab prints them."""
-    return "\n".join(p.verdict() for p in predictions)
+class Disturbed(Prediction):
+    """A prediction of a run that other programs crowded: 判定できません with the numbers (``held`` is None)."""
+
+    def verdict(self) -> str:
+        return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{DISTURBED}。"
+
+
+def under_load(predictions: list[Prediction], *loads: dict | None) -> list[Prediction]:
+    """The predictions as they stand after the load checks of the runs they were decided on: each decided
+    one becomes ``Disturbed`` when any of ``loads`` (a lab result's ``load``) says ``disturbed``."""
+    if not any(load and load.get("disturbed") for load in loads):
+        return list(predictions)
+    return [p if p.held is None else Disturbed(p.text, None, p.measured, p.otherwise, p.basis) for p in predictions]
+
+
+def verdicts(predictions: list[Prediction], *loads: dict | None) -> str:
+    """One line per prediction, as the lab prints them; pass the runs' ``load`` dicts so that a disturbed
+    run's predictions print 判定できません."""
+    return "\n".join(p.verdict() for p in under_load(predictions, *loads))

@@ -12,9 +12,8 @@ the median itself, so the comparison is the medians'.
 """
 from __future__ import annotations
 
-from course.labkit.predictions import HELD, MISSED, Prediction
+from course.labkit.predictions import HELD, MISSED, UNDECIDED, Prediction
 
-UNDECIDED = "判定できません"
 NOISE = "差は繰り返しの揺れ（最小〜最大）の範囲内です"
 RETRY = "揺れを小さくするには、負荷の警告を確かめ、ほかのプログラムを止めるか繰り返しを増やして測り直します"
 

@@ -93,6 +93,43 @@ def test_busy_processes_are_seen_and_warned_about():
             p.wait(timeout=10)
 
 
+def test_disturbed_rule():
+    assert not load.disturbed(0.3, 0.0, 2, 1)          # others nearly idle
+    assert load.disturbed(0.6, 0.3, 2, 1)              # 0.9 cores taken + 1 thread > 90 % of 2 cores
+    assert not load.disturbed(1.0, 0.0, 16, 8)         # plenty left
+    assert load.disturbed(0.0, 1.0, 2, 1)              # the hypervisor's steal alone
+
+
+def _spin(seconds: float, detach: bool):
+    """A busy loop: our own child, or (detach) re-parented away from us like another program."""
+    loop = f"timeout {seconds} sh -c 'while :; do :; done'"
+    if detach:
+        subprocess.run(["bash", "-c", f"({loop} &)"], check=True)
+        return None
+    return subprocess.Popen(["bash", "-c", loop])
+
+
+def test_load_watch_sees_others_during_the_run_but_not_its_own_workers():
+    from course.labkit.predictions import HELD, UNDECIDED, Prediction, verdicts
+    n = load.usable_cpus()
+    watch = load.LoadWatch(threads=1)
+    child = _spin(1.5, detach=False)              # a worker process of the run: its own CPU time
+    child.wait(timeout=10)
+    quiet = watch.finish()
+    assert quiet["during"]["other_cores"] < 0.5, quiet
+    p = Prediction("A は B より速い", True, "A 1.0 ms、B 2.0 ms")
+    watch = load.LoadWatch(threads=1)             # the check before sees nothing ...
+    for _ in range(n):
+        _spin(1.5, detach=True)                   # ... then other programs start mid-run
+    time.sleep(1.8)
+    busy = watch.finish()
+    assert busy["disturbed"] and busy["during"]["other_cores"] >= 0.5 * n, busy
+    assert "計測のあいだ" in busy["warning"] and "判定できません" in busy["warning"]
+    assert verdicts([p], quiet).startswith(HELD)
+    line = verdicts([p], quiet, busy)
+    assert line.startswith(UNDECIDED) and "A 1.0 ms" in line and "ほかのプログラム" in line
+
+
 # ---------------------------------------------------------------- arrivals
 def test_arrival_plans():
     plan = labkit.arrival_plan("all", 3, 16, 8)
