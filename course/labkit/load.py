@@ -120,9 +120,12 @@ def disturbed(other_cores: float, steal_cores: float, cpu_count: int, threads: i
     return taken >= BUSY_MIN_CORES and taken + threads > CROWDED * cpu_count
 
 
+DURING_MARK = "⚠ 計測のあいだ、ほかのプログラムが"     # how a disturbed run's warning begins (course.tooling.notebooks)
+
+
 def during_warning(other_cores: float, steal_cores: float, cpu_count: int, threads: int) -> str:
     steal = f"（うちハイパーバイザーの steal 約 {steal_cores:.1f} コア）" if steal_cores >= 0.05 else ""
-    return (f"⚠ 計測のあいだ、ほかのプログラムが平均 約 {other_cores + steal_cores:.1f} コアを使っていました{steal}"
+    return (f"{DURING_MARK}平均 約 {other_cores + steal_cores:.1f} コアを使っていました{steal}"
             f"（全 {cpu_count} コア、この計測は {threads} スレッド）。この実行の予想は「判定できません」としています。"
             f"ほかのプログラムを止めて測り直してください。")
 
@@ -190,5 +193,5 @@ def sweep_warnings(rows: list[dict], key: str = "tok_s", tolerance: float = DROP
     return out
 
 
-__all__ = ["BUSY_MIN_CORES", "CROWDED", "DROP_TOLERANCE", "SAMPLE_S", "LoadWatch", "check_load", "disturbed",
+__all__ = ["BUSY_MIN_CORES", "CROWDED", "DROP_TOLERANCE", "SAMPLE_S", "DURING_MARK", "LoadWatch", "check_load", "disturbed",
            "during_warning", "load_warning", "sample_cpu_load", "sweep_warnings", "usable_cpus"]
