@@ -32,7 +32,7 @@ import time
 
 from course.labkit.hf_gap import kernels_of
 from course.labkit.history import add_variant_rows, to_csv
-from course.labkit.load import check_load
+from course.labkit.load import LoadWatch
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.labs import lab05_plots
@@ -133,7 +133,7 @@ def run_batching_lab(prompt_len=None, concurrency=None, num_requests=None, outpu
     if unknown:
         raise ValueError(f"方式 {unknown} はありません（{list(POLICIES)}）。 / unknown policies {unknown}")
     threads = apply_thread_policy(threads)
-    load = check_load(threads) if load_check else None
+    watch = LoadWatch(threads) if load_check else None     # the check before, and the load over the whole run
     base = get_llm("default", device)
     if p + o > base.engine.max_model_len:
         raise ValueError(f"プロンプト長＋出力長（{p + o}）がモデルの上限 {base.engine.max_model_len} を超えています。"
@@ -175,13 +175,14 @@ def run_batching_lab(prompt_len=None, concurrency=None, num_requests=None, outpu
         out[k] = row
     res = {"prompt_len": p, "concurrency": c, "num_requests": n, "output_len": o, "output_lens": lens,
            "rate": rate, "kv_blocks": kv_blocks, "device": device, "repeats": repeats, "threads": threads,
-           "ttft_slo_ms": ttft_slo_ms, "tpot_slo_ms": tpot_slo_ms, "policies": out, "load": load,
+           "ttft_slo_ms": ttft_slo_ms, "tpot_slo_ms": tpot_slo_ms, "policies": out, "load": None,
            "idle_share": calc.static_batches_idle_share(lens, c) if lens else 0.0}          # all groups, as the readings use
     engine = next((k for k in policies if k != "hf_static"), None)       # its Linear kernels, probed at load
     res["engine_kernels"] = kernels_of(_engine(engine, c, kv_blocks, device)) if engine else None
     res["linear_ms"] = linear_ms(_engine(engine, c, kv_blocks, device)) if engine and device == "cpu" else None
     if "continuous" in out and "static" in out:
         res["same_tokens"] = out["continuous"]["tokens"] == out["static"]["tokens"]
+    res["load"] = load = watch.finish() if watch else None      # after the last timing (linear_ms)
     warnings = [load["warning"]] if load and load["warning"] else []
     if rate and "hf_static" in out:
         warnings.append("transformers の静的バッチは到着時刻を待たずにまとめて処理しています（到着レートは連続・静的のエンジンだけに効きます）。")

@@ -238,3 +238,14 @@ def test_history_warns_when_the_two_engine_policies_disagree_at_concurrency_one(
         return lab05.history_html(history)
     assert "同時リクエスト数 1 では連続と静的" in run((130, 140), (120, 125))
     assert "同時リクエスト数 1 では連続と静的" not in run((130, 140), (125, 135))
+
+
+def test_the_load_is_watched_over_the_whole_run():
+    """The run's load comes from course.labkit.load.LoadWatch: the check before, plus the cores others used
+    during the run and whether they disturbed it (its verdicts then print 判定できません)."""
+    r = lab05.run_batching_lab(prompt_len=8, concurrency=2, num_requests=2, output_len=4, repeats=1,
+                               policies=("continuous",))
+    load = r["load"]
+    assert {"during", "disturbed", "warning"} <= set(load) and isinstance(load["disturbed"], bool)
+    assert load["during"] is None or load["during"]["seconds"] > 0
+    assert (load["warning"] in r["warnings"]) == bool(load["warning"])

@@ -215,3 +215,23 @@ def test_task1_names_both_dilutions_and_the_one_the_run_shows():
     assert text.splitlines()[-1].startswith("測った比 ÷ ステップ数の比: 16 で ") and "出力長とともに下がりました" in text
     wide = _run(cont=(106, 90, 120), lens=[128, 32, 96, 70] * 4)
     assert "判定できません" in task1_table({16: short, 128: wide})
+
+
+def test_a_disturbed_run_decides_nothing():
+    """A run that other programs crowded (course.labkit.load.LoadWatch: disturbed) prints every verdict of the
+    lab's three tasks as 判定できません, numbers still shown; a quiet run's lines are unchanged."""
+    from course.labkit.predictions import UNDECIDED, verdicts
+    from course.labs.lab05_explain import task1_predictions
+    quiet, busy = {"disturbed": False, "warning": None}, {"disturbed": True, "warning": "⚠"}
+    sweep = _sweep()
+    t1 = {16: _run(lens=[16, 4, 12, 9] * 4), 128: _run(lens=[128, 32, 96, 70] * 4)}
+    t2 = _task2_res([50, 60, 250, 400, 900], [50, 60, 700, 800, 1200])
+    for preds in (sweep_predictions(sweep), task1_predictions(t1), task2_predictions(t2)):
+        plain = verdicts(preds)
+        assert verdicts(preds, quiet, None) == plain
+        lines = verdicts(preds, quiet, busy).splitlines()
+        assert len(lines) == len(preds) and all(line.startswith(UNDECIDED) for line in lines)
+        for p, line in zip(preds, lines):
+            assert p.measured in line
+    assert not run_reading(dict(_run(), load=quiet)).startswith(UNDECIDED)
+    assert run_reading(dict(_run(), load=busy)).startswith(UNDECIDED)
