@@ -27,7 +27,7 @@ from course import labkit
 from course.labkit.arrivals import ARRIVALS, DEFAULT_RATE, arrival_plan, check_arrivals
 from course.labkit.backends import local_backend, run_plan
 from course.labkit.charts import figure, plot_sweeps
-from course.labkit.load import check_load
+from course.labkit.load import LoadWatch
 from course.labkit.tables import readout_html, readout_rows
 from course.runtime import (MAX_CONTEXT, MAX_NUM_SEQS, MODEL_CHOICES, apply_thread_policy, available_devices,
                             check_device, check_int, check_model, clear_llm_cache, get_llm, is_quick, max_model_len,
@@ -93,8 +93,9 @@ def run_timeline(model="default", prompt_len: int = DEFAULTS["prompt_len"],
     and tokens out); and the run's ``ttft_ms``, ``tpot_ms``, ``itl_ms`` (medians), ``p99_itl_ms``,
     ``max_itl_ms`` and ``spike`` (where the longest gap was), ``tok_s`` (output tokens / wall time),
     ``total_tok_s`` (input + output), ``tok_s_per_user`` (1000 / median TPOT), ``duration_s``,
-    ``num_preemptions``, ``summary`` (all of ``minimal_engine.engine.metrics.summarize``), ``threads`` and
-    ``warnings`` (Japanese: the machine was busy, checked before when ``load_check``).
+    ``num_preemptions``, ``summary`` (all of ``minimal_engine.engine.metrics.summarize``), ``threads``,
+    ``load`` (``LoadWatch``: the check before and over the run, None without ``load_check``; pass it to
+    ``verdicts``) and ``warnings`` (Japanese: the machine was busy before or during the run).
     ``progress(done_tokens, total_tokens)`` is called after every engine step.
     """
     s = check_settings(model, prompt_len, output_len, concurrency, device)
@@ -102,11 +103,12 @@ def run_timeline(model="default", prompt_len: int = DEFAULTS["prompt_len"],
     late = _late_len(arrivals, prompt_len, late_prompt_len)
     plan = arrival_plan(arrivals, concurrency, prompt_len, output_len, seed, rate, late)
     threads = apply_thread_policy(threads)
-    load = check_load(threads) if load_check else None
+    watch = LoadWatch(threads) if load_check else None
     res = run_plan(local_backend(s["model"], s["device"]), plan, output_len, seed, progress, threads)
+    load = watch.finish() if watch else None
     warnings = [load["warning"]] if load and load["warning"] else []
     return {**s, "arrivals": arrivals, "rate": rate if arrivals == "poisson" else None, "late_prompt_len": late,
-            **res, "warnings": warnings}
+            **res, "load": load, "warnings": warnings}
 
 
 SWEEP_FIELDS = ("concurrency", "ttft_ms", "tpot_ms", "tok_s", "total_tok_s", "tok_s_per_user", "duration_s")

@@ -2,7 +2,7 @@
 measured with repeats, taken apart, and judged (plain functions, no widgets)::
 
     res = measure_context(prompts=(16, 128, 448), output_len=32, repeats=3)
-    print(context_reading(res)); print(verdicts(context_predictions(res["rows"])))
+    print(context_reading(res)); print(verdicts(context_predictions(res["rows"]), *res["loads"]))
 
 Why TPOT grows with the prompt here. Every decode step reads all the weights once, whatever the context,
 and the request's cached K and V, which grow with it. On the CPU this engine does more than read them: in
@@ -35,6 +35,7 @@ import torch
 
 from course import labkit
 from course.labkit.backends import local_backend
+from course.labkit.load import LoadWatch
 from course.labkit.predictions import Prediction
 from course.labkit.spread import RETRY, decide, order
 from course.runtime import apply_thread_policy, check_model, get_llm, is_quick
@@ -83,22 +84,28 @@ def measure_context(model="default", prompts=PROMPTS, output_len: int = 32, repe
                     threads: int | None = None) -> dict:
     """One request per prompt length, ``repeats`` times (3, or 1 with COURSE_QUICK): TTFT and TPOT (median,
     min-max), and for the context at the middle of the output the K/V bytes copied per step, the weights'
-    bytes per step (``roofline.step_cost``) and the decode attention's time alone."""
+    bytes per step (``roofline.step_cost``) and the decode attention's time alone. ``load``: the load over
+    the whole task (``LoadWatch``); ``loads``: it and each prompt length's, for ``verdicts(preds, *loads)``."""
     model, threads = check_model(model), apply_thread_policy(threads)
+    watch = LoadWatch(threads)
     repeats = (1 if is_quick() else 3) if repeats is None else repeats
     llm = get_llm(model, "cpu")
     cfg, nbytes, bs = llm.model_config, llm.dtype.itemsize, llm.config.block_size
     mids = {p: p + output_len // 2 for p in prompts}
     attn = decode_attention_ms(llm, sorted(set(mids.values())), reps=5 if is_quick() else 30)
-    rows, warnings = [], []
+    rows, warnings, loads = [], [], []
     for p in prompts:
         m = labkit.measure(local_backend(model, "cpu"), p, output_len, 1, repeats, threads=threads)
         warnings += [w for w in m.get("warnings", []) if w not in warnings]
+        loads.append(m["load"])
         rows.append({"prompt_len": p, "context": mids[p], **{k: m[k] for k in m if k.startswith(("ttft_ms", "tpot_ms"))},
                      "kv_bytes": kv_step_bytes(cfg, nbytes, mids[p], bs),
                      "weight_bytes": roofline.step_cost(cfg, nbytes, decode_contexts=[mids[p]])["weight_bytes"],
                      "attn_ms": attn[mids[p]], "gpu_share": gpu_share(mids[p])})
-    return {"rows": rows, "output_len": output_len, "block_size": bs, "threads": threads, "warnings": warnings}
+    load = watch.finish()                               # the whole task, the attention's timing included
+    warnings += [w for w in (load["warning"] or "").split("\n") if w and w not in warnings]
+    return {"rows": rows, "output_len": output_len, "block_size": bs, "threads": threads, "load": load,
+            "loads": [load, *loads], "warnings": warnings}
 
 
 def _spread(r: dict, key: str) -> str:

@@ -2,8 +2,8 @@
 tasks' predictions decided by the run (``course.labkit.predictions``; the sweep's, 課題3 and 課題5, are in
 ``lab01_sweep``)::
 
-    print(first_gap_reading(together)); print(verdicts(late_long_predictions(together, late)))
-    print(shape_reading(shapes)); print(verdicts(shape_predictions(shapes["rows"])))   # lab01_shapes
+    print(first_gap_reading(together)); print(verdicts(late_long_predictions(together, late), together["load"], late["load"]))
+    print(shape_reading(shapes)); print(verdicts(shape_predictions(shapes["rows"]), *shapes["loads"]))   # lab01_shapes
 
 課題6's "more layers, longer TPOT" holds only when the two shapes' repeats do not overlap
 (``course.labkit.spread``); within the noise its verdicts read 判定できません.

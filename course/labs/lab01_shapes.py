@@ -2,7 +2,7 @@
 
     res = measure_shapes()                        # default, llama-125m and SmolLM2-135M shapes, batch 1
     print(lab01_explain.shape_reading(res))       # per model: layers, bytes read per step, TPOT split
-    print(verdicts(lab01_explain.shape_predictions(res["rows"])))
+    print(verdicts(lab01_explain.shape_predictions(res["rows"]), *res["loads"]))
 
 TPOT at batch 1 is taken apart into two terms, TPOT ~ (bytes read per step / bandwidth) + (the rest):
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from course import labkit
 from course.labkit.backends import local_backend
+from course.labkit.load import LoadWatch
 from course.runtime import apply_thread_policy, check_device, check_model, get_llm, is_quick
 from minimal_engine.bench import roofline
 from minimal_engine.model.synthetic import num_parameters
@@ -54,17 +55,23 @@ def measure_shapes(models=SHAPES, prompt_len: int = 64, output_len: int = 32, re
                    device: str = "cpu", threads: int | None = None) -> dict:
     """TPOT of one request (batch 1) for each model, ``repeats`` times (median, min-max; 3, or 1 with
     COURSE_QUICK), as lab01.measure_lab measures it (``labkit.measure``), and the
-    bandwidth measured once. Returns ``rows`` (``shape_row``), ``bandwidth`` (B/s), ``threads``, ``warnings``."""
+    bandwidth measured once. Returns ``rows`` (``shape_row``), ``bandwidth`` (B/s), ``threads``, ``warnings``,
+    ``load`` (``LoadWatch`` over the whole task) and ``loads`` (it and each model's, for ``verdicts``)."""
     device = check_device(device)
     threads = apply_thread_policy(threads)
+    watch = LoadWatch(threads)
     bw = bandwidth(device)
-    rows, warnings = [], []
+    rows, warnings, loads = [], [], []
     for model in models:
         m = labkit.measure(local_backend(check_model(model), device), prompt_len, output_len, 1,
                            (1 if is_quick() else 3) if repeats is None else repeats, threads=threads)
         rows.append(shape_row(model, m, bw, prompt_len, output_len))
         warnings += [w for w in m.get("warnings", []) if w not in warnings]
-    return {"rows": rows, "bandwidth": bw, "threads": threads, "device": device, "warnings": warnings}
+        loads.append(m["load"])
+    load = watch.finish()                               # the whole task, the bandwidth's measurement included
+    warnings += [w for w in (load["warning"] or "").split("\n") if w and w not in warnings]
+    return {"rows": rows, "bandwidth": bw, "threads": threads, "device": device, "warnings": warnings,
+            "load": load, "loads": [load, *loads]}
 
 
 __all__ = ["LABELS", "SHAPES", "bandwidth", "measure_shapes", "shape_row"]

@@ -3,8 +3,8 @@ against the repeats' spread (``course.labkit.spread``)::
 
     sweep = lab01.sweep_lab(prompt_len=64, output_len=32)
     print(sweep_reading(sweep, prompt_len=64, output_len=32))
-    print(verdicts(sweep_predictions(sweep, prompt_len=64)))
-    print(verdicts(plateau_predictions(longer, 256, shorter=sweep, shorter_prompt=64)))
+    print(verdicts(sweep_predictions(sweep, prompt_len=64), sweep["load"]))
+    print(verdicts(plateau_predictions(longer, 256, shorter=sweep, shorter_prompt=64), longer["load"], sweep["load"]))
 
 What the sweep measures is one burst: every request's prompt is prefilled, then all decode together.
 So output tok/s = N x O / (T_prefill + T_decode), where T_prefill is the time until every request has

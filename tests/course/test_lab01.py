@@ -51,6 +51,8 @@ def test_timeline_records_prefill_then_one_tick_per_token(model):
     assert res["total_tok_s"] == pytest.approx((60 + 18) / res["duration_s"])
     assert res["max_itl_ms"] >= res["p99_itl_ms"] >= res["itl_ms"] > 0
     assert isinstance(res["warnings"], list) and res["threads"] >= 1
+    assert isinstance(res["load"]["disturbed"], bool) and "during" in res["load"]    # LoadWatch over the run
+    assert lab01.run_timeline(model, 16, 4, 2, load_check=False)["load"] is None
 
 
 def test_timeline_keeps_the_keys_the_lesson_reads(model):
@@ -325,10 +327,11 @@ def test_notebook_links_resolve_and_cells_are_tagged_not_commented(path):
 
 def test_widget_shows_the_load_warning(model, monkeypatch):
     import importlib
-    load, measure = (importlib.import_module(f"course.labkit.{m}") for m in ("load", "measure"))
+    load = importlib.import_module("course.labkit.load")
     busy = {"other_busy_cores": 1.5, "cpu_count": 2, "source": "test", "threads": 1,
             "warning": load.load_warning(1.5, 2, 1)}
-    monkeypatch.setattr(measure, "check_load", lambda threads, *a: busy)
+    monkeypatch.setattr(load, "check_load", lambda threads, *a: busy)       # LoadWatch's check before the run
+    monkeypatch.setattr(load, "disturbed", lambda *a: False)                # the machine's real load during it
     app = build_panel(1, model=model, device="cpu", output_len=3, concurrency=1, repeats=1)
     app.run_button.click()
     assert app.last_result["warnings"] == [busy["warning"]]

@@ -128,3 +128,18 @@ def test_measure_shapes_on_the_default_model():
     assert r["step_bytes"] > 4 * r["params"] * 0.9                  # fp32: every weight read once, plus the KV
     assert 0 < r["read_ms"] and r["tpot_ms"] > 0
     assert "既定モデル（float32）: 6 層" in ex.shape_reading(res)
+
+
+def test_a_disturbed_run_prints_the_shape_and_late_long_verdicts_as_undecided():
+    """課題6's and 課題4's verdicts pass through ``verdicts(preds, *loads)``: a planted ``disturbed`` load
+    prints them as 判定できません with the measured numbers; without it they are unchanged."""
+    from course.labkit.predictions import verdicts
+    disturbed, quiet = {"warning": "⚠", "disturbed": True}, {"warning": None, "disturbed": False}
+    layered = [shape("synthetic:llama-125m", 12, 14.4, 9.2), shape("synthetic:smollm2-135m", 30, 25.4, 11.0)]
+    run = {"tpot_ms": 8.0, "max_itl_ms": 40.0, "itl_ms": 8.0, "p99_itl_ms": 30.0}
+    for preds in (ex.shape_predictions(layered),
+                  ex.late_long_predictions(dict(run, max_itl_ms=12.0), dict(run, tpot_ms=9.0))):
+        assert verdicts(preds, quiet, None).splitlines() == [p.verdict() for p in preds]
+        lines = verdicts(preds, quiet, disturbed).splitlines()
+        assert [line.startswith("判定できません") for line in lines] == [True] * len(preds)
+        assert all(p.measured in line for p, line in zip(preds, lines))

@@ -174,3 +174,22 @@ def test_lab1_saved_plateau_verdicts_agree_with_the_saved_readings():
     shorter, longer = saved_sweep(saved_text("sweep_predictions")), saved_sweep(saved_text("plateau_predictions"))
     assert len(longer["rows"]) >= 2, saved_text("plateau_predictions")
     agree(saved_text("plateau_predictions"), sw.plateau_predictions(longer, 256, shorter=shorter, shorter_prompt=64))
+
+
+DISTURBED = {"warning": "⚠ 計測のあいだ…", "disturbed": True}
+QUIET = {"warning": None, "disturbed": False}
+
+
+def test_a_disturbed_run_prints_every_verdict_of_the_sweep_as_undecided_with_its_numbers():
+    """A planted load dict that says ``disturbed`` (course.labkit.load.LoadWatch) turns the lab's printed
+    課題3/課題5 verdict lines into 判定できません, numbers kept; a quiet one leaves them as they were."""
+    from course.labkit.predictions import verdicts
+    shorter, longer = saved_sweep(saved_text("sweep_predictions")), saved_sweep(saved_text("plateau_predictions"))
+    for preds, loads in [(sw.sweep_predictions(shorter, prompt_len=64), [shorter]),
+                         (sw.plateau_predictions(longer, 256, shorter=shorter, shorter_prompt=64), [longer, shorter])]:
+        quiet = verdicts(preds, *[QUIET for _ in loads]).splitlines()
+        assert quiet == [p.verdict() for p in preds]
+        crowded = verdicts(preds, QUIET, DISTURBED).splitlines()
+        assert len(crowded) == len(preds) and all(spread.verdict_state(x) is None for x in crowded)
+        for line, p in zip(crowded, preds):
+            assert p.measured in line and p.text in line and "ほかのプログラム" in line
