@@ -23,7 +23,7 @@ import statistics
 
 from course.labkit.excess import load1
 from course.labkit.history import add_variant_rows, to_csv
-from course.labkit.load import check_load, usable_cpus
+from course.labkit.load import LoadWatch, usable_cpus
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.runtime import apply_thread_policy, cached_llm, check_device, check_int, is_quick, random_prompts
@@ -78,7 +78,7 @@ def run_quant_lab(prompt_len=None, output_len=None, batch=None, device="cpu", re
     b = check_int(d["batch"] if batch is None else batch, "batch", "バッチサイズ", *BATCH_RANGE)
     device, repeats = check_device(device), check_repeats(default_repeats() if repeats is None else repeats)
     threads = apply_thread_policy(threads)
-    load = check_load(threads) if load_check else None
+    watch = LoadWatch(threads) if load_check else None              # the check before, and the load over the run
     load_before = load1()
     prompts = random_prompts(_engine("bf16", device), p, b, seed)
     runs = {k: {"b1": [], "bB": []} for k in SETTINGS}
@@ -87,6 +87,7 @@ def run_quant_lab(prompt_len=None, output_len=None, batch=None, device="cpu", re
             llm = _engine(k, device)
             runs[k]["b1"].append(_run(llm, prompts[:1], o))
             runs[k]["bB"].append(_run(llm, prompts, o))
+    load = watch.finish() if watch else None                          # disturbed: its verdicts print 判定できません
     loads = [x for x in (load_before, load1()) if x is not None]      # os.getloadavg, 1 min, as chapter 2's excess
     out = {}
     for k, r in runs.items():
@@ -197,7 +198,7 @@ def prefill_reading(res: dict) -> str:
                             "（Prefill の行は逆量子化の経路で、損が Decode より小さい）",
                             f"同じ組ごとの「出力 tok/s の比 × TPOT の比」（1 より大きければ予想どおり）: {words}",
                             "Prefill の時間の割合が小さく、Decode の損がそのまま出ています",
-                            "組によって 1 の上と下に分かれるか、組が1つです（繰り返しを増やして測り直す）")])
+                            "組によって 1 の上と下に分かれるか、組が1つです（繰り返しを増やして測り直す）")], res.get("load"))
 
 
 def readout_html(res: dict) -> str:

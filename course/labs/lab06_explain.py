@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from course.labkit.predictions import Prediction
+from course.labkit.predictions import Prediction, under_load
 from course.labkit.noise import load_sentence_ja, spread_sentence_ja
 from minimal_engine.features.quantization import INT8PACK_MAX_ROWS
 
@@ -100,7 +100,7 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
     margin = task1_margin(rows)
     judged = [r for r in rows if r["batch"] >= JUDGED_MIN_BATCH]
     pairs = "、".join(f"バッチ {r['batch']} {r['bB']:.2f}" for r in judged)
-    return [
+    return under_load([
         Prediction(f"バッチ {JUDGED_MIN_BATCH} 以上では、TPOT の比（INT8 ÷ BF16）がバッチ 1 の比（{len(rows)} 回の実行の中央値）より、"
                    "揺れの幅を超えて大きい（INT8 の得が減るか損になる）",
                    bool(judged) and all(r["bB"] > med + margin for r in judged),
@@ -118,7 +118,7 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
                    "まず負荷の揺れ（同じ設定を測り直して比べる）。揺れでなければ、この CPU では「逆量子化してから"
                    "行列積」が BF16 の行列積と同じくらい速く、重みのバイト数の得が残っている。上のカーネルの表の "
                    "32 行の行で、逆量子化と BF16 の列を比べる"),
-    ]
+    ], *(r.get("load") for r in runs.values()))      # a disturbed run: 判定できません
 
 
 class Undecided(Prediction):
@@ -157,13 +157,13 @@ def batch_predictions(res: dict, b1_again=(), kernel_b1=()) -> list[Prediction]:
                 f"バッチ {b} で {bB:.2f}")
     if abs(bB - med) <= margin:
         reason = _undecided_reason(runs, b1s, kernel_b1)
-        return [Undecided(text, False, measured,
+        return [Undecided(text, None, measured,         # held None: never decided, whatever the load
                           f"バッチ {b} の比とバッチ 1 の比の差が、同じバッチ 1 の設定を測り直したときの揺れより小さいので、"
                           "この実行からは決められません。" + (f"揺れの原因（この実行の測定）: {reason}。" if reason else "")
                           + "ほかのプログラムを止め、repeats を増やして測り直します（ラボの課題1も同じ幅で判定します）")]
-    return [Prediction(text, bB > med + margin and bB >= NEAR_ONE, measured,
+    return under_load([Prediction(text, bB > med + margin and bB >= NEAR_ONE, measured,
                        "まず負荷の揺れ（負荷の警告を確かめ、測り直す）。揺れでなければ、この CPU では INT8 のカーネルが"
-                       "大きなバッチでも速い。ラボの課題1でバッチを変えて確かめる")]
+                       "大きなバッチでも速い。ラボの課題1でバッチを変えて確かめる")], *(r.get("load") for r in runs))
 
 
 def growth(rows: list[dict], key: str) -> tuple[float, float]:

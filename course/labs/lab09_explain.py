@@ -22,7 +22,7 @@ import math
 
 from course.labkit.itl import (BUSY, STALL_FACTOR, gaps, p99_needs, p99_sources, prefill_gaps, singles, stall_bound,
                                stall_share, step_split)
-from course.labkit.predictions import Prediction
+from course.labkit.predictions import Prediction, under_load
 from minimal_engine.engine.metrics import percentile
 
 BLOCK = 16                  # the engine's block size (tokens): the KV moves in whole blocks
@@ -190,13 +190,14 @@ def budget_reading(res: dict) -> str:
 
 
 def budget_prediction(res: dict) -> Prediction:
+    """Largest vs smallest budget; 判定できません when the run's load says it was disturbed (``res["load"]``)."""
     lo, hi = singles(res)[0], singles(res)[-1]
-    return Prediction(f"予算を {hi['budget']} から {lo['budget']} に下げると、ITL の p99 は下がり、長いプロンプトの TTFT は伸びる",
+    return under_load([Prediction(f"予算を {hi['budget']} から {lo['budget']} に下げると、ITL の p99 は下がり、長いプロンプトの TTFT は伸びる",
                       lo["p99_itl_ms"] < hi["p99_itl_ms"] and lo["long_ttft_ms"] > hi["long_ttft_ms"],
                       f"p99 {hi['p99_itl_ms']:.1f} → {lo['p99_itl_ms']:.1f} ms、TTFT {hi['long_ttft_ms']:.0f} → "
                       f"{lo['long_ttft_ms']:.0f} ms",
                       "既定モデルが小さく、1ステップの時間の多くが固定の時間で、Prefill の重さが見えにくい。"
-                      "プロンプトを長くするか、課題2の大きなモデルの形で試してください。" + BUSY)
+                      "プロンプトを長くするか、課題2の大きなモデルの形で試してください。" + BUSY)], res.get("load"))[0]
 
 
 def kv_reading(res: dict) -> str:

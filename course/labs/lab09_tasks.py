@@ -4,7 +4,8 @@
     print(verdicts(task2_predictions(res, res_125m)))          # 課題2: llama-125m's shape, the same stream
     print(verdicts(task3_predictions(res, res_poisson)))       # 課題3: Poisson arrivals
 
-Pure functions of ``lab09.run_interference_lab`` results (no engine); tests/course/test_lab09_explain.py plants
+Pure functions of ``lab09.run_interference_lab`` results (no engine); a run whose ``load`` says ``disturbed`` turns
+every decided prediction of the task into 判定できません (``predictions.under_load``); tests/course/test_lab09_explain.py plants
 contradicting numbers and re-derives the saved verdicts. 課題3 (2) counts the gaps that shared a step with a long
 prompt's prefill (course.labkit.itl.prefill_gaps): one per short request decoding then, so it follows how many
 decode when the long prompt arrives, a mechanism the run decides, not the spread of ordinary steps.
@@ -12,7 +13,7 @@ decode when the long prompt arrives, a mechanism the run decides, not the spread
 from __future__ import annotations
 
 from course.labkit.itl import BUSY, prefill_gaps, singles, step_split
-from course.labkit.predictions import Prediction
+from course.labkit.predictions import Prediction, under_load
 from minimal_engine.engine.metrics import percentile
 
 
@@ -23,7 +24,7 @@ def task1_predictions(short: dict, long_: dict) -> list[Prediction]:
     ha, hb, la, lb = a[-1], b[-1], a[0], b[0]
     d_hi, d_lo = hb["p99_itl_ms"] - ha["p99_itl_ms"], lb["p99_itl_ms"] - la["p99_itl_ms"]
     t_hi, t_lo = hb["long_ttft_ms"] - ha["long_ttft_ms"], lb["long_ttft_ms"] - la["long_ttft_ms"]
-    return [
+    return under_load([
         Prediction(f"{span} で、予算が最大（{ha['budget']}）の構成の ITL の最大値と p99 が伸びる",
                    hb["max_itl_ms"] > ha["max_itl_ms"] and hb["p99_itl_ms"] > ha["p99_itl_ms"],
                    f"最大 {ha['max_itl_ms']:.1f} → {hb['max_itl_ms']:.1f} ms、p99 {ha['p99_itl_ms']:.1f} → "
@@ -36,7 +37,7 @@ def task1_predictions(short: dict, long_: dict) -> list[Prediction]:
                    f"p99 の伸び 予算 {la['budget']} {d_lo:+.1f} ms・予算 {ha['budget']} {d_hi:+.1f} ms、TTFT の伸び "
                    f"予算 {la['budget']} {t_lo:+.0f} ms・予算 {ha['budget']} {t_hi:+.0f} ms",
                    "ITL の裾は数個の間隔で決まるので、1回の揺れで入れ替わります。" + BUSY),
-    ]
+    ], short.get("load"), long_.get("load"))
 
 
 def spike_ratio(res: dict) -> float:
@@ -87,7 +88,7 @@ def _chunk_prediction(base: dict, big: dict, names: str) -> Prediction:
     if cpu:
         return Prediction(text, rg > GPU_NEAR and cg[0] - cg[1] > cb[0] - cb[1], measured,
                           "チャンクの行列積より、1ステップの固定の時間や負荷の揺れが大きく出ました。" + BUSY)
-    return NotJudged(text, False, measured,
+    return NotJudged(text, None, measured,              # held None: not decided, a disturbed run leaves it
                      "GPU では、このエンジンは Decode だけのステップを CUDA グラフでまとめて起動し、チャンクの入ったステップは"
                      "カーネルを1つずつ起動します。比は増えたトークンの行列積のほかにこの起動のしかたの違いでも変わるので、"
                      "予想を立てていません")
@@ -114,7 +115,7 @@ def task2_predictions(base: dict, big: dict) -> list[Prediction]:
                  f"（モデルのほかに {'・'.join(other)} も違うので、モデルだけの差ではありません）")
     heavy = ("予算が最小でも、大きなモデルではチャンクの行列積が Decode のステップに比べて重くなります（下の行）。"
              "予算の最小をもっと小さくしてください。")
-    return [
+    return under_load([
         Prediction(f"{names}: 予算が最大の構成の「最大の ITL ÷ ITL の中央値」（Prefill と同居したステップが Decode だけの"
                    "ステップの何倍か）が、大きなモデルの形で大きい", sg > sb,
                    f"大きなモデル {sg:.1f} 倍、既定モデル {sb:.1f} 倍",
@@ -122,7 +123,7 @@ def task2_predictions(base: dict, big: dict) -> list[Prediction]:
         Prediction(f"{names}: ITL の p99 の「予算最大 ÷ 予算最小」が、大きなモデルの形で大きい", bg > bb,
                    f"大きなモデル {bg:.1f} 倍、既定モデル {bb:.1f} 倍", heavy + BUSY),
         _chunk_prediction(base, big, names),
-    ]
+    ], base.get("load"), big.get("load"))
 
 
 def task3_predictions(base: dict, poisson: dict) -> list[Prediction]:
@@ -136,13 +137,13 @@ def task3_predictions(base: dict, poisson: dict) -> list[Prediction]:
                      f"一斉 {len(pa)} 個、ポアソン {len(pb)} 個（長いプロンプト {len(a.get('long_arrivals_s') or [])} 件）",
                      "長いプロンプトが届いたとき、ポアソンでも短いリクエストがほぼ全員 Decode 中でした。rate が高いか、"
                      "このマシンの1ステップが長いと、短いリクエストの Decode が重なります。rate を下げてください")
-    return [
+    return under_load([
         Prediction("ポアソン到着では、ITL の各間隔の時点で Decode 中の短いリクエストの件数が、平均して一斉到着より少ない",
                    b["mean_decoding"] < a["mean_decoding"],
                    f"平均の件数 一斉 {a['mean_decoding']:.2f}、ポアソン {b['mean_decoding']:.2f}",
                    "到着レートが高いと、ポアソンでもほぼ一斉に届きます。rate を下げてください"),
         two,
-    ]
+    ], base.get("load"), poisson.get("load"))
 
 
 __all__ = ["GPU_NEAR", "NotJudged", "budget_ratio", "chunk_step_ratio", "spike_ratio", "task1_predictions",

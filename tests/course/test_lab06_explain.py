@@ -249,3 +249,32 @@ def test_an_undecided_batch_verdict_names_the_load_the_repeats_and_a_ratio_no_ke
     assert "バッチ 1 の比 1.66 は、INT8 のカーネルで説明できる範囲を超えて" in v and "0.40〜0.43" in v
     quiet = ex.batch_predictions(run_(1.00, bB=1.02, load=0.8), [0.98, 1.01])[0].verdict()
     assert "使えるコア 2 以下" in quiet and "説明できる範囲を超えて" not in quiet
+
+
+DISTURBED = {"disturbed": True, "warning": "⚠ 計測のあいだ…", "during": {"other_cores": 1.4, "steal_cores": 0.0}}
+
+
+def test_a_disturbed_run_decides_nothing_and_keeps_its_numbers():
+    """A run whose LoadWatch says disturbed (course.labkit.load): every timed verdict of lab 6 and lesson §7 prints
+    判定できません with the same measured numbers; a quiet load (or none) leaves them as they were."""
+    from course.labkit.predictions import UNDECIDED
+    from course.labs.lab06 import prefill_reading
+    good = {2: run(0.78, 1.05), 8: run(0.77, 1.60), 32: run(0.79, 1.22)}
+    quiet = {b: {**r, "load": {"disturbed": False, "warning": None}} for b, r in good.items()}
+    crowded = {**quiet, 8: {**quiet[8], "load": DISTURBED}}                     # one of task 1's runs crowded
+    before = [p.verdict() for p in ex.task1_predictions(quiet)]
+    after = [p.verdict() for p in ex.task1_predictions(crowded)]
+    assert [p.held for p in ex.task1_predictions(quiet)] == [True, True]
+    assert all(a.startswith(UNDECIDED) and "ほかのプログラム" in a for a in after)
+    assert [b.split("（", 1)[1].split("）")[0] for b in before] == [a.split("（", 1)[1].split("）")[0] for a in after]
+    assert "1.60" in after[0] and "1.22" in after[1]
+    res = {"batch": 32, "ratios": {"tpot_b1": 0.75, "tpot_bB": 1.18}}
+    assert ex.batch_predictions(res, [0.76, 0.74])[0].verdict().startswith(HELD)
+    line = ex.batch_predictions({**res, "load": DISTURBED}, [0.76, 0.74])[0].verdict()
+    assert line.startswith(UNDECIDED) and "1.18" in line
+    again = [{**res, "ratios": {"tpot_b1": 0.76, "tpot_bB": 1.0}, "load": DISTURBED}]      # a re-run crowded
+    assert ex.batch_predictions(res, again)[0].verdict().startswith(UNDECIDED)
+    pairs = {"batch": 32, "bB_repeat_ratios": [(0.9, 1.2), (1.0, 1.05)]}
+    assert prefill_reading(pairs).startswith(HELD)
+    text = prefill_reading({**pairs, "load": DISTURBED})
+    assert text.startswith(UNDECIDED) and "1.08、1.05" in text

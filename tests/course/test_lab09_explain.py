@@ -308,3 +308,32 @@ def test_lab9_saved_task_verdicts_agree_with_their_numbers():
     agree(one, lt(poisson, late))
     late, poisson = nums(rf"一斉 {NUM} 個、ポアソン {NUM} 個", two)
     agree(two, lt(poisson, late))
+
+
+DISTURBED = {"disturbed": True, "warning": "⚠ 計測のあいだ…", "during": {"other_cores": 1.4, "steal_cores": 0.0}}
+
+
+def test_a_disturbed_run_decides_nothing_and_keeps_its_numbers():
+    """A run whose LoadWatch says disturbed (course.labkit.load): the budget verdict and tasks 1-3 print 判定できません
+    with the same measured numbers when any run they compare was crowded; 判定しません (a GPU's task 2 (3)) stays."""
+    from course.labkit.predictions import UNDECIDED
+    good = run(setup(16, p99=7.9, ttft=216), setup(512, p99=51.7, ttft=49))
+    assert ex.budget_prediction({**good, "load": {"disturbed": False}}).verdict().startswith(HELD)
+    line = ex.budget_prediction({**good, "load": DISTURBED}).verdict()
+    assert line.startswith(UNDECIDED) and "51.7 → 7.9 ms" in line and "216" in line
+    short = run(setup(16, p99=6.0, mx=6.5, ttft=80), setup(512, p99=20.0, mx=21.0, ttft=25), prompt_len=128)
+    long_ = run(setup(16, p99=6.4, mx=7.0, ttft=240), setup(512, p99=55.0, mx=56.0, ttft=60), prompt_len=448)
+    lines = [p.verdict() for p in tk.task1_predictions(short, {**long_, "load": DISTURBED})]
+    assert all(x.startswith(UNDECIDED) for x in lines) and "20.0 → 55.0 ms" in lines[0]
+    base = run(setup(16, p99=7.9, **steps(18.0, 14.0)), setup(512, median=6.0, p99=51.7, mx=51.7))
+    big = run(setup(16, p99=90.0, **steps(105.0, 48.0)), setup(1024, median=40.0, p99=3500.0, mx=3600.0),
+              model="synthetic:llama-125m", num_decodes=4)
+    lines = [p.verdict() for p in tk.task2_predictions({**base, "load": DISTURBED}, big)]
+    assert all(x.startswith(UNDECIDED) for x in lines) and "2.19 倍" in lines[2]
+    gpu = tk.task2_predictions({**base, "load": DISTURBED}, dict(big, device="cuda"))[2].verdict()
+    assert gpu.startswith("判定しません：")                                   # never decided: stays as it was
+    same = run(setup(16), setup(512, decoding=3.9))
+    poisson = run(setup(16), setup(512, decoding=1.8))
+    assert tk.task3_predictions(same, poisson)[0].held
+    lines = [p.verdict() for p in tk.task3_predictions(same, {**poisson, "load": DISTURBED})]
+    assert all(x.startswith(UNDECIDED) for x in lines) and "ポアソン 1.80" in lines[0]
