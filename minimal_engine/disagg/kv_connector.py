@@ -26,8 +26,9 @@ mooncake_connector.py at vllm-project/vllm commit 009d7c7601cad032a0a2158e5a6645
 https://docs.vllm.ai/en/latest/features/mooncake_store_connector_usage/ ("Unlike MooncakeConnector which does
 direct point-to-point KV transfer between prefiller and decoder, ..."). vLLM splits the interface into a
 scheduler side (`request_finished`, which may delay freeing the blocks until they are sent) and a worker side
-(`save_kv_layer`, `wait_for_layer_load`, `start_load_kv`: per-layer hooks that let a connector overlap the
-transfer with the forward pass; NIXL's and Mooncake's leave them empty); here one call moves all layers at once.
+(`save_kv_layer`, `wait_for_layer_load`: per-layer hooks that let a connector overlap the transfer with the
+forward pass, which NIXL's and Mooncake's leave empty; `start_load_kv`, which in both starts the asynchronous block
+transfer); here one call moves all layers at once.
 """
 from __future__ import annotations
 
