@@ -36,6 +36,7 @@ from course.labkit.linear_rows import linear_layers, pass_ms
 from course.labkit.load import usable_cpus
 
 SLOWER = 1.1            # a factor of the prefill reading at or above this is named as a cause (10 % for timer noise)
+AGREE = 0.25            # the breakdown's with-Linear step may lie this share outside the table's batch-1 range
 
 
 @contextmanager
@@ -150,6 +151,20 @@ def split(measured_ms: float, predicted_ms: float, fixed_ms: float, weight_bytes
     return out
 
 
+def disagrees(with_ms: float, lo: float, hi: float) -> bool:
+    """The breakdown's with-Linear step lies more than ``AGREE`` outside the same step's range timed for the table
+    (final blind reading 2026-12-07d ch02 #1: 13.27 ms against 5.70-6.07 ms, so its split described a disturbance)."""
+    return with_ms > hi * (1 + AGREE) or with_ms < lo * (1 - AGREE)
+
+
+def disagreement_ja(with_ms: float, lo: float, hi: float) -> str:
+    """Why no breakdown is printed: the same step, timed twice in one run, disagreed; both numbers and both causes."""
+    return (f"内訳：示しません。内訳のために測った線形層ありのステップ {with_ms:.2f} ms が、同じ実行で表のために測った"
+            f"同じステップ（バッチ 1、{lo:.2f}〜{hi:.2f} ms）と大きく違います。同じ実行の中で食い違うのは、"
+            "そのあいだにほかのプログラムが CPU を使ったか、長い Prefill のあとでマシンの状態（キャッシュやクロック）が"
+            "変わったかです。この実行ではどちらかを分けられません。静かなマシンで測り直してください")
+
+
 def _load_ja(s: dict) -> str:
     """What the run can see of other programs: the load average, steal, and what neither sees."""
     steal = ("" if s.get("steal") is None else
@@ -192,4 +207,4 @@ def sentence_ja(s: dict) -> str:
     return f"{head}。\n  読む速さ：{read}。\n  混み具合：{_load_ja(s)}"
 
 
-__all__ = ["SLOWER", "cpu_ticks", "linears_back_to_back_ms", "load1", "measure", "prefill_kernel_reading", "sentence_ja", "split", "steal_share", "without_linear_layers"]
+__all__ = ["AGREE", "SLOWER", "cpu_ticks", "disagreement_ja", "disagrees", "linears_back_to_back_ms", "load1", "measure", "prefill_kernel_reading", "sentence_ja", "split", "steal_share", "without_linear_layers"]

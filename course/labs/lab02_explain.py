@@ -3,8 +3,7 @@
     res = lab02.run_roofline("default", context=64)
     rows = lab02.threads_sweep()
     f = facts(res, rows, {g: lab02.predict_on_gpu(res, g) for g in ("A100", "H100")})
-    print(facts_text(f))                          # the numbers the verdicts are decided on
-    print(verdicts(all_predictions(f)))           # 予想どおり / 予想と違う, task by task
+    print(report(f, res["load"], rows[0]["load"]))  # the facts, then the verdicts (判定できません: a disturbed run)
 
 ``facts`` keeps only plain numbers (the ridge point, each step's intensity and measured / predicted,
 the peaks at each thread count, the GPU predictions), and every prediction is a function of them, so
@@ -128,6 +127,8 @@ def excess_reading(f: dict) -> str:
     x, one = f.get("excess"), next((p for p in f["decode"] if p["size"] == 1), None)
     if not x or one is None:
         return ""
+    if x.get("with_ms") and excess.disagrees(x["with_ms"], *span(one, "measured_ms")):
+        return excess.disagreement_ja(x["with_ms"], *span(one, "measured_ms"))
     return excess.sentence_ja(excess.split(x.get("with_ms") or one["measured_ms"], x["predicted_ms"], x["fixed_ms"], x["weight_mb"] * 1e6,
                                            f["gb_s"] * 1e9, x["load1"], x["cores"], x["threads"], x.get("linears_ms"), x.get("steal")))
 
@@ -139,10 +140,6 @@ def prefill_reading(f: dict) -> str:
                                          f["gflops"] * 1e9) if k else ""
 
 
-def _sizes(rows: list[dict]) -> str:
-    return f"{rows[0]['size']}→{rows[-1]['size']}"
-
-
 def task1_predictions(f: dict) -> list[Prediction]:
     d = f["decode"]
     if not d:
@@ -150,7 +147,7 @@ def task1_predictions(f: dict) -> list[Prediction]:
     one = d[0]
     slower = [(a, b) for a, b in zip(d, d[1:]) if b["measured_ms"] < NOT_SLOWER * a["measured_ms"]]
     return [
-        Prediction(f"バッチを増やすと Decode の点は右へ動く（バッチ {_sizes(d)}）",
+        Prediction(f"バッチを増やすと Decode の点は右へ動く（バッチ {d[0]['size']}→{d[-1]['size']}）",
                    all(b["intensity"] > a["intensity"] for a, b in zip(d, d[1:])),
                    "演算強度 " + " → ".join(f"{p['intensity']:.2f}" for p in d) + " FLOP/B",
                    "演算強度は FLOPs とバイト数から計算した値なので、バッチの一覧が昇順でないか、文脈の長さを変えて"
@@ -281,13 +278,17 @@ def all_predictions(f: dict) -> list[Prediction]:
             + task5_predictions(f))
 
 
-def report(f: dict) -> str:
-    """Facts, then the verdicts under one heading per task (what the lab's cell prints)."""
-    from course.labkit.predictions import verdicts
+def report(f: dict, load: dict | None = None, threads_load: dict | None = None) -> str:
+    """Facts, then the verdicts under one heading per task (what the lab's cell prints). ``load``: run_roofline's
+    ``res["load"]`` (tasks 1-3), ``threads_load``: threads_sweep's (task 4); a disturbed one prints its tasks'
+    verdicts as 判定できません. Task 1's first (intensities, a formula) and task 5 (datasheet) do not rest on timing."""
+    from course.labkit.predictions import under_load, verdicts
     parts = [facts_text(f)]
     for i, fn in enumerate((task1_predictions, task2_predictions, task3_predictions, task4_predictions,
                             task5_predictions), 1):
         ps = fn(f)
+        timed = (load,) if i < 4 else (threads_load,) if i == 4 else ()
+        ps = ps[:1] + under_load(ps[1:], *timed) if i == 1 else under_load(ps, *timed)
         note = (task4_note(f) if fn is task4_predictions else
                 "\n".join(x for x in (excess_reading(f), prefill_reading(f)) if x) if fn is task3_predictions else "")
         parts.append(f"課題{i}:\n" + (verdicts(ps) if ps else "（この実行では判定できません: 点が足りません）")
@@ -296,5 +297,4 @@ def report(f: dict) -> str:
 
 
 __all__ = ["all_predictions", "excess_reading", "facts", "facts_text", "report", "task1_predictions", "task2_predictions",
-           "task3_predictions", "task4_note", "task4_predictions",
-           "task5_predictions"]
+           "task3_predictions", "task4_note", "task4_predictions", "task5_predictions"]

@@ -90,6 +90,7 @@ def result():
 
 
 def test_run_roofline_points(result):
+    assert result["load"] is None                           # load_check=False: no LoadWatch
     pts = result["points"]
     assert [(p["kind"], p["size"]) for p in pts] == [("decode", 1), ("decode", 4), ("prefill", 16), ("prefill", 64)]
     for p in pts:
@@ -161,6 +162,8 @@ def test_threads_sweep_restores_policy():
     for dtype in ("fp32", "bf16"):
         assert rows[0][f"flops_{dtype}"] == max(rows[0][f"mm_{dtype}"], rows[0][f"linear_{dtype}"]) > 0
     assert torch.get_num_threads() == before
+    assert rows[0]["load"]["during"] is not None and "disturbed" in rows[0]["load"]   # LoadWatch over the sweep
+    assert lab02.threads_sweep([1], quick=True, load_check=False)[0]["load"] is None
 
 
 # ---------------------------------------------------------------- quiz: the roofline figure kind and the bank
