@@ -111,7 +111,7 @@ def test_run_roofline_measures_the_step_without_its_linear_layers(result):
     assert "線形層だけを続けて呼んだ時間" in lab02_explain.facts_text(lab02_explain.facts(result))
     f = lab02_explain.facts(result)
     assert f["excess"]["predicted_ms"] == pytest.approx(result["points"][0]["predicted_ms"])
-    assert lab02_explain.excess_reading(f).startswith("内訳（")
+    assert lab02_explain.excess_reading(f).startswith(("内訳（", "内訳：示しません"))   # the latter: a disturbed breakdown
     assert 0 < x["with_ms"] and f["excess"]["with_ms"] == x["with_ms"]
     p64 = result["points"][3]                               # the longest prefill carries the kernel timed beside it
     assert p64["kernel_flops"] > 0 and "kernel_flops" not in result["points"][2]

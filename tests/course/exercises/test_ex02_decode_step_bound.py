@@ -131,3 +131,13 @@ def test_a_float32_result_of_the_right_formula_passes():
     r = grade("02_decode_step_bound", in_float32, record=False, engine=False)
     assert r.cases and all(c.passed for c in r.cases), str(r)
     assert ex.REL_TOL <= 1e-6    # a near miss of 2e-6 still fails
+
+
+def test_counting_the_new_tokens_kv_write_passes():
+    """Final blind reading 2026-12-07d ch02 #3: the lesson and step_cost count the new token's K and V write; a
+    learner who adds it (or reads context + 1 tokens) passes with a note, not the generic failure message."""
+    def with_write(p, bpp, kvt, b, c, peak, bw):
+        return max(2 * p * b / peak, (p * bpp + kvt * (c + 1) * b) / bw)
+    r = grade("02_decode_step_bound", with_write, record=False, engine=False)
+    assert r.cases and all(c.passed for c in r.cases), str(r)
+    assert any("書く分も数えた" in c.message for c in r.cases), str(r)
