@@ -91,30 +91,30 @@ def batch1_note(first: dict, runs: dict[int, dict]) -> str:
 
 
 def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
-    """Judged only for batches >= JUDGED_MIN_BATCH: at batch 2 one extra row, diluted by the time outside the
-    linear layers, moves the ratio by less than the noise. Batch B's ratio is compared with the median of all
-    runs' batch-1 ratios plus the noise margin."""
+    """Judged only for batches >= JUDGED_MIN_BATCH (batch 2's one extra row moves the ratio by less than the noise),
+    against the median of all runs' batch-1 ratios +- the margin; within it: Undecided, as lesson §7."""
     rows = task1_rows(runs)
-    last = rows[-1]
-    med, lo, hi = batch1_spread(rows)
-    margin = task1_margin(rows)
+    (med, lo, hi), margin = batch1_spread(rows), task1_margin(rows)
     judged = [r for r in rows if r["batch"] >= JUDGED_MIN_BATCH]
     pairs = "、".join(f"バッチ {r['batch']} {r['bB']:.2f}" for r in judged)
-    return under_load([
-        Prediction(f"バッチ {JUDGED_MIN_BATCH} 以上では、TPOT の比（INT8 ÷ BF16）がバッチ 1 の比（{len(rows)} 回の実行の中央値）より、"
-                   "揺れの幅を超えて大きい（INT8 の得が減るか損になる）",
-                   bool(judged) and all(r["bB"] > med + margin for r in judged),
-                   f"バッチ 1 の比 {lo:.2f}〜{hi:.2f}（中央値 {med:.2f}、揺れの幅 {margin:.2f}）、{pairs}",
-                   f"まず負荷の揺れです。同じ設定のバッチ 1 の比が、実行ごとに {lo:.2f}〜{hi:.2f} と揺れています。負荷の警告を"
-                   "確かめ、ほかのプログラムを止め、repeats を増やして測り直します。揺れが小さいのに外れたときは、上の"
-                   "カーネルの表で int8pack と BF16 の列が行数とともにどう伸びるかを比べてから仕組みを考えます"
-                   "（int8pack の列が行数とともに伸びていなければ、この CPU の `_weight_int8pack_mm` は行をまとめても速い）。"
-                   "また、カーネルの表は1つの層を繰り返し測るので重みが CPU のキャッシュにありますが、エンジンの1ステップは"
-                   "全層の重みを読みます。INT8 の重みは BF16 より小さいので、キャッシュに収まる割合が大きく、その得が int8pack"
-                   "の遅さを打ち消すという仮説もあります（エンジンの中で重みがどれだけキャッシュに残るかは測っていません）。"
-                   "上の「重みをメモリから読む大きさ」の行と上の表で int8pack ÷ BF16 が違えば、置き場所で比が変わる手がかりです"),
-        Prediction(f"最大のバッチ {last['batch']} では、比が {NEAR_ONE} 以上（1 に近づくか 1 を超える）",
-                   last["bB"] >= NEAR_ONE, f"バッチ {last['batch']} の比 {last['bB']:.2f}",
+    noise = (f"まず負荷の揺れです。比の差が揺れの幅 {margin:.2f} に収まるので、この実行からは決められません。負荷の警告を確かめ、"
+             "ほかのプログラムを止め、repeats を増やして測り直します（レッスン §7 と同じ規則です）")
+    up = bool(judged) and all(r["bB"] > med + margin for r in judged)
+    t1 = (f"バッチ {JUDGED_MIN_BATCH} 以上では、TPOT の比（INT8 ÷ BF16）がバッチ 1 の比（{len(rows)} 回の実行の中央値）より、"
+          "揺れの幅を超えて大きい（INT8 の得が減るか損になる）")
+    m1 = f"バッチ 1 の比 {lo:.2f}〜{hi:.2f}（中央値 {med:.2f}、揺れの幅 {margin:.2f}）、{pairs}"
+    last = rows[-1]
+    t2, m2 = f"最大のバッチ {last['batch']} では、比が {NEAR_ONE} 以上（1 に近づくか 1 を超える）", f"バッチ {last['batch']} の比 {last['bB']:.2f}（揺れの幅 {margin:.2f}）"
+    return under_load([          # within the noise (no judged batch below median - margin, or near NEAR_ONE): undecided
+        Undecided(t1, None, m1, noise) if not up and not any(r["bB"] < med - margin for r in judged) else
+        Prediction(t1, up, m1,
+                   f"まず負荷の揺れです（同じ設定のバッチ 1 の比が {lo:.2f}〜{hi:.2f}）。負荷の警告を確かめ、repeats を増やして測り直します。揺れが"
+                   "小さいのに外れたときは、上のカーネルの表で int8pack の列が行数とともに伸びるかを見ます（伸びていなければ、この CPU の "
+                   "`_weight_int8pack_mm` は行をまとめても速い）。もう1つの候補は重みの置き場所です。カーネルの表は重みが CPU のキャッシュにある"
+                   "条件で、エンジンの1ステップは全層の重みを読みます。INT8 の重みは小さく、キャッシュに収まる割合の得が int8pack の遅さを打ち消す"
+                   "ことがあります（エンジンの中では測っていません）。「重みをメモリから読む大きさ」の行と上の表で int8pack ÷ BF16 が違えば、その手がかりです"),
+        Undecided(t2, None, m2, noise) if abs(last["bB"] - NEAR_ONE) <= margin else
+        Prediction(t2, last["bB"] >= NEAR_ONE, m2,
                    "まず負荷の揺れ（同じ設定を測り直して比べる）。揺れでなければ、この CPU では「逆量子化してから"
                    "行列積」が BF16 の行列積と同じくらい速く、重みのバイト数の得が残っている。上のカーネルの表の "
                    "32 行の行で、逆量子化と BF16 の列を比べる"),

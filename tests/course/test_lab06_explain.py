@@ -278,3 +278,14 @@ def test_a_disturbed_run_decides_nothing_and_keeps_its_numbers():
     assert prefill_reading(pairs).startswith(HELD)
     text = prefill_reading({**pairs, "load": DISTURBED})
     assert text.startswith(UNDECIDED) and "1.08、1.05" in text
+
+
+def test_task1_within_the_noise_is_undecided_not_missed():
+    """Blind reading 2026-12-07d ch06 #2: batch 8's 0.87 against batch 1's median 0.82 +- 0.23 cannot be decided;
+    only a ratio below median - margin is 予想と違う (the same rule as lesson §7's batch_predictions)."""
+    runs = {2: run(0.61, 0.79), 8: run(0.82, 0.87), 32: run(0.84, 1.21)}
+    first, last = ex.task1_predictions(runs)
+    assert isinstance(first, ex.Undecided) and first.verdict().startswith(ex.UNDECIDED) and "0.87" in first.verdict()
+    assert last.held and last.verdict().startswith(HELD)                  # 1.21 is beyond 0.9 + 0.23
+    assert isinstance(ex.task1_predictions({**runs, 32: run(0.84, 1.0)})[1], ex.Undecided)     # 1.0 within 0.9 +- 0.23
+    assert ex.task1_predictions({**runs, 8: run(0.82, 0.55)})[0].verdict().startswith(MISSED)  # below 0.82 - 0.23
