@@ -7,7 +7,8 @@ Plain functions (tests call them; the notebook stays thin)::
     res["methods"]["none"]["tpot_ms"], res["same_tokens"]
 
 The same prompts go through three engines of the default model, one after another in one process, each run
-``repeats`` times (alternating; figures are medians):
+``repeats`` times (alternating; medians). ``speedup``: median of the paired ratios, repeat i over no speculation's
+repeat i (run beside it, so a slow period hitting both cancels), with ``speedup_min`` / ``speedup_max``:
 
 * ``none``: no speculation (the baseline);
 * ``ngram``: ``{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 3, "prompt_lookup_min": 1}``;
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 from course.labkit.history import add_variant_rows, to_csv
-from course.labkit.load import check_load
+from course.labkit.load import LoadWatch
 from course.labkit.measure import check_repeats
 from course.labkit.spec import alpha_from_length
 from course.labkit.tables import history_table, table_html, warnings_html
@@ -58,9 +59,7 @@ PASSAGES = [
 
 
 def defaults() -> dict:
-    if is_quick():
-        return dict(prompt_len=48, k=4, concurrency=1, output_len=24)
-    return dict(prompt_len=64, k=4, concurrency=1, output_len=64)
+    return dict(prompt_len=48, k=4, concurrency=1, output_len=24) if is_quick() else dict(prompt_len=64, k=4, concurrency=1, output_len=64)
 
 
 def default_repeats() -> int:
@@ -148,7 +147,7 @@ def run_spec_lab(prompt_len=None, k=None, concurrency=None, output_len=None, tex
                          f"methods must be among {list(METHODS)} and include 'none', got {list(methods)}")
     device, repeats = check_device(device), check_repeats(default_repeats() if repeats is None else repeats)
     threads = apply_thread_policy(threads)
-    load = check_load(threads) if load_check else None
+    watch = LoadWatch(threads) if load_check else None   # the check before, and the load over the whole run
     base = _engine("none", k, c, device)
     if p + o > base.engine.max_model_len:
         raise ValueError(f"プロンプト長＋出力長（{p + o}）がモデルの上限 {base.engine.max_model_len} を超えています。"
@@ -158,6 +157,7 @@ def run_spec_lab(prompt_len=None, k=None, concurrency=None, output_len=None, tex
     for _ in range(repeats):
         for m in methods:
             runs[m].append(_run(_engine(m, k, c, device), prompts, o, float(temperature), seed))
+    load = watch.finish() if watch else None     # after the last timed run: a crowded run prints 判定できません
     out = {}
     for m, rs in runs.items():
         tok = [r["tok_s"] for r in rs]
@@ -165,9 +165,10 @@ def run_spec_lab(prompt_len=None, k=None, concurrency=None, output_len=None, tex
                   "tpot_ms": statistics.median(r["tpot_ms"] for r in rs),
                   **{f: rs[-1][f] for f in ("proposed", "accepted", "acceptance_rate", "mean_accepted_length",
                                             "acceptance_by_position", "tokens")}}
-    for m, r in out.items():
-        r["speedup"] = r["tok_s"] / out["none"]["tok_s"]
-        r["tpot_ratio"] = r["tpot_ms"] / out["none"]["tpot_ms"]
+    for m, r in out.items():           # paired: repeat i of a method over repeat i of no speculation (run beside it)
+        pairs = [x["tok_s"] / b["tok_s"] for x, b in zip(runs[m], runs["none"])]
+        r.update(speedup=statistics.median(pairs), speedup_min=min(pairs), speedup_max=max(pairs), speedups=pairs)
+        r["tpot_ratio"] = statistics.median(x["tpot_ms"] / b["tpot_ms"] for x, b in zip(runs[m], runs["none"]))
         n = r["mean_accepted_length"]   # Leviathan's alpha (per position), not accepted / proposed
         r["alpha"] = alpha_from_length(n, k) if n == n else float("nan")
     res = {"prompt_len": p, "k": k, "concurrency": c, "output_len": o, "text": text, "temperature": temperature,
@@ -228,9 +229,8 @@ def measure_draft_cost(prompt_len: int = 32, device: str = "cpu", num_steps: int
 
 
 def break_even_alpha(k: int, c: float) -> float:
-    """The acceptance rate alpha (Leviathan's, per position) at which the formula's speedup
-    (1 - a^(k+1)) / ((1 - a)(kc + 1)) is exactly 1: below it a draft with cost c loses to no
-    speculation (bisection; the speedup rises with a)."""
+    """The acceptance rate alpha (Leviathan's, per position) at which the formula's speedup (1 - a^(k+1)) /
+    ((1 - a)(kc + 1)) is exactly 1: below it a draft with cost c loses to no speculation (bisection)."""
     lo, hi = 0.0, 1.0
     if expected_speedup(1.0 - 1e-12, k, c) < 1:
         return float("nan")                     # even a draft that is always right does not pay for itself
@@ -241,8 +241,7 @@ def break_even_alpha(k: int, c: float) -> float:
 
 
 def expected_table(alphas=(0.5, 0.7, 0.9), ks=(1, 2, 4, 8), c: float = 0.1) -> list[dict]:
-    """Leviathan et al. (2023): tokens per step and speedup for a grid of alpha (per position)
-    and k."""
+    """Leviathan et al. (2023): tokens per step and speedup for a grid of alpha (per position) and k."""
     return [{"alpha": a, "k": k, "tokens_per_step": expected_tokens_per_step(a, k),
              "speedup": expected_speedup(a, k, c)} for a in alphas for k in ks]
 
@@ -256,11 +255,13 @@ def readout_html(res: dict) -> str:
     rows = []
     for m, r in res["methods"].items():
         span = f"（{r['tok_s_min']:.1f}〜{r['tok_s_max']:.1f}）" if res["repeats"] > 1 else ""
-        rows.append((r["label"], f"{r['tok_s']:.1f}{span}", _v(r["tpot_ms"], ".1f"), _v(r["speedup"]),
+        paired = (f"（{r['speedup_min']:.2f}〜{r['speedup_max']:.2f}）" if res["repeats"] > 1 and m != "none"
+                  and "speedup_min" in r else "")
+        rows.append((r["label"], f"{r['tok_s']:.1f}{span}", _v(r["tpot_ms"], ".1f"), _v(r["speedup"]) + paired,
                      _v(r["acceptance_rate"], ".3f"),
                      " / ".join(_v(a) for a in r["acceptance_by_position"]) or "—",
                      _v(r["mean_accepted_length"]), _v(r["alpha"], ".3f")))
-    head = ("方式", "出力 tok/s", "TPOT [ms]", "速度比（対 投機なし）", "提案の採用率（受理 ÷ 提案）",
+    head = ("方式", "出力 tok/s", "TPOT [ms]", "速度比（対 投機なし。繰り返しごとの比の中央値と最小〜最大）", "提案の採用率（受理 ÷ 提案）",
             "位置ごとの受理（1番目 / 2番目 / …）", "平均受理長 [トークン/ステップ]",
             "受理率 α（平均受理長 = (1−α^(k+1))/(1−α) を解く）")
     note = (f"<div style='color:#555'>{TEXTS[res['text']]}・k = {res['k']}・同時リクエスト数 {res['concurrency']}・"
@@ -293,7 +294,7 @@ def history_csv(history: list[dict], learner: str = "") -> str:
     return to_csv(history, learner, fields=("learner",) + HISTORY_FIELDS)
 
 
-__all__ = ["CONCURRENCY_RANGE", "DEFAULT_METHODS", "DRAFT_LM", "break_even_alpha", "HISTORY_FIELDS", "K_RANGE", "METHODS", "OUTPUT_LEN_RANGE", "PASSAGES",
-           "PROMPT_LEN_RANGE", "TEXTS", "add_run", "default_repeats", "defaults", "expected_table",
-           "history_csv", "history_html", "make_prompts", "measure_draft_cost", "plot_run", "readout_html",
-           "run_spec_lab", "spec_config", "trace_steps"]
+__all__ = ["CONCURRENCY_RANGE", "DEFAULT_METHODS", "DRAFT_LM", "break_even_alpha", "HISTORY_FIELDS", "K_RANGE", "METHODS",
+           "OUTPUT_LEN_RANGE", "PASSAGES", "PROMPT_LEN_RANGE", "TEXTS", "add_run", "default_repeats", "defaults",
+           "expected_table", "history_csv", "history_html", "make_prompts", "measure_draft_cost", "plot_run",
+           "readout_html", "run_spec_lab", "spec_config", "trace_steps"]

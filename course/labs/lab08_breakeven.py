@@ -47,6 +47,11 @@ def cost_line(costs: dict[str, dict], labels: dict[str, str], earlier: dict | No
         text += f"\n→ {labels[lo]}の c は、繰り返しの幅を超えて{labels[hi]}より小さく測れました"
     else:
         text += "\n→ 2つの c の幅は重なります。この実行では、2つのドラフトのコストの違いは見分けられません"
+    same = costs.get("draft_model")             # the formula section measured the distilled draft
+    if earlier and same and (earlier["c_max"] < same["c_min"] or same["c_max"] < earlier["c_min"]):
+        text += ("\n→ 式の予測の節の c は、ここで同じ方法で測った" + labels.get("draft_model", "draft_model") + "の c の幅の外です。"
+                 "c は測ったときの負荷で変わります。式の予測の節の判定はその c に左右されているので、"
+                 "この節の c で出した下の判定（式の予測は、どの行でも実測以上になる）と比べてください")
     return text
 
 

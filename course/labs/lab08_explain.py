@@ -118,8 +118,12 @@ def loop_reading(rows: list[dict], n: int = 4, k: int | None = None) -> str:
 
 
 def speedup_span(res: dict, method: str) -> tuple[float, float]:
-    """The smallest and largest speedup (tok/s) the repeats of ``run_spec_lab`` allow for ``method``."""
-    return ratio_span(res["methods"]["none"], res["methods"][method], "tok_s")
+    """The smallest and largest paired speedup (repeat i over no speculation's repeat i) of ``run_spec_lab``;
+    a result without them (saved before the pairing) falls back to the cross ratios of the tok/s ranges."""
+    x = res["methods"][method]
+    if "speedup_min" in x:
+        return x["speedup_min"], x["speedup_max"]
+    return ratio_span(res["methods"]["none"], x, "tok_s")
 
 
 def formula_prediction(pairs: list[tuple[float, float]], tol: float = 0.05, ranges: list | None = None) -> Prediction:
@@ -212,23 +216,35 @@ def over_length(res: dict, slack: float = 0.02, linear_ms: dict | None = None) -
     return out
 
 
-def k_gain_prediction(speedups: dict[int, float], lengths: dict[int, float] | None = None) -> Prediction:
+def k_gain_prediction(speedups: dict[int, float], lengths: dict[int, float] | None = None,
+                      spans: dict[int, tuple] | None = None) -> Prediction:
     """speedups: k -> measured speedup (n-gram, repetitive text, batch 1), at least three k. Diminishing
-    returns: the gain per added draft shrinks as k grows (each added draft is accepted with probability
-    alpha^i, while the verify step grows by one token). lengths: k -> mean accepted length; a speedup above it
-    (see over_length) is named in the measurement, since the verdict then rests on a slowed baseline."""
+    returns: the gain per added draft shrinks as k grows (each added draft is accepted with probability alpha^i;
+    on a GPU, or at a large batch, the verify step also grows by one token). spans: k -> the paired speedups'
+    (min, max); a gain's range is then (next min - this max, next max - this min) / dk, and the verdict is
+    判定できません unless the ranges decide it. lengths: k -> mean accepted length (deterministic at temperature 0;
+    its own gains are printed); a speedup above it (see over_length) rests on a slowed baseline: 判定できません."""
     ks = sorted(speedups)
+    sp = {k: (spans or {}).get(k, (speedups[k], speedups[k])) for k in ks}
     gains = [(speedups[b] - speedups[a]) / (b - a) for a, b in zip(ks, ks[1:])]
+    ranges = [((sp[b][0] - sp[a][1]) / (b - a), (sp[b][1] - sp[a][0]) / (b - a)) for a, b in zip(ks, ks[1:])]
     text = "、".join(f"k {a} → {b}: {g:+.3f}" for a, b, g in zip(ks, ks[1:], gains))
     odd = [k for k in ks if lengths and k in lengths and speedups[k] > lengths[k] * 1.02]
-    note = ("。平均受理長を超えた速度比（投機なしの計測の遅れの疑い。判定は目安）: "
+    note = ("。平均受理長を超えた速度比（投機なしの計測の遅れの疑い）: "
             + "、".join(f"k {k} で {speedups[k]:.2f} > {lengths[k]:.2f}" for k in odd)) if odd else ""
-    return Prediction("速度比の、k を 1 増やすあたりの伸びは、k が大きいほど小さくなる（伸びが逓減する）",
-                      len(gains) >= 2 and all(g2 < g1 for g1, g2 in zip(gains, gains[1:])),
-                      "速度比 " + "、".join(f"k={k} {speedups[k]:.2f}" for k in ks) + f"。k 1 あたりの伸び {text}"
-                      + note,
-                      "速度比は負荷でばらつきます。負荷の警告を確かめ、繰り返しを増やしてください。"
-                      "受理率 α が 1 に近いと、伸びはなかなか小さくなりません")
+    if lengths and all(k in lengths for k in ks):
+        note += "。平均受理長の k 1 あたりの伸び " + "、".join(
+            f"k {a} → {b}: {(lengths[b] - lengths[a]) / (b - a):+.3f}" for a, b in zip(ks, ks[1:]))
+    held = len(gains) >= 2 and all(g2 < g1 for g1, g2 in zip(gains, gains[1:]))
+    clear = len(gains) < 2 or all(r2[1] < r1[0] for r1, r2 in zip(ranges, ranges[1:])) or any(
+        r2[0] > r1[1] for r1, r2 in zip(ranges, ranges[1:]))
+    shown = "、".join(f"k={k} {speedups[k]:.2f}" + (f"（{sp[k][0]:.2f}〜{sp[k][1]:.2f}）" if sp[k][0] != sp[k][1] else "")
+                      for k in ks)
+    return decide(held, bool(odd) or not clear,
+                  "速度比の、k を 1 増やすあたりの伸びは、k が大きいほど小さくなる（伸びが逓減する）",
+                  f"速度比 {shown}。k 1 あたりの伸び {text}" + note,
+                  "速度比は負荷でばらつきます。負荷の警告を確かめ、繰り返しを増やしてください。"
+                  "受理率 α が 1 に近いと、伸びはなかなか小さくなりません", RETRY)
 
 
 def weight_pass_prediction(linear_ms: dict[int, float], step_ms: float) -> Prediction:

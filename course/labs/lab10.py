@@ -100,7 +100,8 @@ def run_pareto_lab(prompt_len=None, output_len=None, max_concurrency=None, devic
     table = machine_table(spec, DEFAULT_MODEL_DIR, rows, p, o, dtype)
     return {"prompt_len": p, "output_len": o, "max_concurrency": mc, "concurrencies": concs, "device": device,
             "repeats": repeats, "threads": peaks.get("threads"), "dtype": dtype, "rows": rows, "peaks": peaks,
-            "spec": spec, "table": table, "usd_per_hour": usd_per_hour, "watts": watts, "warnings": sw["warnings"]}
+            "spec": spec, "table": table, "usd_per_hour": usd_per_hour, "watts": watts, "load": sw["load"],
+            "warnings": sw["warnings"]}
 
 
 # ---------------------------------------------------------------- the simulator's datacenter curves (予測)

@@ -1,27 +1,30 @@
 """Lab 10's explanations, printed from the run (第10章ラボの説明の数字は、すべてこの実行から出します).
 
-    constants_rows(res)         # this machine's constants: value, measured / fitted / set, meaning
-    prediction_lines(res)       # the errors as sentences (held-out TPOT, tok/s; TTFT at fit points)
+    constants_rows(res) / prediction_lines(res)   # this machine's constants; the errors as sentences
     tpot_order_lines(res)       # a TPOT shorter at a larger concurrency, against the repeats' ranges
     cost_line(res, usd, watts)  # $/M output tokens and tok/s/user, smallest to largest concurrency
-    ttft_overhead_share(res)    # how much of the predicted batch-1 TTFT the fitted overheads make
-    right_end_overhead(res)     # the batch-1 fixed time: layers x (layer + seq x 1), and seq's share
-    tpot_slope_split(res)       # the TPOT growth, smallest to largest concurrency: roofline vs seq_overhead_us
-    slope_verdict(split)        # which of the two made most of it, or 判定できない within SHARE_BAND / one fit step
+    ttft_overhead_share(res) / right_end_overhead(res)   # the fitted overheads' part of TTFT and of the batch-1 step
+    tpot_slope_split(res) / slope_verdict(split)   # the TPOT growth: roofline vs seq_overhead_us; which made most
     extrapolation(res)          # refit without the largest concurrency and predict it (外挿)
 
 Sentences quoting a measured figure are printed by the cell (never stale); ``res``: run_pareto_lab's; 課題: lab10_tasks.
+A run other programs crowded (``res["load"]["disturbed"]``) prints its readings as 判定できません.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from course.labkit.predictions import DISTURBED, UNDECIDED
 from minimal_engine.calculators.simulator import get_sim_model, simulate_batch
 from minimal_engine.tools.sim_calibration import fit_machine, fit_machine_all, machine_table
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "minimal_engine" / "default_model"
 EFF_STEP = 0.05        # fit_machine_all searches compute_eff on this grid step (sim_calibration_machine.py)
 SHARE_BAND = 10        # roofline share within 50 ± this many points: the two terms are the same size (undecided)
+
+
+def disturbed(res: dict) -> bool:    # other programs crowded the run (res["load"], LoadWatch): 判定できません
+    return bool((res.get("load") or {}).get("disturbed"))
 
 
 def constants_rows(res: dict) -> list[dict]:
@@ -55,8 +58,7 @@ def constants_rows(res: dict) -> list[dict]:
 
 
 def prediction_lines(res: dict) -> list[str]:
-    """How far the prediction is off, as sentences: TPOT and tok/s at the held-out concurrencies,
-    TTFT (as predicted / measured) at the fit concurrencies."""
+    """The errors as sentences: TPOT, tok/s at the held-out concurrencies; TTFT (predicted / measured) at the fit ones."""
     t = res["table"]
     held = [r for r in t if r["split"] == "held-out"]
     fit = [r for r in t if r["split"] == "fit"]
@@ -80,8 +82,8 @@ def _tpot_range(q: dict) -> str:
 
 
 def tpot_order_lines(res: dict) -> list[str]:
-    """Where a concurrency's measured TPOT (median) is shorter than a smaller concurrency's, against the repeats'
-    ranges: within them it cannot be told from noise; beyond them it is a real effect of this machine."""
+    """Where a concurrency's measured TPOT (median) is shorter than a smaller one's, against the repeats' ranges:
+    within them it cannot be told from noise; beyond them it is a real effect of this machine (unless disturbed)."""
     rows, out = sorted(res["rows"], key=lambda r: r["concurrency"]), []
     for i, r in enumerate(rows):
         prev = max(rows[:i], key=lambda q: q["tpot_ms"], default=None)
@@ -89,7 +91,9 @@ def tpot_order_lines(res: dict) -> list[str]:
             continue
         line = (f"[TPOT の順序] 同時 {r['concurrency']} の TPOT {_tpot_range(r)} は、同時 {prev['concurrency']} の "
                 f"{_tpot_range(prev)} より {prev['tpot_ms'] - r['tpot_ms']:.2f} ms 短い。")
-        if res.get("repeats", 1) < 2:
+        if disturbed(res):
+            out.append(line + f"{UNDECIDED}：{DISTURBED}。")
+        elif res.get("repeats", 1) < 2:
             out.append(line + "繰り返しが1回なので、計測の揺れかどうかは判定できません。")
         elif r.get("tpot_ms_max", r["tpot_ms"]) >= prev.get("tpot_ms_min", prev["tpot_ms"]):
             out.append(line + "2つの繰り返しの幅が重なるので、計測の揺れと区別できません。")
@@ -99,8 +103,7 @@ def tpot_order_lines(res: dict) -> list[str]:
     return out or ["[TPOT の順序] TPOT（中央値）は、同時リクエスト数とともに短くなることなく伸びました。"]
 
 
-def _pct(x: float) -> str:
-    """A signed percentage, "0%" (not "-0%") when it rounds to zero."""
+def _pct(x: float) -> str:      # a signed percentage, "0%" (not "-0%") when it rounds to zero
     return "0%" if round(x * 100) == 0 else f"{x:+.0%}"
 
 
@@ -110,8 +113,7 @@ def _span(errs: list[float]) -> str:
 
 
 def cost_line(res: dict, usd_per_hour: float, watts: float) -> str:
-    """$/M output tokens (at ``usd_per_hour`` and ``watts``) and tok/s/user from the smallest to the
-    largest concurrency of the run."""
+    """$/M output tokens (at ``usd_per_hour``, ``watts``) and tok/s/user, the run's smallest to largest concurrency."""
     from course.labkit.measure import cost
     a, b = res["rows"][0], res["rows"][-1]
     ua, ub = (cost(usd_per_hour, watts, r["tok_s"], r["total_tok_s"])["usd_per_m_output_tokens"]
@@ -122,8 +124,8 @@ def cost_line(res: dict, usd_per_hour: float, watts: float) -> str:
 
 
 def ttft_overhead_share(res: dict) -> dict:
-    """The predicted TTFT at the run's smallest concurrency, with this machine's fitted constants and with the two
-    per-step overheads set to 0: how much of the TTFT compute_eff does not decide."""
+    """The predicted TTFT at the run's smallest concurrency, fitted and with both per-step overheads at 0: the part of
+    the TTFT compute_eff does not decide."""
     kw = dict(weight_dtype=res.get("dtype", "fp32"), kv_dtype=res.get("dtype", "fp32"), input_len=res["prompt_len"],
               output_len=res["output_len"], concurrency=res["concurrencies"][0])
     full = simulate_batch(DEFAULT_MODEL_DIR, res["spec"], **kw)["ttft_ms"]
@@ -132,8 +134,7 @@ def ttft_overhead_share(res: dict) -> dict:
 
 
 def right_end_overhead(res: dict) -> dict:
-    """The fixed time the fitted overheads add to one decode step at the run's smallest concurrency C:
-    layers x (layer_overhead_us + seq_overhead_us x C), and the part of it seq_overhead_us makes."""
+    """The fitted overheads' fixed time in one decode step at the smallest concurrency C, and seq_overhead_us's part."""
     layers, s, c = get_sim_model(DEFAULT_MODEL_DIR).shape.layers, res["spec"], res["concurrencies"][0]
     layer_ms, seq_ms = layers * s["layer_overhead_us"] / 1e3, layers * s["seq_overhead_us"] * c / 1e3
     total = layer_ms + seq_ms
@@ -145,13 +146,12 @@ def right_end_overhead(res: dict) -> dict:
 
 
 def tpot_slope_split(res: dict) -> dict:
-    """The predicted TPOT growth from the run's smallest to its largest concurrency, split into the roofline
-    term (the simulator with both per-step overheads at 0) and the rest (seq_overhead_us x layers x dC),
-    with the measured growth and the concurrency from which decode is compute-bound: 2 FLOP per parameter
-    and request against the parameter's bytes, above the ridge GFLOP/s x compute_eff / (GB/s x memory_eff).
-    The split is the fitted model's, not a measurement: seq_overhead_us is fitted to what the roofline term
-    leaves of the measured TPOT, so ``near`` repeats it with compute_eff one fit step (EFF_STEP) lower and
-    higher, the overheads refitted: (compute_eff, roofline share) pairs."""
+    """The predicted TPOT growth from the run's smallest to its largest concurrency, split into the roofline term (the
+    simulator with both per-step overheads at 0) and the rest (seq_overhead_us x layers x dC), with the measured growth
+    and the concurrency from which decode is compute-bound: 2 FLOP per parameter and request against the parameter's
+    bytes, above the ridge GFLOP/s x compute_eff / (GB/s x memory_eff). The split is the fitted model's, not a
+    measurement: seq_overhead_us is fitted to what the roofline term leaves of the measured TPOT, so ``near`` repeats
+    it with compute_eff one fit step (EFF_STEP) lower and higher, overheads refitted: (compute_eff, share) pairs."""
     s, dtype = res["spec"], res.get("dtype", "fp32")
     a, b = min(res["concurrencies"]), max(res["concurrencies"])
     kw = dict(weight_dtype=dtype, kv_dtype=dtype, input_len=res["prompt_len"], output_len=res["output_len"])
@@ -177,15 +177,14 @@ def tpot_slope_split(res: dict) -> dict:
             "seq_ms": pred - roof, "roof_share": roof / pred if pred else 1.0, "near": near,
             "gflops": flops / 1e9, "compute_eff": s["compute_eff"],
             "gbs": s["bandwidth"] * s["memory_eff"] / 1e9, "ridge": ridge, "per_request": per_request,
-            "c_compute": ridge / per_request, "dtype": dtype}
+            "c_compute": ridge / per_request, "dtype": dtype, "disturbed": disturbed(res)}
 
 
 def _near_text(sp: dict) -> str:
     return "、".join(f"{e:.2f} で {x:.0%}" for e, x in sp["near"])
 
 
-def slope_lines(sp: dict) -> list[str]:
-    """The split as printed lines, then the verdict (``slope_verdict``)."""
+def slope_lines(sp: dict) -> list[str]:    # the split as printed lines, then slope_verdict
     near = (f"。compute_eff を当てはめの刻み（{EFF_STEP}）だけ動かして当てはめ直すと、ルーフラインの項は"
             f" {_near_text(sp)}" if sp["near"] else "")
     return [f"[TPOT の伸びの内訳] 同時 {sp['from']} → {sp['to']} で TPOT の予測は {sp['pred_ms']:+.1f} ms"
@@ -198,12 +197,14 @@ def slope_lines(sp: dict) -> list[str]:
 
 
 def slope_verdict(sp: dict) -> str:
-    """Which term made most of the predicted TPOT growth, with the mechanism that can do it on a CPU; 判定できない
-    when the roofline share (in printed whole percent) is within 50 ± SHARE_BAND, or one fit step of compute_eff
-    (``near``) puts it within that band or on the other side of 50."""
+    """Which term made most of the predicted TPOT growth, with the mechanism that can do it on a CPU; 判定できない when
+    the roofline share (printed whole percent) or one fit step of compute_eff (``near``) is within 50 ± SHARE_BAND
+    or on the other side of 50; 判定できません for a disturbed run."""
     pct = [round(100 * sp["roof_share"])] + [round(100 * x) for _, x in sp.get("near", [])]
     head = (f"[傾きを決めたもの] 同時 {sp['from']} → {sp['to']} の TPOT の伸びを、当てはめたモデルで2つの項に分けると"
             "（分け方は当てはめによるもので、測定ではありません）、")
+    if sp.get("disturbed"):
+        return head + f"{UNDECIDED}：{DISTURBED}。"
     if any(abs(p - 50) <= SHARE_BAND for p in pct) or len({p > 50 for p in pct}) > 1:
         near = f"。compute_eff を当てはめの刻みだけ動かすと {_near_text(sp)}" if sp.get("near") else ""
         return (head + f"判定できない：2つの項の大きさは近く、どちらが大きいとは言えません（ルーフラインの項 {pct[0]}%{near}。"
@@ -226,9 +227,8 @@ def slope_verdict(sp: dict) -> str:
 
 
 def extrapolation(res: dict) -> dict | None:
-    """Refit the run's constants on its smallest and second-largest concurrency and predict the largest:
-    a point outside the fitted range (外挿). The default fit's held-out points lie between its two fitted
-    ends (内挿), so they test only the straight line's shape. None with fewer than 3 concurrencies."""
+    """Refit on the smallest and second-largest concurrency and predict the largest, outside the fitted range (外挿;
+    the default fit's held-out points lie inside it, 内挿). None with fewer than 3 concurrencies."""
     cs = sorted(res["concurrencies"])
     if len(cs) < 3:
         return None
@@ -260,7 +260,7 @@ def extrapolation_lines(res: dict, ext: dict | None) -> list[str]:
                f"全体の当てはめでの同時 {b} の TPOT の誤差 {_pct(end_err)}、compute_eff は全体 {f['eff']:.2f}・"
                f"当てはめ直し {f['eff_refit']:.2f}、スレッド数 {f['threads']}、TPOT の繰り返しの幅（中央値に対する"
                f"最大 − 最小）同時 {b} で {f['end_width']:.0%}・同時 {f['last']} で {f['last_width']:.0%}")
-    return out + [extrapolation_verdict(f)]
+    return out + [f"[外挿の見立て] {UNDECIDED}：{DISTURBED}。" if disturbed(res) else extrapolation_verdict(f)]
 
 
 def extrapolation_verdict(f: dict) -> str:
@@ -296,5 +296,5 @@ def extrapolation_verdict(f: dict) -> str:
             "計測中にほかのプログラムが動いたりして、1リクエストあたりの時間が増えることが考えられます。")
 
 
-__all__ = ["constants_rows", "cost_line", "extrapolation", "extrapolation_lines", "extrapolation_verdict", "prediction_lines",
+__all__ = ["constants_rows", "cost_line", "disturbed", "extrapolation", "extrapolation_lines", "extrapolation_verdict", "prediction_lines",
            "right_end_overhead", "slope_lines", "slope_verdict", "tpot_order_lines", "tpot_slope_split", "ttft_overhead_share"]

@@ -100,3 +100,12 @@ def test_saved_break_even_lines_agree_with_their_numbers():
             label = line.split("：", 1)[1].split("は、受理率")[0]
             p = be.prediction(label, i, distilled="蒸留なし" not in label)
             assert verdict_state(line) == p.held, line
+
+
+def test_cost_line_says_when_the_formula_sections_c_is_outside_this_range():
+    """Final reading 2026-12-07d ch08 #7: c 0.54 (0.52-0.62) earlier against 0.35 (0.33-0.36) here."""
+    labels = {"draft_model": "蒸留", "draft_model_lm": "蒸留なし"}
+    costs = {"draft_model": {"c": 0.35, "c_min": 0.33, "c_max": 0.36}, "draft_model_lm": {"c": 0.35, "c_min": 0.34, "c_max": 0.37}}
+    far = be.cost_line(costs, labels, earlier={"c": 0.54, "c_min": 0.52, "c_max": 0.62})
+    assert "幅の外です" in far and "0.54（0.52〜0.62）" in far
+    assert "幅の外" not in be.cost_line(costs, labels, earlier={"c": 0.35, "c_min": 0.30, "c_max": 0.40})

@@ -267,3 +267,24 @@ def test_tpot_order_lines_flag_an_inversion_against_the_repeats_ranges():
     assert "繰り返しの幅を超える差" in beyond[0]
     assert "判定できません" in ex.tpot_order_lines(_order_res(1, [(1, 6.7, 6.7, 6.7), (2, 6.0, 6.0, 6.0)]))[0]
     assert "伸びました" in ex.tpot_order_lines(_order_res(3, [(1, 6.7, 6.6, 6.8), (2, 7.0, 6.9, 7.1)]))[0]
+
+
+def test_a_disturbed_run_prints_lab10_readings_as_undecided(res):
+    """A load dict saying ``disturbed`` (LoadWatch) turns lab 10's measured readings into 判定できません: the TPOT
+    order, the extrapolation and the slope verdict; the numbers before them are still printed."""
+    from course.labkit.predictions import UNDECIDED
+    res["repeats"] = 3
+    for r in res["rows"]:
+        r["tpot_ms_min"], r["tpot_ms_max"] = r["tpot_ms"] * 0.99, r["tpot_ms"] * 1.01
+    res["rows"][2]["tpot_ms"], res["rows"][2]["tpot_ms_min"], res["rows"][2]["tpot_ms_max"] = 3.0, 2.99, 3.01
+    quiet = ex.tpot_order_lines(res)
+    assert "繰り返しの幅を超える差です" in quiet[0]
+    ext = ex.extrapolation(res)
+    calm = ex.extrapolation_lines(res, ext)
+    res["load"] = {"disturbed": True}
+    (order,) = ex.tpot_order_lines(res)
+    assert order.startswith(quiet[0][:40]) and f"{UNDECIDED}：" in order and "繰り返しの幅を超える" not in order
+    crowded = ex.extrapolation_lines(res, ext)
+    assert crowded[:-1] == calm[:-1] and crowded[-1].startswith(f"[外挿の見立て] {UNDECIDED}：")
+    sp = ex.tpot_slope_split(res)
+    assert f"{UNDECIDED}：" in ex.slope_verdict(sp) and ex.slope_lines(sp)[0] == ex.slope_lines({**sp, "disturbed": False})[0]

@@ -188,3 +188,14 @@ def test_lab_saved_task1_verdicts_agree_with_the_numbers_printed_in_them():
         assert pairs, line
         held = all((b > a) if rises else (b < a) for a, b in pairs)
         assert line.startswith(HELD if held else MISSED), line
+
+
+def test_task1_verdicts_of_a_disturbed_run_print_undecided_with_their_numbers():
+    """Either run of 課題1 crowded (its LoadWatch ``load`` says disturbed): every verdict prints 判定できません."""
+    from course.labkit.predictions import verdicts
+    short = _run(64, (12, 19, 33), (195, 353, 612))
+    long = _run(256, (40, 70, 130), (160, 280, 450))
+    preds = tk.task1_predictions(short, long, GROWTH)
+    assert verdicts(preds, {"disturbed": False}, {"disturbed": False}) == "\n".join(p.verdict() for p in preds)
+    lines = verdicts(preds, {"disturbed": False}, {"disturbed": True}).splitlines()
+    assert all(x.startswith(UNDECIDED) for x in lines) and "同時 1 195.0 → 160.0" in lines[1]
