@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from course.demos import block_pool
-from course.labkit.predictions import HELD, MISSED
+from course.labkit.predictions import HELD, MISSED, verdicts
 from course.labkit.spread import UNDECIDED
 from course.labs import lab04_explain as ex
 
@@ -134,17 +134,53 @@ def _agree(lines, predictions):
         assert p.text in line, (line, p.text)
 
 
-SWEEP = re.compile(r"共有\s*(\d+): キャッシュなし ([\d.]+) ms、あり ([\d.]+) ms(?:（([\d.]+)〜([\d.]+)）)?.*"
-                   r"比（なし / あり）([\d.]+) 倍")
+SWEEP = re.compile(r"共有\s*(\d+): キャッシュなし ([\d.]+) ms(?:（([\d.]+)〜([\d.]+)）)?、あり ([\d.]+) ms"
+                   r"(?:（([\d.]+)〜([\d.]+)）)?.*比（なし / あり）([\d.]+) 倍")
+
+
+def _sweep_agrees(text, lines):
+    rows = []
+    for s, a, a0, a1, b, b0, b1, r in SWEEP.findall(text):
+        row = {"shared_len": int(s), "ttft_off_ms": float(a), "ttft_on_ms": float(b), "ratio": float(r)}
+        for key, lo, hi in (("ttft_off_ms", a0, a1), ("ttft_on_ms", b0, b1)):
+            if lo:
+                row[f"{key}_min"], row[f"{key}_max"] = float(lo), float(hi)
+        rows.append(row)
+    assert len(rows) >= 2 and rows[0]["shared_len"] == 0, text
+    _agree(lines, ex.sweep_predictions(rows))
 
 
 def test_saved_sweep_verdicts_agree_with_the_saved_numbers():
-    text, lines = _saved("sweep_predictions")
-    rows = [{"shared_len": int(s), "ttft_off_ms": float(a), "ttft_on_ms": float(b), "ratio": float(r),
-             **({"ttft_on_ms_min": float(lo), "ttft_on_ms_max": float(hi)} if lo else {})}
-            for s, a, b, lo, hi, r in SWEEP.findall(text)]
-    assert len(rows) >= 2 and rows[0]["shared_len"] == 0, text
-    _agree(lines, ex.sweep_predictions(rows))
+    _sweep_agrees(*_saved("sweep_predictions"))
+
+
+def test_fresh_sweep_printout_reads_back():
+    """The cell's printout as fresh code prints it (off ranges, four verdicts) re-derives the same verdicts."""
+    rows = sweep((7.14, 16.98, 56.61, 126.69), (6.82, 7.34, 8.04, 8.71),
+                 [(6.26, 8.03), (7.09, 7.57), (7.71, 9.29), (8.20, 11.89)])
+    for row, (lo, hi) in zip(rows, [(6.9, 7.6), (16.5, 17.9), (53.0, 65.5), (120.0, 131.0)]):
+        row["ttft_off_ms_min"], row["ttft_off_ms_max"] = lo, hi
+    text = ex.sweep_table(rows) + "\n" + verdicts(ex.sweep_predictions(rows))
+    lines = [x for x in text.splitlines() if x.startswith((HELD, MISSED, UNDECIDED))]
+    assert len(lines) == 4 and all(x.startswith(HELD) for x in lines), text
+    _sweep_agrees(text, lines)
+
+
+def test_a_disturbed_run_decides_no_timed_verdict():
+    """LoadWatch's planted load (disturbed) turns the lab's timed verdict lines into 判定できません, numbers kept;
+    the counted hit rate (課題2) and an undisturbed load leave them as they were."""
+    rows = sweep((7.14, 16.98, 56.61, 126.69), (6.82, 7.34, 8.04, 8.71))
+    calm, bad = {"disturbed": False, "warning": None}, {"disturbed": True, "warning": "⚠"}
+    plain = verdicts(ex.sweep_predictions(rows)).splitlines()
+    assert verdicts(ex.sweep_predictions(rows), calm, None).splitlines() == plain
+    crowded = verdicts(ex.sweep_predictions(rows), calm, bad).splitlines()
+    assert len(crowded) == len(plain) and all(x.startswith(UNDECIDED) for x in crowded)
+    assert "126.69" in crowded[0] and "14.55" in crowded[1]
+    exp = [(n - 1) / n * 256 / 272 for n in (2, 8, 32)]
+    t2 = task2(exp, exp, (6.8, 6.7, 6.9))
+    assert [p.held for p in ex.task2_predictions(t2, calm)] == [True, True]
+    hit, ttft = (p.verdict() for p in ex.task2_predictions(t2, calm, bad))
+    assert hit.startswith(HELD) and ttft.startswith(UNDECIDED) and "6.80 → 6.70 → 6.90 ms" in ttft
 
 
 TASK1 = re.compile(r"共有プロンプト長 (\d+): 再利用できるトークン（満杯のブロック）(\d+)、2件目以降が再利用したトークン "
