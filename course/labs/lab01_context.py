@@ -96,7 +96,7 @@ def measure_context(model="default", prompts=PROMPTS, output_len: int = 32, repe
     rows, warnings, loads = [], [], []
     for p in prompts:
         m = labkit.measure(local_backend(model, "cpu"), p, output_len, 1, repeats, threads=threads)
-        warnings += [w for w in m.get("warnings", []) if w not in warnings]
+        warnings += [w for ws in m.get("warnings", []) for w in ws.split("\n") if w not in warnings]
         loads.append(m["load"])
         rows.append({"prompt_len": p, "context": mids[p], **{k: m[k] for k in m if k.startswith(("ttft_ms", "tpot_ms"))},
                      "kv_bytes": kv_step_bytes(cfg, nbytes, mids[p], bs),
@@ -104,6 +104,7 @@ def measure_context(model="default", prompts=PROMPTS, output_len: int = 32, repe
                      "attn_ms": attn[mids[p]], "gpu_share": gpu_share(mids[p])})
     load = watch.finish()                               # the whole task, the attention's timing included
     warnings += [w for w in (load["warning"] or "").split("\n") if w and w not in warnings]
+    warnings = list(dict.fromkeys(warnings))
     return {"rows": rows, "output_len": output_len, "block_size": bs, "threads": threads, "load": load,
             "loads": [load, *loads], "warnings": warnings}
 

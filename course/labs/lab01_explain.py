@@ -106,7 +106,7 @@ def shape_reading(res: dict) -> str:
         lines.append(f"{r['label']}（{r['dtype']}）: {r['layers']} 層、{r['params'] / 1e6:.1f}M パラメータ、"
                      f"1ステップで読む {r['step_bytes'] / 1e6:.0f} MB → 帯域で読むだけなら {r['read_ms']:.1f} ms。"
                      f"TPOT {spread_text(r, 'tpot_ms', ' ms')} のうち残り {rest:.1f} ms（残り ÷ 層数 {rest / r['layers']:.2f} ms。"
-                     f"1ステップに1回だけの時間も層数で割って入っています）")
+                     f"1ステップに1回だけの時間も層数で割って入っています）" + _linear_words(r))
     by = {r["model"]: r for r in res["rows"]}
     if all(m in by for m in PAIR):
         per_layer, per_step = layer_fit(by[PAIR[0]], by[PAIR[1]])
@@ -117,6 +117,14 @@ def shape_reading(res: dict) -> str:
 
 
 PAIR = ("synthetic:llama-125m", "synthetic:smollm2-135m")
+
+
+def _linear_words(r: dict) -> str:
+    """The row's Linear layers timed alone, and TPOT without them per layer (the other per-layer work)."""
+    if "linear_ms" not in r:
+        return ""
+    return (f"。Linear 層だけを1行ずつ続けて呼ぶと {r['linear_ms']:.1f} ms（最小 {r['linear_ms_min']:.1f} ms）、"
+            f"TPOT からそれを引いて層数で割ると {(r['tpot_ms'] - r['linear_ms']) / r['layers']:.2f} ms")
 
 
 def layer_fit(x: dict, y: dict) -> tuple[float, float]:
@@ -132,8 +140,9 @@ def _pair(rows: list[dict], a: str, b: str) -> tuple[dict, dict]:
 
 
 def shape_predictions(rows: list[dict], a: str = PAIR[0], b: str = PAIR[1]) -> list[Prediction]:
-    """課題6: the shape with more layers (b) has the longer TPOT, and less than half of the gap is the
-    time to read its extra bytes at the measured bandwidth (the rest grows with the layers)."""
+    """課題6: the shape with more layers (b) has the longer TPOT, and less than half of the gap is its
+    Linear layers' time (timed alone on the CPU) or the time to read its extra bytes at the measured
+    bandwidth: the rest is the other per-layer work, which grows with the layers."""
     x, y = _pair(rows, a, b)
     gap, read_gap = y["tpot_ms"] - x["tpot_ms"], y["read_ms"] - x["read_ms"]
     rest_x, rest_y = ((r["tpot_ms"] - r["read_ms"]) / r["layers"] for r in (x, y))
@@ -149,13 +158,31 @@ def shape_predictions(rows: list[dict], a: str = PAIR[0], b: str = PAIR[1]) -> l
                f"{spread_text(y, 'tpot_ms', ' ms')}",
                width or ("このマシンでは層ごとの固定の時間が小さい（速い CPU、GPU）。"
                          "繰り返しを増やし、負荷の警告を確かめる"), RETRY),
-        decide(gap > 0 and read_gap < 0.5 * gap, side == 0,
-               "TPOT の差の半分以上は、読むバイト数の差ではなく、層の数とともに増える時間から来る",
-               f"TPOT の差 {gap:.1f} ms のうち、帯域で読む時間の差は {read_gap:.1f} ms",
-               ("このマシンでは帯域が狭く、重みを読む時間が TPOT の半分以上を占める（GPU で大きなモデルを"
-                "動かすときと同じ形）。TPOT の差はバイト数の差で決まります") if reads else
-               (width or "TPOT の差が小さく、揺れに埋もれている。" + BUSY), RETRY),
+        _gap_prediction(x, y, gap, read_gap, side, reads, width),
     ]
+
+
+def _gap_prediction(x: dict, y: dict, gap: float, read_gap: float, side: int, reads: bool, width: str) -> Prediction:
+    """課題6's second prediction. With the Linear layers timed alone (CPU): the gap is not the weights'
+    matmuls, so it lies in the other per-layer work; without them (GPU): only "not the bytes"."""
+    bytes_why = ("このマシンでは帯域が狭く、重みを読む時間が TPOT の半分以上を占める（GPU で大きなモデルを"
+                 "動かすときと同じ形）。TPOT の差はバイト数の差で決まります")
+    if "linear_ms" not in x or "linear_ms" not in y:
+        return decide(gap > 0 and read_gap < 0.5 * gap, side == 0,
+                      "TPOT の差の半分以上は、読むバイト数の差（帯域で読む時間の差）では説明できない",
+                      f"TPOT の差 {gap:.1f} ms のうち、帯域で読む時間の差は {read_gap:.1f} ms",
+                      bytes_why if reads else (width or "TPOT の差が小さく、揺れに埋もれている。" + BUSY), RETRY)
+    lin = (y["linear_ms"] - x["linear_ms"], y["linear_ms_min"] - x["linear_ms_min"])   # medians, minima
+    other = [(r["tpot_ms"] - r["linear_ms"]) / r["layers"] for r in (x, y)]
+    return decide(gap > 0 and max(*lin, read_gap) < 0.5 * gap, side == 0 or min(lin) < 0.5 * gap <= max(lin),
+                  "TPOT の差の半分以上は、重みとの行列積（Linear 層）の時間の差ではなく、それ以外の処理"
+                  "（層ごとの Attention・正規化・RoPE・演算の呼び出しと、1ステップに1回の処理）の差から来る",
+                  f"TPOT の差 {gap:.1f} ms のうち、Linear 層だけの時間の差は {lin[0]:.1f} ms（最小どうしで "
+                  f"{lin[1]:.1f} ms）、帯域で読む時間の差は {read_gap:.1f} ms。TPOT から Linear 層を引いて層数で"
+                  f"割ると {x['label']} {other[0]:.2f} ms、{y['label']} {other[1]:.2f} ms",
+                  bytes_why if reads else
+                  "このマシンでは Linear 層の時間が形によって大きく違う（層の幅や BF16 の計算のしかたで、行列と"
+                  "ベクトルの積の速さが変わる）。TPOT の差は層の数より重みの計算から来ている", RETRY)
 
 
 __all__ = ["BUSY", "LONGER", "PAIR", "SPIKE_SHARE", "decode_split_reading", "first_gap_reading", "first_gaps",

@@ -15,11 +15,18 @@ TPOT at batch 1 is taken apart into two terms, TPOT ~ (bytes read per step / ban
   grows with the number of layers.
 
 The two synthetic shapes have about the same number of parameters but 12 and 30 layers, so which term
-makes their TPOT gap is decided by the run, not assumed.
+makes their TPOT gap is decided by the run, not assumed. The read time alone cannot say so: BF16 matmuls on
+a CPU can run far below the bandwidth, and that time lands in "the rest" too (blind reading 2026-12-07d ch01
+#2: the narrower shape's rest per layer was the larger). So on the CPU every Linear layer of each shape is
+also timed alone, one row, back to back (``course.labkit.linear_rows.linear_ms``): when those passes take
+about the same time for both shapes, the TPOT gap lies in the other per-layer work (attention, norms, RoPE,
+the calls), which is the same code in every layer and so grows with the layers. Not separated here: a
+Linear layer inside the step can run slower than alone (the caches are shared with the rest of the step).
 """
 from __future__ import annotations
 
 from course import labkit
+from course.labkit import linear_rows
 from course.labkit.backends import local_backend
 from course.labkit.load import LoadWatch
 from course.runtime import apply_thread_policy, check_device, check_model, get_llm, is_quick
@@ -39,16 +46,19 @@ def bandwidth(device: str = "cpu", quick: bool | None = None) -> float:
     return max(bw["copy"], bw["sum"], roofline.measure_matvec_bandwidth(2048 if quick else 4096, device=device))
 
 
-def shape_row(model: str, measured: dict, bw: float, prompt_len: int, output_len: int) -> dict:
+def shape_row(model: str, measured: dict, bw: float, prompt_len: int, output_len: int,
+              linear: dict | None = None) -> dict:
     """One model's row: its shape, the bytes of a decode step at the middle of the output, the time to
-    read them at ``bw`` B/s, and the measured TPOT (median, min-max)."""
+    read them at ``bw`` B/s, the measured TPOT (median, min-max) and, on the CPU, ``linear_ms`` /
+    ``linear_ms_min``: every Linear layer called once on one row, back to back (``linear_rows.linear_ms``)."""
     llm = get_llm(model, measured["device"])
     cfg, nbytes = llm.model_config, llm.dtype.itemsize
     cost = roofline.step_cost(cfg, nbytes, decode_contexts=[prompt_len + output_len // 2])
     return {"model": model, "label": LABELS.get(model, model), "layers": cfg.num_layers,
             "params": num_parameters(cfg), "dtype": str(llm.dtype).replace("torch.", ""),
             "step_bytes": cost["bytes"], "read_ms": cost["bytes"] / bw * 1e3,
-            **{k: measured[k] for k in ("tpot_ms", "tpot_ms_min", "tpot_ms_max") if k in measured}}
+            **{k: measured[k] for k in ("tpot_ms", "tpot_ms_min", "tpot_ms_max") if k in measured},
+            **({"linear_ms": linear["median"], "linear_ms_min": linear["min"]} if linear else {})}
 
 
 def measure_shapes(models=SHAPES, prompt_len: int = 64, output_len: int = 32, repeats: int | None = None,
@@ -65,11 +75,14 @@ def measure_shapes(models=SHAPES, prompt_len: int = 64, output_len: int = 32, re
     for model in models:
         m = labkit.measure(local_backend(check_model(model), device), prompt_len, output_len, 1,
                            (1 if is_quick() else 3) if repeats is None else repeats, threads=threads)
-        rows.append(shape_row(model, m, bw, prompt_len, output_len))
-        warnings += [w for w in m.get("warnings", []) if w not in warnings]
+        linear = (linear_rows.linear_ms(get_llm(check_model(model), device), rows=(1,))[1]
+                  if device == "cpu" else None)        # the weights' matmuls alone: do they differ between shapes?
+        rows.append(shape_row(model, m, bw, prompt_len, output_len, linear))
+        warnings += [w for ws in m.get("warnings", []) for w in ws.split("\n") if w not in warnings]
         loads.append(m["load"])
     load = watch.finish()                               # the whole task, the bandwidth's measurement included
     warnings += [w for w in (load["warning"] or "").split("\n") if w and w not in warnings]
+    warnings = list(dict.fromkeys(warnings))
     return {"rows": rows, "bandwidth": bw, "threads": threads, "device": device, "warnings": warnings,
             "load": load, "loads": [load, *loads]}
 

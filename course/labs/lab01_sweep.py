@@ -171,7 +171,7 @@ def sweep_predictions(sweep: dict | list[dict], prompt_len: int | None = None) -
                   "1ステップの固定の時間に比べて計算が重い（大きなモデル、スレッドが少ない）。"
                   "モデルを既定に戻し、負荷の警告を確かめる", RETRY),
            decide(not falls, bool(falls) and not real_fall,
-                  "同時リクエスト数を増やすたびに TPOT は少しずつ長くなる（1割を超えて短くなる点がない）",
+                  "同時リクエスト数を増やしても、途中で TPOT が1割を超えて短くなる点はない（伸びたかどうかは判定しない）",
                   "TPOT " + " → ".join(spread_text(r, "tpot_ms", " ms") for r in rows),
                   "同時リクエスト数の少ない点を測ったときに、ほかのプログラムが CPU を使っていた"
                   "（→ 負荷の警告を確かめ、繰り返しを増やして測り直す）", RETRY),

@@ -89,6 +89,23 @@ def test_shape_predictions_turn_with_a_planted_number():
     assert "1層あたり 0.51 ms、層の数によらない1ステップの時間 -0.93 ms" in text
 
 
+def test_shape_gap_is_tested_against_the_linear_layers_timed_alone():
+    """Blind reading 2026-12-07d ch01 #2: "more than half of the gap comes with the layers" must be tested,
+    not only "not the bytes". With the Linear layers timed alone, a gap they explain is missed; one they do
+    not explain holds; a Linear gap whose median and minimum straddle half the TPOT gap is undecided."""
+    def lin(row, median, low):
+        return dict(row, linear_ms=median, linear_ms_min=low)
+    x, y = shape("synthetic:llama-125m", 12, 17.4, 7.5), shape("synthetic:smollm2-135m", 30, 54.7, 10.2)
+    held = ex.shape_predictions([lin(x, 10.0, 9.5), lin(y, 12.0, 11.0)])[1]
+    assert held.held is True and "Linear 層だけの時間の差は 2.0 ms（最小どうしで 1.5 ms）" in held.verdict()
+    assert "llama-125m の形 0.62 ms、SmolLM2-135M の形 1.42 ms" in held.verdict()
+    missed = ex.shape_predictions([lin(x, 10.0, 9.5), lin(y, 40.0, 38.0)])[1]
+    assert missed.held is False and "Linear 層の時間が形によって大きく違う" in missed.verdict()
+    assert ex.shape_predictions([lin(x, 10.0, 9.5), lin(y, 30.0, 26.0)])[1].held is None   # 20.0 / 16.5 vs 18.65
+    bytes_only = ex.shape_predictions([x, y])[1]                           # no Linear timing (GPU): bytes only
+    assert bytes_only.held is True and "読むバイト数の差（帯域で読む時間の差）では説明できない" in bytes_only.text
+
+
 def test_layer_fit_separates_a_per_step_time():
     # 12 x 0.44 + 2.1 and 30 x 0.44 + 2.1: the fit gets both back (rest ÷ layers would say 0.62 and 0.51)
     x, y = shape("synthetic:llama-125m", 12, 7.38 + 5.0, 5.0), shape("synthetic:smollm2-135m", 30, 15.3 + 5.0, 5.0)
@@ -108,14 +125,16 @@ def agree(text, derived):
         assert verdict_state(s) is p.held and p.text in s, (s, p)
 
 
-SHAPE = re.compile(r"^(.+?)（\w+）: (\d+) 層、.*帯域で読むだけなら ([\d.]+) ms。TPOT ([\d.]+) ms(?:（([\d.]+)〜([\d.]+)）)?", re.M)
+SHAPE = re.compile(r"^(.+?)（\w+）: (\d+) 層、.*帯域で読むだけなら ([\d.]+) ms。TPOT ([\d.]+) ms(?:（([\d.]+)〜([\d.]+)）)?"
+                   r"(?:.*Linear 層だけを1行ずつ続けて呼ぶと ([\d.]+) ms（最小 ([\d.]+) ms）)?", re.M)
 
 
 def test_lab1_saved_shape_verdicts_agree_with_the_saved_rows():
     text = saved_text("shape_predictions")
     by_label = {v: k for k, v in LABELS.items()}
-    rows = [shape(by_label[label], int(n), float(tpot), float(read), lo, hi)
-            for label, n, read, tpot, lo, hi in SHAPE.findall(text)]
+    rows = [dict(shape(by_label[label], int(n), float(tpot), float(read), lo, hi),
+                 **({"linear_ms": float(lin), "linear_ms_min": float(lin_min)} if lin else {}))
+            for label, n, read, tpot, lo, hi, lin, lin_min in SHAPE.findall(text)]
     assert len(rows) == 3, text
     agree(text, ex.shape_predictions(rows))
 
