@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+from course.labkit.predictions import DISTURBED
 from course.labkit.spread import UNDECIDED, verdict_state
 from course.labs import lab08, lab08_breakeven as be
 from minimal_engine import calculators as calc
@@ -89,6 +90,9 @@ def test_saved_break_even_lines_agree_with_their_numbers():
     """Re-derives the saved k = 2 notes and k = 4 verdicts from their printed numbers (empty until the re-save)."""
     text = _saved()
     for line in text.splitlines():
+        if DISTURBED in line:                   # a crowded run decides nothing (LoadWatch)
+            assert line.startswith(UNDECIDED), line
+            continue
         if not NUM.search(line) or min(abs(x) for x in (_from(line)["alpha"] - _from(line)["be_lo"],
                                                        _from(line)["alpha"] - _from(line)["be_hi"])) < 0.0015:
             continue

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from course.labkit.predictions import HELD, MISSED
+from course.labkit.predictions import DISTURBED, HELD, MISSED
 from course.labkit.spread import UNDECIDED, verdict_state
 from course.labs import lab08_explain as ex
 from minimal_engine.calculators import spec_tokens_per_step
@@ -93,6 +93,9 @@ SPEED = re.compile(r"速度比 ([\d.]+) → ([\d.]+)")
 
 def test_lab8_saved_verdicts_agree_with_its_saved_numbers():
     text = saved_stream("concurrency_predictions")
+    if DISTURBED in text:                       # a crowded run: every verdict 判定できません (LoadWatch)
+        assert all(x.startswith(UNDECIDED) for x in text.splitlines() if DISTURBED in x)
+        return
     saved = [line for line in text.splitlines() if line.startswith((HELD, MISSED))]
     assert len(saved) == 3, text                # the fit, the speedup, the weight pass
     steps = [(int(c), float(t)) for c, t in STEPS.findall(saved[0].split("。固定")[0])]
@@ -208,6 +211,8 @@ PAIR = re.compile(r"([\d.]+) / ([\d.]+)")
 def test_lab8_saved_formula_verdict_agrees_with_its_saved_numbers():
     text = saved_stream("formula_prediction")
     line = next(x for x in text.splitlines() if x.startswith((HELD, MISSED, UNDECIDED)))
+    if DISTURBED in line:                       # a crowded run decides nothing (LoadWatch)
+        return
     measured = line.split("測定：")[1]
     pairs = [(float(p), float(m)) for p, m in PAIR.findall(measured)]
     spans = [((float(a), float(b)), (float(c), float(d))) for a, b, c, d in

@@ -171,6 +171,8 @@ def test_saved_extrapolation_verdict_follows_the_saved_numbers():
                   r"当てはめ直し ([\d.]+)、スレッド数 (\d+)、TPOT の繰り返しの幅（中央値に対する最大 − 最小）"
                   r"同時 \d+ で (\d+)%・同時 (\d+) で (\d+)%", text)
     verdict = re.search(r"\[外挿の見立て\][^\n]*", text)
+    if verdict and "判定できません：計測のあいだに" in verdict[0]:    # a crowded run decides nothing (LoadWatch)
+        return
     if "[外挿の材料]" in text and "繰り返しの幅（中央値に対する" not in text:
         pytest.fail("lab 10 saved before [外挿の材料] printed the repeats' spread: re-execute the lab")
     assert m and verdict, "the lab's saved outputs lack the extrapolation facts and verdict"
@@ -243,6 +245,8 @@ def test_saved_slope_verdict_follows_the_saved_numbers():
                   r"seq_overhead_us の項 ([+-][\d.]+) ms[^\n]*", text)
     c = re.search(r"同時 約 ([\d.]+) から上は演算で決まります", text)
     verdict = re.search(r"\[傾きを決めたもの\][^\n]*", text)
+    if verdict and "判定できません：計測のあいだに" in verdict[0]:    # a crowded run decides nothing (LoadWatch)
+        return
     assert m and c and verdict, "the lab's saved outputs lack the TPOT slope split"
     if "繰り返しの幅（中央値に対する" not in text:           # saved with the same cell run as [外挿の材料]
         pytest.fail("lab 10 saved before slope_verdict applied the 50 ± 10 band to one fit step's shares: re-execute the lab")

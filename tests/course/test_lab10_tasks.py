@@ -172,6 +172,9 @@ def test_lab_saved_task1_verdicts_agree_with_the_numbers_printed_in_them():
     text = _saved_stream("labs/10_pareto_tco_lab.ipynb", "task1_predictions")
     lines = [ln for ln in text.splitlines() if ln.startswith((HELD, MISSED, UNDECIDED))]
     assert len(lines) == 3, text
+    if any("計測のあいだにほかのプログラム" in x for x in lines):     # a crowded run: all 判定できません (LoadWatch)
+        assert all(x.startswith(UNDECIDED) for x in lines), lines
+        return
     if "繰り返しの範囲" not in lines[2]:
         pytest.fail("lab 10 saved before task 1's third verdict was decided against the repeats' ranges: re-execute the lab")
     rows = [{"measured": (0.0, float(m)), "spans": ((float(a0), float(a1)), (float(b0), float(b1))),
