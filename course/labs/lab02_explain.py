@@ -264,7 +264,7 @@ def task4_note(f: dict) -> str:
 def task5_predictions(f: dict) -> list[Prediction]:
     out = []
     for g, x in f["gpus"].items():
-        out.append(Prediction(f"{g} では、どのステップの予測時間（ルーフラインの下限。固定の時間は入らない）も 1 ms 未満"
+        out.append(Prediction(f"{g} では、どのステップの予測時間（帯域とピークからの予測。固定の時間は入らない）も 1 ms 未満"
                               f"（マイクロ秒の単位）で、Decode バッチ "
                               f"{x['batch']} は帯域律速のまま", x["max_ms"] < 1 and x["bound"] == "memory",
                               f"いちばん長い点 {x['max_ms']:.4f} ms、Decode バッチ {x['batch']} は{_bound_ja(x['bound'])}",
