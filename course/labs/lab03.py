@@ -18,8 +18,9 @@ Three layers, as in lab 1 (tests call the first two; the notebook stays thin):
 
 What a run shows, and the tasks' predictions decided by their runs: ``course.labs.lab03_explain``.
 
-The lab kit supplies the thread policy and the load check (``course.labkit``), medians and min-max of repeats
-(``labkit.aggregate``), and its spaced HTML tables. ``COURSE_QUICK=1`` shrinks the default run.
+The lab kit supplies the thread policy, the load check before and over the run (``labkit.load.LoadWatch``: a
+disturbed run's predictions print 判定できません), medians and min-max of repeats (``labkit.aggregate``), and
+its spaced HTML tables. ``COURSE_QUICK=1`` shrinks the default run.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import time
 from course import labkit
 from course.labkit.charts import figure
 from course.labkit.history import to_csv
-from course.labkit.load import check_load
+from course.labkit.load import LoadWatch
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.demos.no_cache import generate_no_cache, next_token_logits
@@ -122,7 +123,7 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
                        d["output_len"] if output_len is None else output_len, device)
     repeats = check_repeats(default_repeats() if repeats is None else repeats)
     threads = apply_thread_policy(threads)
-    load = check_load(threads) if load_check else None
+    watch = LoadWatch(threads) if load_check else None       # the check before, and the load over the run
     llm = get_llm(s["model"], s["device"])
     p, n = s["prompt_len"], s["output_len"]
     prompt = random_prompts(llm, p, 1, seed)[0]
@@ -147,7 +148,7 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
            "positions": [p + i for i in range(1, n)], "tokens_equal": equal, "first_difference": first_diff,
            "tokens": cached[-1]["tokens"], "kv_bytes_per_token": _kv_per_token(llm),
            "pool_bytes": llm.engine.runner.kv_cache_bytes,
-           "tokens_processed": {"cached": p + n - 1, "no_cache": processed}, "load": load,
+           "tokens_processed": {"cached": p + n - 1, "no_cache": processed},
            "weight_bytes": sum(t.numel() * t.element_size() for t in llm.model.parameters()),
            "kv_shape": _kv_shape(llm)}
     for name, runs in (("cached", cached), ("no_cache", nocache)):
@@ -166,7 +167,8 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
     res["held_blocks"] = _held_blocks(llm, prompt, res["positions"])             # measured: blocks the engine holds
     res["held_bytes"] = [b * res["block_size"] * res["slot_bytes"] for b in res["held_blocks"]]
     res["no_cache_one_ms"] = _one_position_ms(llm, prompt[:1])      # a no-cache step of 1 position (all weights read)
-    warnings = [load["warning"]] if load and load["warning"] else []
+    res["load"] = load = watch.finish() if watch else None          # after the last timed step: disturbed or not
+    warnings = load["warning"].splitlines() if load and load["warning"] else []   # before, and over the run
     if not equal:
         warnings.append(f"キャッシュあり・なしで {first_diff + 1} トークン目から出力が違いました（2つの経路は別のカーネルで"
                         f"計算するので {res['dtype']} の丸めの差があり、1位と2位が僅差のステップで入れ替わることがあります。"
@@ -177,17 +179,13 @@ def run_kv_lab(model="default", prompt_len=None, output_len=None, device="cpu", 
 
 # ---------------------------------------------------------------- readouts
 def _ms(res: dict, key: str, i: int) -> str:
-    v = f"{res[key][i]:.2f}"
-    if res["repeats"] > 1:
-        v += f"（{res[key + '_min'][i]:.2f}〜{res[key + '_max'][i]:.2f}）"
-    return v
+    lo, hi = res[key + "_min"][i], res[key + "_max"][i]
+    return f"{res[key][i]:.2f}" + (f"（{lo:.2f}〜{hi:.2f}）" if res["repeats"] > 1 else "")
 
 
 def _total(res: dict, name: str) -> str:
-    v = f"{res[name + '_total_s']:.2f} s"
-    if res["repeats"] > 1:
-        v += f"（{res[name + '_total_s_min']:.2f}〜{res[name + '_total_s_max']:.2f}）"
-    return v
+    lo, hi = res[name + "_total_s_min"], res[name + "_total_s_max"]
+    return f"{res[name + '_total_s']:.2f} s" + (f"（{lo:.2f}〜{hi:.2f}）" if res["repeats"] > 1 else "")
 
 
 def readout_rows(res: dict) -> list[tuple[str, str, str]]:
@@ -261,8 +259,8 @@ def history_csv(history: list[dict], learner: str = "") -> str:
 
 # ---------------------------------------------------------------- plots
 def plot_steps(res: dict):
-    """Left: time of each decode step against its position, with and without the cache (median, min-max
-    band). Right: bytes the engine holds (its blocks, measured) and K/V bytes written (formula). Returns a matplotlib Figure."""
+    """Left: each decode step's time against its position, with and without the cache (median, min-max band).
+    Right: bytes the engine holds (blocks, measured), K/V written (formula). A disturbed run's title says so."""
     fig, (ax1, ax2) = figure(11, 3.9, 1, 2, gridspec_kw={"width_ratios": [3, 2]})
     x = res["positions"]
     for name, label, color in (("no_cache", "キャッシュなし（毎回すべて計算し直す）", "tab:red"),
@@ -288,12 +286,14 @@ def plot_steps(res: dict):
     ax2.set_title(f"KV キャッシュの量（{res['dtype']}）", fontsize=10)
     ax2.grid(alpha=0.3)
     name = "既定モデル" if res["model"] == "default" else res["model"]
-    fig.suptitle(f"{name}・プロンプト {res['prompt_len']} + 出力 {res['output_len']} トークン・"
-                 f"{res['threads']} スレッド" + (f"・繰り返し {res['repeats']} 回の中央値" if res["repeats"] > 1 else ""),
-                 fontsize=11)
+    busy = "\n⚠ 計測のあいだにほかのプログラムが CPU を使っていました。この図の時間は乱れているかもしれません" \
+        if (res.get("load") or {}).get("disturbed") else ""
+    fig.suptitle(f"{name}・プロンプト {res['prompt_len']} + 出力 {res['output_len']} トークン・{res['threads']} スレッド"
+                 + (f"・繰り返し {res['repeats']} 回の中央値" if res["repeats"] > 1 else "") + busy,
+                 fontsize=11, color="firebrick" if busy else "black")
     return fig
 
 
 __all__ = ["HISTORY_FIELDS", "MODEL_CHOICES", "OUTPUT_LEN_RANGE", "PROMPT_LEN_RANGE", "add_run", "available_devices",
-           "check_settings", "default_repeats", "defaults", "format_readout", "history_csv",
-           "history_html", "plot_steps", "readout_html", "readout_rows", "run_kv_lab"]
+           "check_settings", "default_repeats", "defaults", "format_readout", "history_csv", "history_html",
+           "plot_steps", "readout_html", "readout_rows", "run_kv_lab"]
