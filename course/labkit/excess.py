@@ -159,9 +159,10 @@ def disagrees(with_ms: float, lo: float, hi: float) -> bool:
 
 def disagreement_ja(with_ms: float, lo: float, hi: float) -> str:
     """Why no breakdown is printed: the same step, timed twice in one run, disagreed; both numbers and both causes."""
-    return (f"内訳：示しません。内訳のために測った線形層ありのステップ {with_ms:.2f} ms が、同じ実行で表のために測った"
-            f"同じステップ（バッチ 1、{lo:.2f}〜{hi:.2f} ms）と大きく違います。同じ実行の中で食い違うのは、"
-            "そのあいだにほかのプログラムが CPU を使ったか、長い Prefill のあとでマシンの状態（キャッシュやクロック）が"
+    other = f"{lo:.2f} ms" if lo == hi else f"{lo:.2f}〜{hi:.2f} ms"
+    return (f"内訳：示しません。内訳のために測った線形層ありのステップ {with_ms:.2f} ms が、同じ実行で別に測った"
+            f"同じステップ（バッチ 1、{other}）と大きく違います。同じ実行の中で食い違うのは、"
+            "そのあいだにほかのプログラムが CPU を使ったか、マシンの状態（キャッシュの中身や CPU のクロック）が"
             "変わったかです。この実行ではどちらかを分けられません。静かなマシンで測り直してください")
 
 
