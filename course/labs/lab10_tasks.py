@@ -3,6 +3,7 @@
     task1_predictions(short, long)         # 課題1: prompt 64 vs 256 (measured runs), checked
     context_growth(short, long)            # 課題1: TPOT growth, measured vs the short run's constants
     prompt_extrapolation_line(short, long) # the prompt-64 constants predicting the prompt-256 run (外挿)
+    paired_growth_lines(paired_growth(short, long, growth))   # both prompt lengths alternating: drift vs context
     task2_predictions(loose, strict)       # 課題2: TPOT 50 ms vs 20 ms cheapest tables (予測), checked
     task3_predictions(chat, summary)       # 課題3: 1k/1k vs 8k/1k cheapest tables (予測), checked
     task3_lines(best)                      # top rows and the limit (memory / SLO) that stopped each
@@ -11,6 +12,7 @@ tests/course/test_lab10_explain.py plants contradicting numbers and re-derives t
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from course.labkit.predictions import Prediction
@@ -25,6 +27,7 @@ TASK3_SLO = (2000, 50)                              # 課題3: TTFT ≤ 2 s, TPO
 TASK3_WORKLOADS = ((1024, 1024), (8192, 1024))      # chat 1k/1k, then summaries 8k/1k
 SIM = "シミュレーターの予測"                         # what 課題2・3's numbers are (Prediction.basis)
 STEP_BUDGET = EngineConfig.max_num_batched_tokens   # tokens per engine step; the lab's engine keeps the default
+EDGE = 0.05                                         # ms: half the 0.1 ms the growths are printed to
 
 
 def limit_reason(row: dict, slo=TASK3_SLO, model="llama-3.3-70b") -> str:
@@ -136,6 +139,55 @@ def task1_predictions(short: dict, long: dict, growth: list[dict] | None = None)
     ]
 
 
+def paired_growth(short: dict, long: dict, growth: list[dict], repeats: int = 3, measure=None) -> list[dict]:
+    """The measurement that separates the two candidates for task 1's growth (final reading 2026-12-07d ch10 #1):
+    the two runs are minutes apart, so their TPOT difference holds the context's cost plus any change of the machine
+    between them. Here the two prompt lengths alternate (short, long, short, ...) at the smallest and the largest
+    concurrency whose prefill does not spill, ``repeats`` pairs each; a pair's difference cancels a slow period that
+    hits both. ``measure``: ``course.labkit.measure.measure`` (tests plant one)."""
+    if measure is None:
+        from course.labkit.backends import local_backend
+        from course.labkit.measure import measure as run
+        backend = local_backend("default", long.get("device", "cpu"))
+
+        def measure(prompt_len, c):
+            return run(backend, prompt_len, long["output_len"], c, 1, threads=long.get("threads"))
+    kept = [r for r in growth if not r["spills"]]
+    out = []
+    for r in sorted({kept[0]["concurrency"], kept[-1]["concurrency"]}) if kept else []:
+        g = next(x for x in kept if x["concurrency"] == r)
+        diffs, disturbed = [], False
+        for _ in range(repeats):
+            a, b = measure(short["prompt_len"], r), measure(long["prompt_len"], r)
+            diffs.append(b["tpot_ms"] - a["tpot_ms"])
+            disturbed |= any((m.get("load") or {}).get("disturbed") for m in (a, b))
+        out.append({"concurrency": r, "paired": sorted(diffs), "separate": g["measured"][1] - g["measured"][0],
+                    "predicted": g["predicted"][1] - g["predicted"][0], "disturbed": disturbed})
+    return out
+
+
+def paired_growth_lines(paired: list[dict]) -> list[str]:
+    """Per concurrency: the growth of the two separate runs, the alternating pairs' (median, min-max), the prediction,
+    and what the pairs decide (judged against their own min-max; 判定できません for a crowded pair)."""
+    out = []
+    for p in paired:
+        d = p["paired"]
+        lo, mid, hi = d[0], statistics.median(d), d[-1]
+        line = (f"[交互に測った伸び] 同時 {p['concurrency']}: 別々の2つの実行の TPOT の伸び {p['separate']:+.1f} ms、"
+                f"2つのプロンプト長を交互に {len(d)} 回ずつ測った伸び {mid:+.1f} ms（{lo:+.1f}〜{hi:+.1f}）、予測 {p['predicted']:+.1f} ms。")
+        if p["disturbed"]:
+            out.append(line + "判定できません：交互に測るあいだに、ほかのプログラムが CPU を使っていました。止めてから測り直してください。")
+            continue
+        line += ("別々の実行の伸びは交互に測った範囲の外です。その差は2つの実行のあいだのマシンの変化（ほかのプログラム、"
+                 "CPU のクロック）で、文脈の長さの分ではありません。" if not lo - EDGE <= p["separate"] <= hi + EDGE else
+                 "別々の実行の伸びは交互に測った範囲の中にあり、2つの実行のあいだの変化は見えません。")
+        line += ("交互に測っても予測より大きいので、文脈とともに増える処理（K と V のコピー、Attention、キャッシュに収まらなくなった KV を読む時間）が予測の伸びより大きいと言えます。"
+                 if lo > p["predicted"] + EDGE else "交互に測ると予測より小さくなりました。" if hi < p["predicted"] - EDGE else
+                 "交互に測った伸びと予測の差は、その揺れの範囲に入ります。")
+        out.append(line)
+    return out
+
+
 def prompt_extrapolation_line(short: dict, long: dict) -> str:
     """The short run's constants, unchanged, predicting the long run's measurements: a test outside
     the fitted conditions (外挿 to another prompt length), unlike the default fit's interpolation."""
@@ -196,5 +248,6 @@ def task3_lines(best: list[dict], top: int = 3, slo=TASK3_SLO, model="llama-3.3-
             f"止めた理由: {limit_reason(r, slo, model=model)}" for i, r in enumerate(best[:top], 1)]
 
 
-__all__ = ["STEP_BUDGET", "TASK3_SLO", "TASK3_WORKLOADS", "context_growth", "growth_side", "limit_reason",
+__all__ = ["STEP_BUDGET", "TASK3_SLO", "TASK3_WORKLOADS", "context_growth", "growth_side", "limit_reason", "paired_growth",
+           "paired_growth_lines",
            "prompt_extrapolation_line", "spill_line", "task1_predictions", "task2_predictions", "task3_lines", "task3_predictions"]

@@ -202,3 +202,22 @@ def test_task1_verdicts_of_a_disturbed_run_print_undecided_with_their_numbers():
     assert verdicts(preds, {"disturbed": False}, {"disturbed": False}) == "\n".join(p.verdict() for p in preds)
     lines = verdicts(preds, {"disturbed": False}, {"disturbed": True}).splitlines()
     assert all(x.startswith(UNDECIDED) for x in lines) and "同時 1 195.0 → 160.0" in lines[1]
+
+
+def test_paired_growth_separates_drift_between_the_runs_from_the_context():
+    """Final reading 2026-12-07d ch10 #1: the two runs' growth at c = 1 (+2.0 ms) against the prompt lengths
+    alternating (+0.3 ms): the rest is the machine changing between the runs; c = 4 grows beyond the prediction."""
+    g = _growth(((6.7, 8.7), (7.0, 7.9), (6.3, 9.0)), ((6.7, 6.8), (6.8, 7.1), (7.1, 7.7)))
+    tpot = {(64, 1): [6.5, 6.6, 6.4], (256, 1): [6.8, 6.9, 6.8], (64, 4): [6.3, 6.2, 6.4], (256, 4): [8.9, 8.8, 9.1]}
+    calls = []
+
+    def measure(prompt_len, c):
+        calls.append((prompt_len, c))
+        return {"tpot_ms": tpot[(prompt_len, c)][sum(1 for x in calls if x == (prompt_len, c)) - 1]}
+    paired = tk.paired_growth({"prompt_len": 64}, {"prompt_len": 256}, g, measure=measure)
+    assert calls[:2] == [(64, 1), (256, 1)] and [p["concurrency"] for p in paired] == [1, 4]   # alternating
+    one, four = tk.paired_growth_lines(paired)
+    assert "別々の2つの実行の TPOT の伸び +2.0 ms" in one and "範囲の外" in one and "マシンの変化" in one
+    assert "予測より大きい" in one and "予測より大きい" in four and "範囲の中" in four
+    paired[0]["disturbed"] = True
+    assert "判定できません" in tk.paired_growth_lines(paired)[0]
