@@ -195,6 +195,33 @@ def sweep_predictions(sweep: dict | list[dict], prompt_len: int | None = None) -
     return out
 
 
+def lesson_sweep_predictions(rows: list[dict]) -> list[Prediction]:
+    """Lesson 1 section 7's sweep (rows with median and min-max per concurrency), read as predictions so that
+    a run that contradicts the prose says so (blind reading 2026-12-07d ch01 #1): output tok/s never falls
+    beyond the repeats' ranges; from the first to the last point it rises and tok/s/user falls; TPOT never
+    gets shorter by more than FALL beyond the ranges. A fall within the ranges is 判定できません."""
+    first, last = rows[0], rows[-1]
+    tok = [(a, b) for a, b in zip(rows, rows[1:]) if b["tok_s"] < a["tok_s"]]
+    tpot = [(a, b) for a, b in zip(rows, rows[1:]) if b["tpot_ms"] < (1 - FALL) * a["tpot_ms"]]
+    up, down = order(first, last, "tok_s"), order(first, last, "tok_s_per_user")
+    why = ("①その点を測ったときに、ほかのプログラムが CPU を使っていた（上の ⚠ を確かめ、もう一度実行する）"
+           "②このマシンでは、行列積の速さが行数（同時リクエスト数）によって前後する（第5章のラボで確かめます）。"
+           "この実行では①と②を分けていません")
+    span = lambda key, unit, fmt: " → ".join(spread_text(r, key, unit, fmt) for r in rows)   # noqa: E731
+    return [
+        decide(not tok, bool(tok) and not any(order(a, b, "tok_s") < 0 for a, b in tok),
+               "同時リクエスト数を増やしても、出力 tok/s は下がらない",
+               "出力 tok/s " + span("tok_s", "", "{:.0f}"), why, RETRY),
+        decide(up > 0 and down < 0, up == 0 or down == 0,
+               f"同時リクエスト数 {first['concurrency']} → {last['concurrency']} で、出力 tok/s は増え、tok/s/user は下がる",
+               f"出力 tok/s {spread_text(first, 'tok_s', '', '{:.0f}')} → {spread_text(last, 'tok_s', '', '{:.0f}')}、"
+               f"tok/s/user {spread_text(first, 'tok_s_per_user')} → {spread_text(last, 'tok_s_per_user')}", why, RETRY),
+        decide(not tpot, bool(tpot) and not any(order(a, b, "tpot_ms") < 0 for a, b in tpot),
+               "同時リクエスト数を増やしても、途中で TPOT が1割を超えて短くなる点はない",
+               "TPOT " + span("tpot_ms", " ms", "{:.1f}"), why, RETRY),
+    ]
+
+
 def plateau_predictions(longer: dict, prompt_len: int, shorter: dict | None = None,
                         shorter_prompt: int | None = None, output_len: int = 32) -> list[Prediction]:
     """課題5 on the longer-prompt sweep: (1) its last doubling gains less than PLATEAU x output tok/s, beyond
@@ -238,4 +265,4 @@ def plateau_predictions(longer: dict, prompt_len: int, shorter: dict | None = No
 
 
 __all__ = ["BUSY", "FALL", "PLATEAU", "PREFILL_MOST", "SHARED_GONE", "STEP_BUDGET", "TPOT_SHARE", "burst_times",
-           "last_doubling", "phases", "plateau_predictions", "prefill_steps", "sweep_predictions", "sweep_reading"]
+           "last_doubling", "lesson_sweep_predictions", "phases", "plateau_predictions", "prefill_steps", "sweep_predictions", "sweep_reading"]

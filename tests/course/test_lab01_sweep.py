@@ -193,3 +193,31 @@ def test_a_disturbed_run_prints_every_verdict_of_the_sweep_as_undecided_with_its
         assert len(crowded) == len(preds) and all(spread.verdict_state(x) is None for x in crowded)
         for line, p in zip(crowded, preds):
             assert p.measured in line and p.text in line and "ほかのプログラム" in line
+
+
+def lrow(c, tpot, tok, user, tpot_r=(), tok_r=(), user_r=()):
+    r = row(c, 10.0 * c, tpot, tok)
+    r["tok_s_per_user"] = user
+    for key, rng in (("tpot_ms", tpot_r), ("tok_s", tok_r), ("tok_s_per_user", user_r)):
+        if rng:
+            r[f"{key}_min"], r[f"{key}_max"] = rng
+    return r
+
+
+def test_lesson_sweep_verdicts_say_when_the_run_contradicts_the_prose():
+    """Blind reading 2026-12-07d ch01 #1: lesson 1's saved sweep fell from c=1 to c=2 while the prose said the
+    points move up; the lesson now prints its prose as verdicts decided against the ranges."""
+    good = [lrow(1, 7.0, 130.0, 140.0), lrow(2, 7.5, 250.0, 133.0), lrow(4, 9.0, 420.0, 111.0)]
+    assert [p.held for p in sw.lesson_sweep_predictions(good)] == [True, True, True]
+    saved = [lrow(1, 7.2, 133.5, 139.3, (6.9, 8.0), (123, 146), (125, 145)),      # the 62995ee save's first points
+             lrow(2, 17.4, 112.9, 57.4, (5.0, 19.0), (79, 245), (52, 200)), lrow(4, 12.6, 272.3, 79.5, (11, 14), (236, 338), (71, 91))]
+    tok, ends, tpot = sw.lesson_sweep_predictions(saved)
+    assert tok.held is None and "134（123〜146） → 113（79〜245）" in tok.verdict()   # within the ranges
+    assert ends.held is True and tpot.held is None
+    fell = [lrow(1, 7.0, 130.0, 140.0, tok_r=(125, 135)), lrow(2, 4.0, 90.0, 250.0, (3.8, 4.2), (85, 95)),
+            lrow(4, 9.0, 420.0, 111.0)]
+    tok, _, tpot = sw.lesson_sweep_predictions(fell)
+    assert tok.held is False and tpot.held is False and "行列積の速さが行数" in tok.verdict()
+    nb = json.loads((ROOT / "lessons/01_inference_basics.ipynb").read_text(encoding="utf-8"))
+    cell = next("".join(c["source"]) for c in nb["cells"] if "lesson_sweep_predictions" in "".join(c["source"]))
+    assert 'for load in r["loads"]' in cell                                     # the runs' loads reach verdicts
