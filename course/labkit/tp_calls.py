@@ -68,9 +68,16 @@ TAIL_MOSTLY = 2.0      # rank 0's mean at least this many times its median: over
 PING_TAIL = 3.0        # the idle ping's p90 over its median above this: even idle processes waited for a core
 
 
-def tail_line(s: dict, floor_us: float | None = None, floor_p90_us: float | None = None) -> str:
+STEAL_SEEN = 0.05      # the hypervisor's steal over the ping, in cores, from which it stays a candidate
+
+
+def tail_line(s: dict, floor_us: float | None = None, floor_p90_us: float | None = None,
+              floor_steal: float | None = None) -> str:
     """Rank 0's long calls (``call_stats``: mean against median, calls over ``TAIL_X`` times the median) and,
-    when the idle ping's own p90 is ``PING_TAIL`` times its median or more, that even idle processes waited."""
+    when the idle ping's own p90 is ``PING_TAIL`` times its median or more, that even idle processes waited:
+    for a core (OS scheduling) or for the hypervisor (steal), which the ping's times cannot separate; the
+    steal that LoadWatch read over the ping (``floor_steal``, cores) is printed as the measurement that
+    bears on it (blind reading 2026-12-07d ch07 #5)."""
     if "rank0_mean_us" not in s:
         return ""
     med = s["inside_median_us"][0]
@@ -80,13 +87,20 @@ def tail_line(s: dict, floor_us: float | None = None, floor_p90_us: float | None
             f"{100 * s['rank0_tail_share']:.0f}% を占めます。")
     if floor_us and floor_p90_us and floor_p90_us >= PING_TAIL * floor_us:
         text += (f"\n何もしない2プロセスの all-reduce でも、p90 {floor_p90_us:.0f} µs は中央値の "
-                 f"{floor_p90_us / floor_us:.1f} 倍です。計算をしないプロセスがこれほど待つのは、コアが空くのを"
-                 "待つとき（OS のスケジューリング）です。")
+                 f"{floor_p90_us / floor_us:.1f} 倍です。計算をしないプロセスがこれほど待つ原因の候補は2つです。"
+                 "コアが空くのを待つこと（OS のスケジューリング）と、ハイパーバイザーがこの仮想マシンから CPU を"
+                 "取り上げること（steal）です。")
+        if floor_steal is not None:
+            text += (f"これを測るあいだの steal は平均 約 {floor_steal:.2f} コアでした。"
+                     + ("steal も候補に残ります。" if floor_steal >= STEAL_SEEN else
+                        "steal は平均ではほとんどなかったので、OS のスケジューリングのほうが有力な候補です。"))
+        else:
+            text += "この計測では、この2つを分けられません。"
     return text
 
 
 def calls_reading(s: dict, floor_us: float | None, label: str = "Decode", undecided: str = "",
-                  floor_p90_us: float | None = None) -> str:
+                  floor_p90_us: float | None = None, floor_steal: float | None = None) -> str:
     """What the per-rank figures show (printed from ``call_stats``), and the verdict they support. ``undecided``:
     the line to print instead of that verdict when the run was busy (lab07_explain.undecidable fired: other programs
     may have taken the cores, and the bare call was timed at another moment), so no mechanism is named.
@@ -98,11 +112,15 @@ def calls_reading(s: dict, floor_us: float | None, label: str = "Decode", undeci
             f"{s['last_inside_median_us']:.0f} µs。\n"
             f"ランク 0 の all-reduce の中の時間の合計のうち、相手が来るまで待った分は {100 * s['rank0_wait_share']:.0f}%、"
             f"全員がそろってからの受け渡しが {100 * (1 - s['rank0_wait_share']):.0f}% です。")
-    text += tail_line(s, floor_us, floor_p90_us)
+    text += tail_line(s, floor_us, floor_p90_us, floor_steal)
     if floor_us:
         x = s["last_inside_median_us"] / floor_us
         text += (f"\nそろってからの受け渡し（最後に来たランクの中の時間）は中央値 {s['last_inside_median_us']:.0f} µs で、"
-                 f"何もしない2プロセスの all-reduce の中央値 {floor_us:.0f} µs の {x:.1f} 倍です。")
+                 f"何もしない2プロセスの all-reduce（同じく最後に来たランクの中の時間）の中央値 {floor_us:.0f} µs の "
+                 f"{x:.1f} 倍です。")
+        if x < 1:
+            text += ("この実行では、何もしない2プロセスのほうが長くかかったので、下限としては読めません。"
+                     "何もしない2プロセスは TP の実行とは別の時刻に測ったので、その時刻の負荷で長くなることがあります。")
     if undecided:
         return text + "\n→ " + undecided
     if s["rank0_wait_share"] > WAIT_MOSTLY:
@@ -112,8 +130,8 @@ def calls_reading(s: dict, floor_us: float | None, label: str = "Decode", undeci
         text += (f"\n→ 相手を待つ時間では説明できません。平均が中央値の {TAIL_MOSTLY:.0f} 倍以上なので、ランク 0 の all-reduce の時間の"
                  "半分以上は、中央値より長くかかった回の、中央値を超えた分です。")
         if floor_us and floor_p90_us and floor_p90_us >= PING_TAIL * floor_us:
-            text += ("何もしない2プロセスにも同じような長い回があるので、その主な原因は、プロセスがコアに"
-                     "割り当てられるまでの遅れ（OS のスケジューリング）と見られます。1回の受け渡しそのものは、中央値で読んでください。")
+            text += ("何もしない2プロセスにも同じような長い回があるので、その主な原因は、プロセスが CPU を待つ時間"
+                     "（上の行の2つの候補）と見られます。1回の受け渡しそのものは、中央値で読んでください。")
         else:
             text += "この計測では、長くかかった原因を分けられません。"
     else:

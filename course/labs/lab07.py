@@ -11,6 +11,7 @@ medians over ``repeats`` of a prefill step and a decode step, TP=N's communicati
 step), and every rank's record of each all-reduce (``res["calls"]``, course.labkit.tp_calls). Threads: TP=N's processes get
 max(1, threads // N) each (the engine's rule); TP=1 gets N x that up to the usable cores, and is also timed with one
 rank's threads (``tp1_own_*``); ``res["threads_per_config"]`` records them, and the load check counts them all.
+``res["load"]``: LoadWatch over the timed steps; ``verdicts(preds, res["load"])`` reads 判定できません when disturbed.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import time
 import torch
 
 from course.labkit.history import to_csv
-from course.labkit.load import check_load, usable_cpus
+from course.labkit.load import LoadWatch, usable_cpus
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.labkit.tp_calls import best_speedup, call_stats, configs, lm_head_share, pair_calls, rank0_share
@@ -103,7 +104,8 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
     n = check_int(d["tp"] if tp is None else tp, "tp", "TP の大きさ（並列度）", *TP_RANGE)
     device, repeats = check_device(device), check_repeats(default_repeats() if repeats is None else repeats)
     threads = apply_thread_policy(threads)
-    load = check_load(n * max(1, threads // n)) if load_check else None   # every thread of the run (engine's rule)
+    # every thread of the run (engine's rule); the watch also reads the load over the whole run (workers are its own)
+    watch = LoadWatch(n * max(1, threads // n)) if load_check else None
     tp_model = _engine(n, device, threads).model        # features/tensor_parallel/model.py
     per_rank = tp_model.per_rank             # torch threads of each rank: max(1, threads // n)
     tp1_threads = max(per_rank, min(n * per_rank, usable_cpus()))   # same total, never more than the cores
@@ -126,6 +128,7 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
             finally:
                 torch.set_num_threads(threads)
             samples[k].append((pre["ms"], pre["comm_ms"], dec["median_step_ms"], dec.get("comm_ms", 0.0)))
+    load = watch.finish() if watch else None   # after the last timed step: a disturbed run decides nothing
     greedy = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     tokens = {k: [o.token_ids for o in _engine(k, device, threads).generate(CHECK_PROMPTS, greedy, use_tqdm=False)]
               for k in samples}

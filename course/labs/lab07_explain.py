@@ -4,19 +4,19 @@ Each sentence that states a measured or predicted figure is printed from the dat
 the notebook), and each prediction of the lab is decided by the run (``labkit.predictions``)::
 
     f = facts(res)                   # the numbers the verdicts are decided on (parsed back)
-    print(facts_line(f)); print(verdicts(tp_predictions(f)))
+    print(facts_line(f)); print(verdicts(tp_predictions(f), res["load"], lab07_ping.floor_load(floor)))
     print(ratio_reading(res))        # TP=N's non-communication time / TP=1's step, against the range
                                      # rank 0's work predicts (TP=1 timed on rank 0's threads)
     print(comm_reading(res, floor))  # every rank's record of the all-reduces, beside the bare gloo call
-    b = batch_facts(history); print(batch_reading(history)); print(batch_prediction(b).verdict())
-    print(tp_dp_reading(rows))       # the simulator's TPOT and tok/s/GPU quoted by the lab
+    b = batch_facts(history); print(batch_reading(history)); print(verdicts([batch_prediction(b)], *loads))
 
 The compute ratio: TP=N's non-communication time over TP=1's step. Rank 0 computes its matmul share
 (``rank0_share``: 3 of 5 heads at TP=2, its MLP slice, the replicated lm_head) plus TP=1's fixed per-layer time
 on one rank's threads, so the ratio's expected range runs from that share to all of TP=1's time on the same
 threads (``tp1_own_*``, measured). Above it: not the split of work (candidates named, not separated).
-Load: a fired load check, or TP=1 with its threads over 10% slower than with one rank's (``undecidable``),
-turns the timing verdicts and readings into 「判定できない（負荷）」. The GPU contrast is in ``lab07_gpu``.
+Load: a load warning (before or during the run), or TP=1 with its threads over 10% slower than with one rank's
+(``undecidable``), turns timing verdicts and readings into 「判定できない（負荷）」; the notebooks also pass the runs'
+``load`` to ``verdicts`` (判定できません on a disturbed run). The GPU contrast is in ``lab07_gpu``.
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ class Undecided(Prediction):
     def verdict(self) -> str:
         tail = self.otherwise if self.otherwise.endswith("。") else f"{self.otherwise}。"
         return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{tail}"
+
 
 BUSY = "ほかのプログラムが CPU を使っている（負荷の警告を確かめ、繰り返しを増やして測り直す）"
 
@@ -81,7 +82,7 @@ def undecidable(f: dict) -> str:
     TP=1 with all its threads was slower than with one rank's threads (its threads waited on each other)."""
     why = []
     if f.get("load_warned"):
-        why.append("計測の直前に負荷の警告が出ました")
+        why.append("計測の前か計測のあいだに、上の ⚠ の負荷の警告が出ました")
     if f["tp1_decode_ms"] > SLOW_TP1 * f["tp1_own_decode_ms"]:
         why.append(f"TP=1 が自分の 1 ランク分のスレッドのとき（{f['tp1_own_decode_ms']:.1f} ms）より遅くなりました"
                    f"（{f['tp1_decode_ms']:.1f} ms。スレッドがコアを待っている）")
@@ -192,22 +193,22 @@ def ratio_reading(res: dict) -> str:
 
 
 def comm_reading(res: dict, floor: dict | None = None) -> str:
-    """The time per all-reduce call, then what every rank recorded of those calls (``res["calls"]``,
-    ``course.labkit.tp_calls.calls_reading``) beside the bare all-reduce between idle processes (``floor``:
-    ``lab07_ping.bare_allreduce_us`` for the same byte sizes), median against median. On a busy run
-    (``undecidable``) the per-rank lines print 「判定できない（負荷）」 instead of a mechanism."""
+    """Per-call time, every rank's record (``tp_calls``) beside the idle ping (``floor``); busy: no mechanism."""
     f, calls = facts(res), res["allreduces_per_step"]
     dec_b, pre_b = res["decode_allreduce_bytes"] // calls, res["prefill_allreduce_bytes"] // calls
-    text = (f"1ステップの通信 ÷ all-reduce の回数: Decode {1000 * f['decode_call_ms']:.0f} µs（{dec_b:,} B）、"
-            f"Prefill {1000 * f['prefill_call_ms']:.0f} µs（{pre_b:,} B）（1回あたりの平均で、入力の送信と時間のかかった回を含みます。"
-            "1回ごとの中央値は下の行）。")
+    text = (f"1ステップの通信 ÷ all-reduce の回数: Decode {1000 * f['decode_call_ms']:.0f} µs（{dec_b:,} B）、Prefill "
+            f"{1000 * f['prefill_call_ms']:.0f} µs（{pre_b:,} B）（1回あたりの平均で、入力の送信と時間のかかった回を含みます。1回ごとの中央値は下の行）。")
     floor = floor or {}
     if floor:
-        text += ("\n何もしない2プロセスの all-reduce（計算なし、" f"{next(iter(floor.values()))['calls']} 回）: " + "、".join(
-            f"{b:,} B で中央値 {floor[b]['median_us']:.0f} µs（p90 {floor[b]['p90_us']:.0f} µs）" for b in sorted(floor)) + "。")
+        text += ("\n何もしない2プロセスの all-reduce（計算なし、" f"{next(iter(floor.values()))['calls']} 回。最後に来たランクの"
+                 "中の時間）: " + "、".join(f"{b:,} B で中央値 {floor[b]['median_us']:.0f} µs（p90 {floor[b]['p90_us']:.0f} µs）"
+                                           for b in sorted(floor)) + "。")
     else:
         text += "\n何もしない2プロセスの all-reduce（lab07_ping.bare_allreduce_us）を測ると、そろってからの受け渡しと比べられます。"
-    why = undecidable(f)
+    ping_load = (next(iter(floor.values())).get("load") if floor else None) or {}     # lab07_ping.floor_load
+    steal = (ping_load.get("during") or {}).get("steal_cores")
+    why = "。また、".join(w for w in (undecidable(f), "何もしない2プロセスの all-reduce を測るあいだに、ほかのプログラムが "
+                                   "CPU を使っていました" if ping_load.get("disturbed") else "") if w)
     busy = (f"{UNDECIDED}：{why}。ほかのプログラムがコアを使っていたかもしれず、何もしない2プロセスの all-reduce も"
             "別の時刻に測ったので、この記録からは all-reduce の時間の原因を判定できません（ほかのプログラムを止めて"
             "測り直してください）。") if why else ""
@@ -215,7 +216,7 @@ def comm_reading(res: dict, floor: dict | None = None) -> str:
         s = res.get("calls", {}).get(kind.lower())
         if s and s["calls"]:
             text += "\n" + calls_reading(s, floor.get(size, {}).get("median_us"), kind, busy,
-                                          floor.get(size, {}).get("p90_us"))
+                                          floor.get(size, {}).get("p90_us"), steal)
     return text
 
 
@@ -295,6 +296,5 @@ def tp_dp_reading(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["UNDECIDED", "Undecided", "WAIT_MOSTLY", "batch_facts", "batch_prediction", "batch_reading", "comm_reading", "facts",
-           "facts_line", "parse_facts_line", "undecidable",
-           "ratio_reading", "tp_dp_reading", "tp_predictions"]
+__all__ = ["UNDECIDED", "Undecided", "WAIT_MOSTLY", "batch_facts", "batch_prediction", "batch_reading", "comm_reading",
+           "facts", "facts_line", "parse_facts_line", "undecidable", "ratio_reading", "tp_dp_reading", "tp_predictions"]

@@ -27,7 +27,7 @@ def gpu_comm_shares(model: str = "llama-3.3-70b", gpu: str = "H100", tp: int = 8
 
 def gpu_share_line(model: str, gpu: str, tp: int, shares: dict) -> str:
     bound = {"memory": "メモリ帯域律速", "compute": "演算律速"}
-    return (f"{model} / {gpu} / TP={tp}（予測、コンテキスト 1024、BF16、all-reduce の定数は A100 で当てはめた値）の Decode の通信の割合: " + "、".join(
+    return (f"{model} / {gpu} / TP={tp}（予測、コンテキスト 1024、BF16、all-reduce の定数は hybrid cube mesh の A100 で当てはめた値）の Decode の通信の割合: " + "、".join(
         f"バッチ {b} で {100 * v['share']:.0f}%（1ステップ {v['step_ms']:.1f} ms、{bound[v['bound']]}）"
         for b, v in shares.items()))
 

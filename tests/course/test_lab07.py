@@ -106,3 +106,7 @@ def test_bare_all_reduce_is_timed():
     out = lab07_ping.bare_allreduce_us((1_280, 40_960), calls=20, warmup=2)
     assert set(out) == {1_280, 40_960}
     assert all(0 < v["median_us"] <= v["p90_us"] and v["calls"] == 20 for v in out.values())
+    # blind reading 2026-12-07d ch07 #1: the last-arrived rank's time inside (the exchange's statistic), which
+    # leaves out waiting for the peer, so it is at most rank 0's whole time in most calls
+    assert all(v["rank0_median_us"] > 0 and v["load"]["during"] is not None for v in out.values())
+    assert lab07_ping.floor_load(out) is out[1_280]["load"] and lab07_ping.floor_load(None) is None
