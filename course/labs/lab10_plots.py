@@ -53,7 +53,7 @@ def plot_frontiers(res: dict | None, dc: dict, title: str = "tok/s/GPU と tok/s
     ax.set_ylabel("出力 tok/s / GPU")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)   # outside: it hid this machine's points
     return fig
 
 
