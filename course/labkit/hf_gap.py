@@ -28,9 +28,9 @@ from __future__ import annotations
 from course.labkit.spread import ratio_span
 
 PLAIN = "plain"          # minimal_engine.model.cpu_linears.PLAIN: F.linear, what transformers' Linear runs
-OVERHEAD = ("モデルの外の処理（`generate` の Python のループ・logits processor と停止条件・KV キャッシュの連結・"
+OVERHEAD = ("モデルの外の処理（generate の Python のループ・logits processor と停止条件・KV キャッシュの連結・"
             "時刻を記録するストリーマー、エンジンのスケジューラーとブロック表）")
-PER_REQUEST = ("件数とともに増える処理（`generate` が毎ステップ全行の K・V をコピーする KV キャッシュの連結、"
+PER_REQUEST = ("件数とともに増える処理（generate が毎ステップ全行の K・V をコピーする KV キャッシュの連結、"
                "エンジンの1件ごとの出力の更新と停止の判定、CPU の Decode で1件ごとに K・V を集める処理）")
 # The finished-rows share is an estimate (from the engine's own per-request slope), so a smallest ratio that
 # passes the finished-rows bound by less than EDGE is within its error: 判定できません (blind reading 8 ch05 #2).
@@ -64,7 +64,7 @@ def single_run_cause(concurrency: int, kernels: dict | None) -> str:
         return (f"同時リクエスト数 1 なので、差は{OVERHEAD}と、1行の行列積のカーネル（{kernel_words(kernels, 'one_row')}）"
                 "の差です")
     return (f"同時リクエスト数 {concurrency} のこの実行には、{OVERHEAD}の差と、行の多い行列積のカーネルの差"
-            f"（{kernel_words(kernels)}）と、`generate` が終わった行も組の最も長い出力まで計算する分が重なっていて、"
+            f"（{kernel_words(kernels)}）と、generate が終わった行も組の最も長い出力まで計算する分が重なっていて、"
             "1回の実行では分けられません。ラボのスイープが、同時リクエスト数 1（モデルの外の処理と1行の積）と 2 以上の比を"
             "比べて、どの仕組みと合うかを表示します")
 
@@ -99,7 +99,7 @@ def gap_cause(points: dict[int, tuple[dict, dict]], kernels: dict | None,
         within = [c for c in up if c in f and over[c] <= 0]
         head = (f"同時リクエスト数 {names} では比が 1 の幅を超えて開きました。件数によらない処理なら1件のときにも"
                 f"同じ差が出るので、その処理ではありません。残る候補は、{PER_REQUEST}と、行の多い行列積のカーネルの差です。")
-        fin = "`generate` が終わった行も計算する分"
+        fin = "generate が終わった行も計算する分"
         est = ("（見積もり " + "、".join(f"{c} で {100 * f[c]:.0f} %" for c in up if c in f) + "。取りうる最小の比と、"
                "その分を足した 1 の上端: " + "、".join(f"{c} で {multi[c][1]:.2f} と {bound[c]:.2f}" for c in up if c in f)
                + "）") if any(c in f for c in up) else ""
@@ -115,17 +115,17 @@ def gap_cause(points: dict[int, tuple[dict, dict]], kernels: dict | None,
                 f"{fin}{est}を考えると、{note}カーネルの差とは言い切れません（{kernel_words(kernels)}）。")
         return "other", text + (
             f"同時リクエスト数 {names} では比が 1 の幅を超えて開きましたが、エンジンも行の多い積に F.linear を使っているので、"
-            f"行列積のカーネルの差ではありません。{PER_REQUEST}の差か、`generate` が終わった行も計算する分か、"
+            f"行列積のカーネルの差ではありません。{PER_REQUEST}の差か、generate が終わった行も計算する分か、"
             "計測の途中の負荷の変化です。")
     if down and not up:
         return "shrinks", text + (
             f"同時リクエスト数 {names} では比が 1 の幅より小さくなりました。行の多い積では transformers の F.linear が"
             f"このマシンで速いか（{kernel_words(kernels)}）、計測の途中の負荷の変化です。")
     if up and down:
-        return "none", text + "2 以上の比は 1 の幅の上にも下にも出ていて、件数との関係は読めません（負荷の警告を確かめ、測り直す）。"
+        return "none", text + "2 以上の比は 1 の幅の上にも下にも出ていて、件数との関係は読めません。負荷の警告を確かめ、測り直してください。"
     if at1:
         return "overhead", text + "2 以上の比も 1 の幅の中なので、差は件数によらない処理（と1行の積）で説明できます。"
-    return "none", text + ("2 以上の比も 1 の幅の中で、この実行の数値はどの仕組みも指しません（繰り返しを増やして測り直す）。")
+    return "none", text + ("2 以上の比も 1 の幅の中で、この実行の数値はどの仕組みも指しません。繰り返しを増やして測り直してください。")
 
 
 def gap_reading(points: dict[int, tuple[dict, dict]], kernels: dict | None, finished: dict[int, float] | None = None) -> str:

@@ -76,18 +76,18 @@ def step_fall_reason(runs: dict[int, dict]) -> str:
     caveat = "直線の当てはめと終わった行の見積もりは、1ステップの時間が件数とともに伸びると仮定しているので、目安です"
     if kt is None:
         return ("件数の多いステップが少ないステップより速く測れました。1ステップの計算は件数とともに減りませんが、時間は "
-                "Linear のカーネルが行数によって速さを変えることでも、混み具合でも下がります（負荷の警告を確かめ、"
-                f"course.labkit.linear_rows.linear_ms でカーネルを行数ごとに測る）。{caveat}")
+                "Linear のカーネルが行数によって速さを変えることでも、混み具合でも下がります。負荷の警告を確かめ、"
+                f"course.labkit.linear_rows.linear_ms でカーネルを行数ごとに測ってください。{caveat}")
     down = falls(kt)
     if down:
         pairs = "、".join(f"{b} 行が {a} 行より速い" for a, b in down)
         return (f"同じ実行で測ったエンジンの Linear のカーネル自体が、行の多いほうで速く測れました（{pairs}。"
                 f"{table_words(kt)}）。1ステップの計算は件数とともに減りませんが、時間はカーネルが行数をどう扱うかで"
-                "変わります。静的の TPOT が下がったのは、このカーネルの形か混み具合です（負荷の警告を確かめる）。"
+                "変わります。静的の TPOT が下がったのは、このカーネルの形か混み具合です。負荷の警告を確かめてください。"
                 f"{caveat}")
     return ("件数の多いステップが少ないステップより速く測れましたが、同じ実行で測ったエンジンの Linear のカーネルは、"
-            f"行が多いほうで速くなってはいません（{table_words(kt)}）。計測が混み具合に左右されています（負荷の警告を"
-            f"確かめ、ほかのカーネルを止めて測り直す）。{caveat}")
+            f"行が多いほうで速くなってはいません（{table_words(kt)}）。計測が混み具合に左右されています。負荷の警告を"
+            f"確かめ、ほかのカーネルを止めて測り直してください。{caveat}")
 
 
 __all__ = ["ROUNDS", "ROWS", "falls", "linear_layers", "linear_ms", "merged", "pass_ms", "step_fall_reason",

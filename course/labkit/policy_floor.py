@@ -1,39 +1,57 @@
-"""Concurrency 1 as the noise floor of continuous ÷ static (chapter 5 lab sweep; blind reading 8 ch05 #3).
+"""Concurrency 1 as the noise floor of continuous ÷ static (chapter 5 lab sweep; blind readings 8 #3, 2026-12-07d #1).
 
-At concurrency 1 the two engine policies admit and run the same requests in the same order with the same tokens,
-so their tok/s ratio there is the run's noise (or a bias between the two measurements), not the method. The
-ratios at 2 or more are read against it: one that is no farther from 1 than FLOOR_FACTOR times concurrency 1's
-distance is not called the method's effect, even when its repeats' ranges are apart.
+At concurrency 1 the two engine policies admit and run the same requests in the same order with the same tokens.
+Their median ratio there only checks that the two measurements have no bias; the run's noise is the range that
+ratio takes over the repeats (``ratio_span``: static's min/max against continuous's max/min). A ratio at 2 or
+more is called the method's effect only when it is farther from 1 than every ratio concurrency 1's repeats allow.
+With one repeat there is no range, and the single ratio stands in for it (said so in the printed line).
 """
 from __future__ import annotations
 
 from course.labkit.spread import ratio_span
 
-FLOOR_FACTOR = 2     # a course heuristic: twice the null's distance from 1, not a statistical test
+
+def one_span(rows: list[dict]) -> tuple[float, float] | None:
+    """Concurrency 1's continuous ÷ static ratio range over the repeats (its median twice without the policies'
+    ranges); None without concurrency 1."""
+    one = next((x for x in rows if x["concurrency"] == 1), None)
+    if one is None:
+        return None
+    if "s" in one and "c" in one:
+        return ratio_span(one["s"], one["c"], "tok_s")
+    return one["ratio"], one["ratio"]
+
+
+def floor(rows: list[dict]) -> float | None:
+    """How far from 1 concurrency 1's repeats put the ratio (the larger side); None without concurrency 1."""
+    sp = one_span(rows)
+    return None if sp is None else max(abs(sp[0] - 1), abs(sp[1] - 1))
 
 
 def stands_out(rows: list[dict], r: dict) -> bool:
-    """Whether row r's ratio is farther from 1 than FLOOR_FACTOR times concurrency 1's (True without a 1)."""
-    one = next((x for x in rows if x["concurrency"] == 1), None)
-    return one is None or abs(r["ratio"] - 1) > FLOOR_FACTOR * abs(one["ratio"] - 1)
+    """Whether row r's ratio is farther from 1 than any ratio concurrency 1's repeats allow (True without a 1)."""
+    f = floor(rows)
+    return f is None or abs(r["ratio"] - 1) > f
 
 
 def floor_line(rows: list[dict]) -> str:
-    """One line from sweep_rows (keys concurrency, ratio): concurrency 1's ratio as the floor and which ratios
-    at >= 2 stand out of it; '' without concurrency 1 or a ratio at >= 2."""
+    """One line from sweep_rows (keys concurrency, ratio; c and s, the policies, for the range): concurrency 1's
+    ratio range as the floor and which ratios at >= 2 stand out of it; '' without concurrency 1 or a ratio at >= 2."""
     one = next((r for r in rows if r["concurrency"] == 1), None)
     more = [r for r in rows if r["concurrency"] >= 2]
     if one is None or not more:
         return ""
-    d1 = abs(one["ratio"] - 1)
-    head = (f"同時リクエスト数 1 では2つの方式が同じ順に同じ仕事をするので、そこでの連続 ÷ 静的 {one['ratio']:.2f} 倍は"
-            f"方式の差ではなく、この実行の揺れの大きさです。")
+    lo, hi = one_span(rows)
+    rng = (f"比は繰り返しの組み合わせで {lo:.2f}〜{hi:.2f} 倍の幅があり、この幅がこの実行の揺れの大きさです。" if lo != hi else
+           "繰り返しが1回なので幅がありません。この比の 1 からの離れを揺れの目安にします。")
+    head = (f"同時リクエスト数 1 では2つの方式が同じ順に同じ仕事をします。そこでの連続 ÷ 静的 {one['ratio']:.2f} 倍は、"
+            f"2つの計測に偏りがないかの確かめです。{rng}")
     near = [r for r in more if not stands_out(rows, r)]
     if not near:
-        return head + f"2 以上の比は、どれも 1 からこの揺れの {FLOOR_FACTOR} 倍より離れています。"
+        return head + "2 以上の比は、どれも 1 からこの揺れより離れています。"
     names = "・".join(f"{r['concurrency']} の {r['ratio']:.2f} 倍" for r in near)
-    return head + (f"同時リクエスト数 {names}は、1 からの離れ方がこの揺れの {FLOOR_FACTOR} 倍以内です。"
-                   "幅が重ならなくても、方式の差とは言い切れません（測り直して、1 の比が 1 に近づくかを確かめます）。")
+    return head + (f"同時リクエスト数 {names}は、1 からの離れ方がこの揺れの中です。"
+                   "幅が重ならなくても、方式の差とは言い切れません。繰り返しを増やして測り直してください。")
 
 
 def dilution_line(rows: list[dict], runs: dict[int, dict]) -> str:
@@ -60,4 +78,4 @@ def dilution_line(rows: list[dict], runs: dict[int, dict]) -> str:
     return head + "出力長とともに上がりました。この実行では、Prefill の割合が減る効果が、文脈とともに伸びる共通の仕事より大きく出ています。"
 
 
-__all__ = ["FLOOR_FACTOR", "dilution_line", "floor_line", "stands_out"]
+__all__ = ["dilution_line", "floor", "floor_line", "one_span", "stands_out"]

@@ -38,29 +38,10 @@ from __future__ import annotations
 
 from course.labkit import hf_gap, linear_rows
 from course.labkit.predictions import DISTURBED, UNDECIDED, Prediction
-from course.labkit.policy_floor import dilution_line, floor_line, stands_out
-from minimal_engine import calculators as calc
-
-TASK1_OUTPUT_LENS = (16, 64, 128)
-
-
-def idle_share(lens: list[int], group: int) -> float:
-    """The static policy's idle share over all its groups of ``group`` (the lesson's §2 formula)."""
-    return calc.static_batches_idle_share(lens, group)
-
-
-def step_counts(lens: list[int], slots: int) -> tuple[int, int]:
-    """Steps (static, continuous) for requests of ``lens`` output tokens through ``slots`` slots, one token per
-    request and step (the lesson's cell 3 model): static runs each group to its longest member; continuous
-    refills a freed slot the next step, and its slots idle too once the queue is empty (the drain)."""
-    static = sum(max(lens[i:i + slots]) for i in range(0, len(lens), slots))
-    queue, running, steps = list(lens), [], 0
-    while queue or running:
-        running += [queue.pop(0) for _ in range(min(slots - len(running), len(queue)))]
-        running = [n - 1 for n in running if n > 1]
-        steps += 1
-    return static, steps
-
+from course.labkit.policy_floor import floor_line, stands_out
+from course.labkit.spread import RETRY, decide, order, ratio_span
+from course.labkit.batching_tasks import (TASK1_OUTPUT_LENS, idle_share, step_counts, task1_predictions, task1_rows,
+                                     task1_table, task2_predictions)
 
 def _apart(a: dict, b: dict) -> bool | None:
     """True when the repeats' tok/s ranges do not overlap; None with a single repeat (no range)."""
@@ -88,30 +69,45 @@ def run_rows(res: dict) -> dict:
     return row
 
 
+def _above_steps(r: dict) -> str:
+    """A measured ratio at or above the step ratio (ch05 final #4): within the ratios the repeats allow, or beyond
+    them, where two mechanisms remain that this run does not separate."""
+    lo, hi = ratio_span(r["s"], r["c"], "tok_s")
+    if lo < r["step_ratio"]:
+        return (f"測定がステップ数の比以上ですが、繰り返しの組み合わせで比は {lo:.2f}〜{hi:.2f} 倍を取りうるので、"
+                "ステップ数の比はばらつきの中です。")
+    return (f"繰り返しの組み合わせで比は {lo:.2f}〜{hi:.2f} 倍で、下の端もステップ数の比を超えています。1ステップの時間が"
+            "一定というモデルを超える分で、候補は2つあり、この実行では分けられません。1つは、静的の小さくなった組の"
+            "ステップが遅いことです（Linear のカーネルが行数によって速さを変える。ラボのスイープで行数ごとに測ります）。"
+            "もう1つは、計測の途中で負荷が変わったことです（静的の tok/s の幅と負荷の警告を確かめてください）。")
+
+
 def _gap_sentence(r: dict) -> str:
     head = (f"連続 ÷ 静的の出力 tok/s {r['ratio']:.2f} 倍（{_range_words(r['apart'])}）。静的バッチの Decode の空き枠は"
             f"（全部の組で）{100 * r['idle_share']:.0f} % で、空いた枠がすべて時間の損なら {r['bound']:.2f} 倍です。"
             "ただし待ちがなくなると連続バッチングの枠も空くので、1ステップの時間が一定なら、この流れの出力長では"
             f"静的 {r['steps_static']}・連続 {r['steps_cont']} ステップで、{r['step_ratio']:.2f} 倍が上限です。")
     if r["apart"] is False or (r["ratio"] <= 1 and not r["apart"]):
-        return head + "この実行では、方式の差が計測のばらつきより大きいとは言えません（繰り返しを増やして測り直す）。"
+        return head + "この実行では、方式の差が計測のばらつきより大きいとは言えません。繰り返しを増やして測り直してください。"
     if r["ratio"] <= 1:
         return head + ("静的のほうが速く、幅も重なりません。方式の差とは逆向きなので、計測の途中で負荷が変わったか、"
-                       "Prefill が実行時間の多くを占めています（負荷の警告を確かめ、繰り返しや出力長を増やして測り直す）。")
+                       "Prefill が実行時間の多くを占めています。負荷の警告を確かめ、繰り返しや出力長を増やして測り直してください。")
     if r["ratio"] >= r["step_ratio"]:
-        return head + "測定がステップ数の比以上なのは計測のばらつきです（負荷の警告を確かめ、繰り返しを増やす）。"
+        return head + _above_steps(r)
     return head + ("測定がそれより小さいのは、1トークンあたりの計算（件数に比例する部分）と Prefill が両方の方式に同じだけあり、"
                    "差を薄めるためです（ステップごとの固定の時間は、ステップの多い静的のほうが多く払います。これが空き枠の損です）。")
 
 
 def _hf_sentence(r: dict, kernels: dict | None) -> str:
     q = r["hf_ratio"]
-    who = "エンジンの静的バッチングのほうが速い" if q > 1 else "transformers のほうが速い"
     if r["hf_apart"] is False:
-        who += "（ただし繰り返しの幅が重なる）"
-    return (f"静的（エンジン）÷ transformers の出力 tok/s {q:.2f} 倍：同時リクエスト数 {r['concurrency']} のこの実行では"
-            f"{who}です。方式ではなく実装の差で、{hf_gap.single_run_cause(r['concurrency'], kernels)}"
-            "（プロンプトは長さがそろっているので、パディングはどの同時リクエスト数でも入りません）。方式のコストは連続 ÷ 静的で読みます。")
+        who = "繰り返しの幅が重なるので、どちらが速いとは言えません。"
+    else:
+        who = (f"同時リクエスト数 {r['concurrency']} のこの実行では、"
+               + ("エンジンの静的バッチングのほうが速い" if q > 1 else "transformers のほうが速い") + "です。")
+    return (f"静的（エンジン）÷ transformers の出力 tok/s は {q:.2f} 倍です。{who}これは方式ではなく実装の差です。"
+            f"{hf_gap.single_run_cause(r['concurrency'], kernels)}。プロンプトは長さがそろっているので、パディングは"
+            "どの同時リクエスト数でも入りません。方式のコストは連続 ÷ 静的で読みます。")
 
 
 def _tpot_sentence(r: dict) -> str:
@@ -125,11 +121,13 @@ def _tpot_sentence(r: dict) -> str:
             f"ステップの {100 * c['prefill_step_share']:.0f} % に新しいリクエストの Prefill も入っていました"
             f"（静的 {100 * s['prefill_step_share']:.0f} %）。")
     if apart and s["tpot_ms"] < c["tpot_ms"]:
-        return head + ("静的の tok/s/user が高いのは、主にこの重いステップのためです（組が小さくなってステップが速くなる効果は、"
-                       "1ステップの時間が件数とともに伸びる分だけです。ラボのスイープの静的の TPOT で確かめる）。")
+        return head + ("静的の tok/s/user が高い理由の候補は3つあり、この実行では分けられません。1つはこの重いステップです。"
+                       "2つ目は、静的の組が小さくなってステップが速くなる効果です（1ステップの時間が件数とともに伸びる分だけ"
+                       "効きます。ラボのスイープの静的の TPOT の当てはめで1件あたりの時間を見ます）。3つ目は、連続では文脈の"
+                       "長さの違う行が混ざることです。CPU の Decode は文脈の長さで行を分けて計算するので、分かれる分だけ重くなりえます。")
     if apart:
-        return head + ("この実行では連続の TPOT のほうが短く、方式の差とは逆向きです。計測の途中で負荷が変わった可能性があります"
-                       "（負荷の警告を確かめ、繰り返しを増やして測り直す）。")
+        return head + ("この実行では連続の TPOT のほうが短く、方式の差とは逆向きです。計測の途中で負荷が変わった可能性があります。"
+                       "負荷の警告を確かめ、繰り返しを増やして測り直してください。")
     return head + "この実行では、tok/s/user の差が計測のばらつきより大きいとは言えません。"
 
 
@@ -171,7 +169,8 @@ def sweep_table(runs: dict[int, dict]) -> str:
                 f"ステップ数の比 {r['step_ratio']:.2f} 倍、空き枠 {100 * r['idle_share']:.0f} % からの {r['bound']:.2f} 倍）")
         if "hf_ratio" in r:
             faster = "エンジン" if r["hf_ratio"] > 1 else " transformers"   # a space only before Latin
-            line += f"、静的 ÷ transformers {r['hf_ratio']:.2f} 倍（速いのは{faster}）"
+            line += (f"、静的 ÷ transformers {r['hf_ratio']:.2f} 倍（" + ("繰り返しの幅が重なり、どちらとも言えない）"
+                     if r["hf_apart"] is False else f"速いのは{faster}）"))
         out.append(line + f"、静的の TPOT 中央値 {r['tpot_static']:.1f} ms、グッドプット1件の刻み 連続 "
                    f"{r['goodput_step_cont']:.2f}・静的 {r['goodput_step']:.2f} 件/s")
     points = {c: (res["policies"]["static"], res["policies"]["hf_static"]) for c, res in runs.items()
@@ -198,102 +197,66 @@ def _finished_share(r: dict, runs: dict[int, dict], slope: float) -> float:
     return extra / (r["tpot_static"] + extra) if r["tpot_static"] + extra > 0 else 0.0
 
 
+def _gap_state(rows: list[dict], r: dict) -> bool | None:
+    """Prediction 1 at one concurrency: True held, False missed beyond the noise, None within it (ranges overlap,
+    no farther from 1 than concurrency 1's range, or a step ratio inside the ratios the repeats allow)."""
+    lo, hi = ratio_span(r["s"], r["c"], "tok_s")
+    if (r["ratio"] <= 1 and r["apart"] is not False) or (r["ratio"] >= r["step_ratio"] and lo >= r["step_ratio"]):
+        return False
+    if r["apart"] is False or not stands_out(rows, r) or r["ratio"] >= r["step_ratio"]:
+        return None
+    return True
+
+
+def _step_state(rows: list[dict]) -> bool | None:
+    """Prediction 2's 'no step falls by more than 5 %': False for a fall beyond the TPOT repeats' ranges, None
+    for one within them, True without a fall."""
+    falls = [order(a["s"], b["s"], "tpot_ms", 0.95) for a, b in zip(rows, rows[1:])
+             if b["tpot_static"] < 0.95 * a["tpot_static"]]
+    return True if not falls else False if -1 in falls else None
+
+
 def sweep_predictions(runs: dict[int, dict]) -> list[Prediction]:
     """The sweep's predictions: (1) from 2 requests at a time, continuous beats static beyond the repeats' range
-    yet below the step-count ratio; (2) the step time grows, yet at the largest concurrency at least half of a
-    step is fixed time (``_fit``: a / TPOT >= 0.5). A step time falling as the batch grows is read against the
-    engine's Linear kernels timed at 1-8 rows in the same runs (``course.labkit.linear_rows``): their own shape, or load."""
+    and concurrency 1's range, yet below the step-count ratio; (2) the step time never falls by more than 5 %
+    and grows, yet at static's mean batch of the largest concurrency at least half of a step is fixed time
+    (``_fit``: a / TPOT >= 0.5). Either prints 判定できません when decided within the repeats' ranges. A step time
+    falling as the batch grows is read against the engine's Linear kernels timed at 1-8 rows in the same runs
+    (``course.labkit.linear_rows``): their own shape, or load."""
     rows = sweep_rows(runs)
     multi = [r for r in rows if r["concurrency"] >= 2]
-    gaps = "、".join(f"{r['concurrency']}: {r['ratio']:.2f}（ステップ数の比 {r['step_ratio']:.2f}、{_range_words(r['apart'])}）"
-                    for r in multi)
+    gaps = "、".join(f"{r['concurrency']}: {r['ratio']:.2f}（繰り返しの組み合わせで {a:.2f}〜{b:.2f}、ステップ数の比 "
+                    f"{r['step_ratio']:.2f}）" for r in multi for a, b in [ratio_span(r["s"], r["c"], "tok_s")])
+    states = [_gap_state(rows, r) for r in multi]
     lo, hi = rows[0], rows[-1]
     slope, fixed, n_lo, n_hi = _fit(runs)
     share = fixed / hi["tpot_static"]
     growth = hi["tpot_static"] / lo["tpot_static"]
     tp = [r["tpot_static"] for r in rows]
-    rising = all(b >= 0.95 * a for a, b in zip(tp, tp[1:]))
-    if not rising or growth < 0.95:
+    step = _step_state(rows)
+    if step is not True or growth < 0.95:
         why = linear_rows.step_fall_reason(runs)         # the kernel's own row dependence, or load
     else:
         why = ("1スレッドで行列の計算が件数とともに伸びる CPU では、固定の時間の割合が小さくなります。"
                "COURSE_THREADS を変えて比べてください")
+    missed2 = step is False or growth < 0.95 or share < 0.5
     return [
-        Prediction("同時リクエスト数 2 以上で、連続 ÷ 静的の出力 tok/s の比は 1 より大きく（繰り返しの幅の外で、同時リクエスト数 1 の揺れの2倍より外）、"
-                   "ステップ数の比（1ステップの時間が一定なら開く比）より小さい",
-                   bool(multi) and all(1 < r["ratio"] < r["step_ratio"] and r["apart"] is not False and stands_out(rows, r) for r in multi),
-                   f"同時リクエスト数ごとの比 {gaps}",
-                   "比が 1 に近いか幅が重なるなら、Prefill と1トークンあたりの計算が実行時間の多くを占めて差が薄まっているか、"
-                   "ほかのプログラムの負荷で計測がぶれています（警告と、表の下の同時リクエスト数 1 の比を確かめ、繰り返しや出力長を増やして測り直す）。"
-                   "ステップ数の比を超えたなら計測のばらつきです"),
-        Prediction(f"同時リクエスト数を {lo['concurrency']} → {hi['concurrency']} にすると、1ステップの時間（静的の TPOT の"
-                   f"中央値）は伸びるが、{hi['concurrency']} 件ずつの組でも1ステップの半分以上は件数によらない固定の時間",
-                   rising and growth >= 0.95 and share >= 0.5,
-                   "静的の TPOT 中央値 " + " → ".join(f"{t:.1f}" for t in tp) + f" ms（{growth:.2f} 倍）。静的の"
-                   f"ステップの平均の件数（出力トークン ÷ ステップ数）{n_lo:.1f} → {n_hi:.1f} 件の2点に直線を当てはめると、"
-                   f"固定 {fixed:.1f} ms・1件あたり {slope:.2f} ms で、{hi['concurrency']} 件ずつの組での固定の割合 "
-                   f"{100 * share:.0f} %", why),
-    ]
-
-
-def task2_predictions(res: dict, strict_ms: float = 300) -> list[Prediction]:
-    """課題2 from one run's per-request TTFT/TPOT: tightening the TTFT SLO to ``strict_ms`` never raises either
-    engine policy's goodput, and continuous keeps at least static's goodput (its requests start no later). Which
-    one loses the larger share depends on the step time (whether static's second group starts within the SLO)."""
-    p, loose, tpot = res["policies"], res["ttft_slo_ms"], res["tpot_slo_ms"]
-    g = {k: [calc.goodput_rps(p[k]["ttft_ms_list"], p[k]["tpot_ms_list"], p[k]["duration_s"], slo, tpot)
-             for slo in (loose, strict_ms)] for k in ("continuous", "static")}
-    n = {k: round(g[k][1] * p[k]["duration_s"]) for k in g}
-    drop = {k: (1 - g[k][1] / g[k][0]) * 100 if g[k][0] else 0.0 for k in g}
-    measured = (f"グッドプット 連続 {g['continuous'][0]:.2f} → {g['continuous'][1]:.2f}（{drop['continuous']:.0f} % 減、"
-                f"{strict_ms:g} ms を守ったのは {n['continuous']} 件）、静的 {g['static'][0]:.2f} → {g['static'][1]:.2f} 件/s"
-                f"（{drop['static']:.0f} % 減、{n['static']} 件）。割合で大きく下がったのは"
-                f"{'連続' if drop['continuous'] > drop['static'] else '静的'}")
-    return [Prediction(f"TTFT の SLO を {loose:g} → {strict_ms:g} ms にすると、エンジンの2方式ともグッドプットは下がるか変わらず、"
-                       f"{strict_ms:g} ms でも連続バッチングのグッドプットは静的バッチング以上",
-                       all(b <= a for a, b in g.values()) and g["continuous"][1] >= g["static"][1], measured,
-                       "連続バッチングでは、新しいリクエストの Prefill が入ったステップが重く、最初のトークンが遅れることがあります。"
-                       "負荷の警告を確かめ、繰り返しを増やして測り直してください")]
-
-
-def task1_rows(runs: dict[int, dict]) -> list[dict]:
-    """Per output length: the spread, the idle share and continuous / static output tok/s."""
-    rows = []
-    for o, res in sorted(runs.items()):
-        lens, p = res["output_lens"], res["policies"]
-        steps_static, steps_cont = step_counts(lens, res["concurrency"])
-        rows.append({"output_len": o, "spread": max(lens) - min(lens),
-                     "idle_share": idle_share(lens, res["concurrency"]),
-                     "step_ratio": steps_static / steps_cont,
-                     "ratio": p["continuous"]["tok_s"] / p["static"]["tok_s"]})
-    return rows
-
-
-def task1_table(runs: dict[int, dict]) -> str:
-    return "\n".join([f"出力長（最大）{r['output_len']:>4}: 最大 − 最小 {r['spread']:>3}、静的の空き枠 "
-                      f"{100 * r['idle_share']:.1f} %、ステップ数の比 {r['step_ratio']:.2f} 倍、連続 ÷ 静的の出力 tok/s {r['ratio']:.2f} 倍"
-                      for r in task1_rows(runs)] + [dilution_line(task1_rows(runs), runs)]).rstrip("\n")
-
-
-def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
-    """課題1's predictions, from the shortest and the longest output length run."""
-    rows = task1_rows(runs)
-    lo, hi = rows[0], rows[-1]
-    span = f"出力長（最大）{lo['output_len']} → {hi['output_len']}"
-    return [
-        Prediction(f"{span} で最大 − 最小は広がるが、静的の空き枠の割合は増えない",
-                   hi["spread"] > lo["spread"] and hi["idle_share"] <= lo["idle_share"] + 0.02,
-                   f"最大 − 最小 {lo['spread']} → {hi['spread']}、空き枠 {100 * lo['idle_share']:.1f} → "
-                   f"{100 * hi['idle_share']:.1f} %",
-                   "乱数の種やリクエスト数を変えると、組ごとの最長の出力長が変わる。種を変えて平均を見る"),
-        Prediction(f"{span} で、連続 ÷ 静的の出力 tok/s の比は、出力長 {hi['output_len']} の比が {lo['output_len']} の比の"
-                   " 1.1 倍を超えるほどには広がらない",
-                   hi["ratio"] < 1.1 * lo["ratio"],
-                   f"連続 ÷ 静的 {lo['ratio']:.2f} → {hi['ratio']:.2f} 倍（{hi['output_len']} の比 ÷ {lo['output_len']} の比 "
-                   f"= {hi['ratio'] / lo['ratio']:.2f}）",
-                   "出力が短いと 64 トークンの Prefill が実行時間の多くを占め、Decode の空き枠の差が tok/s に"
-                   "出にくい（出力が長いほど出やすい）。ほかのプログラムが CPU を使っていれば、負荷の警告を確かめ、"
-                   "繰り返しを増やして測り直す"),
+        decide(bool(multi) and all(states), bool(multi) and False not in states and None in states,
+               "同時リクエスト数 2 以上で、連続 ÷ 静的の出力 tok/s の比は 1 より大きく（繰り返しの幅の外で、同時リクエスト数 1 の"
+               "比の幅より外）、ステップ数の比（1ステップの時間が一定なら開く比）より小さい",
+               f"同時リクエスト数ごとの比 {gaps}",
+               "比が 1 以下なら、Prefill と1トークンあたりの計算が実行時間の多くを占めて差が薄まっているか、ほかのプログラムの"
+               "負荷で計測がぶれています。比の幅の下の端までステップ数の比を超えたなら、静的の小さな組のステップが遅いか"
+               "（Linear のカーネルが行数によって速さを変える）、負荷が変わったかです。警告を確かめ、繰り返しや出力長を増やして"
+               "測り直してください", RETRY),
+        decide(not missed2, step is None and not (growth < 0.95 or share < 0.5),
+               f"同時リクエスト数を {lo['concurrency']} → {hi['concurrency']} にすると、1ステップの時間（静的の TPOT の"
+               f"中央値）はどの段でも 5 % を超えて下がらずに伸びるが、静的の平均 {n_hi:.1f} 件のステップでも半分以上は"
+               "件数によらない固定の時間",
+               "静的の TPOT 中央値 " + " → ".join(f"{t:.1f}" for t in tp) + f" ms（{growth:.2f} 倍）。静的の"
+               f"ステップの平均の件数（出力トークン ÷ ステップ数）{n_lo:.1f} → {n_hi:.1f} 件の2点に直線を当てはめると、"
+               f"固定 {fixed:.1f} ms・1件あたり {slope:.2f} ms で、平均 {n_hi:.1f} 件のステップでの固定の割合 "
+               f"{100 * share:.0f} %", why, f"下がった段は静的の TPOT の繰り返しの幅が重なります。{RETRY}"),
     ]
 
 

@@ -29,7 +29,7 @@ def test_growth_beyond_concurrency_one_points_to_the_kernel():
 def test_growth_within_finished_rows_is_not_put_on_the_kernel():
     # final reading 2026-12-07c ch05 #2: ratio 1.47-1.54 against 1's upper 1.10; finished rows 30 % allow 1.10 / 0.7
     cause, text = gap_cause(_points(), PACKED, {2: 0.3, 4: 0.02})
-    assert cause == "kernel" and "4 では `generate` が終わった行も計算する分（見積もり 2 で 30 %、4 で 2 %。" in text
+    assert cause == "kernel" and "4 では generate が終わった行も計算する分（見積もり 2 で 30 %、4 で 2 %。" in text
     assert "4 で 1.47 と 1.12）を除いても開いています" in text
     assert "2 では、その分を除くと 1 の幅に届きます" in text
     cause, text = gap_cause(_points(), PACKED, {2: 0.3, 4: 0.3})
