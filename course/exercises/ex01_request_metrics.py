@@ -49,12 +49,15 @@ def _close(a, b) -> bool:
 
 
 def _rounded(a, b) -> bool:
-    """Whether ``a`` differs from ``b`` only as a rounded value would (within 0.1 ms, not within 1e-9 s)."""
+    """Whether ``a`` differs from ``b`` only as a rounded value would: within 0.1 ms, or ``b`` rounded to 1 to 6
+    decimals (3 is milliseconds: blind reading 2026-12-07d ch01 #6 got definition messages for those)."""
     if isinstance(b, list):
         return (isinstance(a, (list, tuple)) and len(a) == len(b)
                 and all(_close(x, y) or _rounded(x, y) for x, y in zip(a, b)))
     try:
-        return math.isclose(float(a), b, rel_tol=0, abs_tol=1e-4)
+        x = float(a)
+        return b is not None and (math.isclose(x, b, rel_tol=0, abs_tol=1e-4)
+                                  or any(math.isclose(x, round(b, k), rel_tol=0, abs_tol=1e-12) for k in range(1, 7)))
     except (TypeError, ValueError):
         return False
 

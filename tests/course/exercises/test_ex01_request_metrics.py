@@ -35,6 +35,12 @@ def itl_rounded(a, t):                 # right, but the gaps rounded to 1 µs
             "itl": [round(y - x, 6) for x, y in zip(t, t[1:])], "e2el": t[-1] - a}
 
 
+def rounded_to_ms(a, t):               # right, but every value rounded to milliseconds (3 decimals)
+    tpot = round((t[-1] - t[0]) / (len(t) - 1), 3) if len(t) > 1 else None
+    return {"ttft": round(t[0] - a, 3), "tpot": tpot, "itl": [round(y - x, 3) for x, y in zip(t, t[1:])],
+            "e2el": round(t[-1] - a, 3)}
+
+
 def itl_backwards(a, t):               # the right length, the gaps with the wrong sign
     return {"ttft": t[0] - a, "tpot": (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else None,
             "itl": [x - y for x, y in zip(t, t[1:])], "e2el": t[-1] - a}
@@ -51,6 +57,7 @@ def in_milliseconds(a, t):             # right, but every value in ms
                                           (ttft_from_zero, "ttft が違います"),
                                           (single_token_zero, "1トークンだけのときは None"),
                                           (itl_rounded, "itl の値が丸められています"),
+                                          (rounded_to_ms, "の値が丸められています"),
                                           (itl_backwards, "長さ n − 1 は合っています")])
 def test_wrong_solutions_fail_with_their_message(fn, promised):
     report = grade("01_request_metrics", fn)
