@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from course.labkit.predictions import Prediction
+from course.labkit.predictions import UNDECIDED, Prediction
 from course.labkit.spec import alpha_from_length
 from course.labkit.spread import RETRY, decide, ratio_span
 from minimal_engine.calculators.roofline import spec_tokens_per_step
@@ -216,6 +216,14 @@ def over_length(res: dict, slack: float = 0.02, linear_ms: dict | None = None) -
     return out
 
 
+class Slowed(Prediction):
+    """判定できません because a speedup exceeds its mean accepted length (``held`` is None)."""
+
+    def verdict(self) -> str:
+        return (f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。速度比が平均受理長を超えた k があり、"
+                f"投機なしの計測が遅れたか、検証が Decode より短かった疑いがあります。{self.otherwise}")
+
+
 def k_gain_prediction(speedups: dict[int, float], lengths: dict[int, float] | None = None,
                       spans: dict[int, tuple] | None = None) -> Prediction:
     """speedups: k -> measured speedup (n-gram, repetitive text, batch 1), at least three k. Diminishing
@@ -230,7 +238,7 @@ def k_gain_prediction(speedups: dict[int, float], lengths: dict[int, float] | No
     ranges = [((sp[b][0] - sp[a][1]) / (b - a), (sp[b][1] - sp[a][0]) / (b - a)) for a, b in zip(ks, ks[1:])]
     text = "、".join(f"k {a} → {b}: {g:+.3f}" for a, b, g in zip(ks, ks[1:], gains))
     odd = [k for k in ks if lengths and k in lengths and speedups[k] > lengths[k] * 1.02]
-    note = ("。平均受理長を超えた速度比（投機なしの計測の遅れの疑い）: "
+    note = ("。平均受理長を超えた速度比: "
             + "、".join(f"k {k} で {speedups[k]:.2f} > {lengths[k]:.2f}" for k in odd)) if odd else ""
     if lengths and all(k in lengths for k in ks):
         note += "。平均受理長の k 1 あたりの伸び " + "、".join(
@@ -240,7 +248,10 @@ def k_gain_prediction(speedups: dict[int, float], lengths: dict[int, float] | No
         r2[0] > r1[1] for r1, r2 in zip(ranges, ranges[1:]))
     shown = "、".join(f"k={k} {speedups[k]:.2f}" + (f"（{sp[k][0]:.2f}〜{sp[k][1]:.2f}）" if sp[k][0] != sp[k][1] else "")
                       for k in ks)
-    return decide(held, bool(odd) or not clear,
+    if odd:                   # a slowed baseline, not the repeats' spread: say so instead of spread.NOISE
+        return Slowed("速度比の、k を 1 増やすあたりの伸びは、k が大きいほど小さくなる（伸びが逓減する）", None,
+                      f"速度比 {shown}。k 1 あたりの伸び {text}" + note, RETRY)
+    return decide(held, not clear,
                   "速度比の、k を 1 増やすあたりの伸びは、k が大きいほど小さくなる（伸びが逓減する）",
                   f"速度比 {shown}。k 1 あたりの伸び {text}" + note,
                   "速度比は負荷でばらつきます。負荷の警告を確かめ、繰り返しを増やしてください。"
