@@ -150,8 +150,7 @@ def test_saved_sweep_verdicts_agree_with_the_saved_table():
     for r in rows:
         assert not r[5] or (r[5] == "エンジン") == (float(r[4]) > 1), r
     states = [verdict_state(line) for line in text.splitlines() if verdict_state(line) != ""]
-    if "揺れの大きさです。" in text and "繰り返しの組み合わせで" not in text:
-        return             # saved before the floor became concurrency 1's range (2026-12-07d #1): re-saved by the lead
+    assert "繰り返しの組み合わせで" in text, "the floor line of concurrency 1's ratio range is missing: " + text
     multi = [r for r in rows if int(r[0]) >= 2]
     spans = {int(c): (float(a), float(b)) for c, a, b in re.findall(r"(\d+): [\d.]+（繰り返しの組み合わせで ([\d.]+)〜([\d.]+)、", text)}
     one = re.search(r"繰り返しの組み合わせで ([\d.]+)〜([\d.]+) 倍の幅", text)
