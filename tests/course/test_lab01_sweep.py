@@ -220,4 +220,4 @@ def test_lesson_sweep_verdicts_say_when_the_run_contradicts_the_prose():
     assert tok.held is False and tpot.held is False and "行列積の速さが行数" in tok.verdict()
     nb = json.loads((ROOT / "lessons/01_inference_basics.ipynb").read_text(encoding="utf-8"))
     cell = next("".join(c["source"]) for c in nb["cells"] if "lesson_sweep_predictions" in "".join(c["source"]))
-    assert 'for load in r["loads"]' in cell                                     # the runs' loads reach verdicts
+    assert "sweep_lab(" in cell and 'result["load"]' in cell   # warmed, interleaved repeats; the load reaches verdicts
