@@ -62,6 +62,25 @@ def _rounded(a, b) -> bool:
         return False
 
 
+def _known_slips(arrival: float, times: list[float]) -> dict:
+    """Common wrong formulas per key. One of them can equal a rounded right value: in the hand case 「到着が 0 でない」
+    (E2EL - TTFT) / n is 0.1 = round(tpot, 1) (blind reading reviews10 ch01 #3); such a value gets the definition
+    message, not the rounding one."""
+    n, ttft, e2el = len(times), times[0] - arrival, times[-1] - arrival
+    return {"tpot": [(e2el - ttft) / n, e2el / n, e2el / max(n - 1, 1)], "e2el": [times[-1] - times[0]]}
+
+
+def _slipped(got: dict, arrival: float, times: list[float]) -> bool:
+    """Whether a returned value equals one of the common wrong formulas of its key."""
+    for k, values in _known_slips(arrival, times).items():
+        try:
+            if got[k] is not None and any(math.isclose(float(got[k]), v, rel_tol=1e-9, abs_tol=1e-9) for v in values):
+                return True
+        except (TypeError, ValueError):
+            continue
+    return False
+
+
 def _milliseconds(a, b) -> bool:
     """Whether ``a`` is ``b`` in milliseconds (every value 1000 times the one in seconds)."""
     if isinstance(b, list):
@@ -113,7 +132,7 @@ def _case(fn, name: str, arrival: float, times: list[float], timeout_s: float, e
             "e2el": "e2el が違います（到着から最後のトークンまでです）"}
     if all(_milliseconds(got[k], exp[k]) for k in wrong):
         msgs = {k: f"{k} がミリ秒になっています（1000 倍の値です。秒で返してください）" for k in KEYS}
-    elif all(_rounded(got[k], exp[k]) for k in wrong):
+    elif all(_rounded(got[k], exp[k]) for k in wrong) and not _slipped(got, arrival, times):
         msgs = {k: f"{k} の値が丸められています（秒のまま、丸めずに返してください）" for k in KEYS}
     return Case(name, inp, _fmt(exp), _fmt(got), False, " / ".join(msgs[k] for k in wrong))
 

@@ -65,6 +65,19 @@ def test_wrong_solutions_fail_with_their_message(fn, promised):
     assert any(promised in c.message for c in report.cases if not c.passed), str(report)
 
 
+def tpot_off_by_one(a, t):             # (E2EL - TTFT) / n: in 「到着が 0 でない」 it equals round(tpot, 1)
+    return {"ttft": t[0] - a, "tpot": (t[-1] - t[0]) / len(t), "itl": [y - x for x, y in zip(t, t[1:])],
+            "e2el": t[-1] - a}
+
+
+def test_off_by_one_tpot_gets_the_definition_not_the_rounding_message():
+    """Blind reading reviews10 ch01 #3: 0.1 = round(0.1333, 1) was diagnosed as a rounded value."""
+    report = grade("01_request_metrics", tpot_off_by_one)
+    case = next(c for c in report.cases if c.name == "到着が 0 でない")
+    assert not case.passed and "(E2EL − TTFT) ÷ (n − 1)" in case.message and "丸められて" not in case.message
+    assert not any("丸められて" in c.message for c in report.cases), str(report)
+
+
 def test_stub_raising_and_looping_are_reported():
     def stub(a, t):
         raise NotImplementedError("ここを実装してください")
