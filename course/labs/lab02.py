@@ -5,7 +5,7 @@ Three layers, as in lab 1 (tests call the first two; notebooks stay thin):
 1. Experiments, plain functions that return data::
 
        m = machine_peaks(threads=2)                       # this machine: GFLOP/s (fp32, bf16) and GB/s
-       rows = threads_sweep([1, 2])                       # the same peaks at each thread count
+       rows = threads_sweep([1, 2])                       # the same peaks at each thread count (two passes)
        res = run_roofline("default", context=64, batches=[1, 8, 32], chunks=[16, 128, 512], repeats=3)
        res["points"][0]  # kind, size, flops, bytes (weights, KV read, KV written), intensity,
                          # measured_ms (median) / _min / _max, predicted_ms, bound, achieved GFLOP/s and GB/s
@@ -26,9 +26,7 @@ The tasks' predictions (予想), decided from a run's numbers: ``course.labs.lab
 The machine's peaks: ``machine_peaks`` (``bench.roofline.measure_machine``), each the largest of its
 measurements; ``run_roofline`` raises the FLOP/s peak to the engine's own Linear kernel on the model's layer
 shapes where that is faster (``course.labkit.peaks``), so no step beats its roof by using a faster kernel
-than the one timed.
-
-``COURSE_QUICK=1`` shrinks the lists and the repeats.
+than the one timed. ``COURSE_QUICK=1`` shrinks the lists and the repeats.
 """
 from __future__ import annotations
 
@@ -40,7 +38,7 @@ from minimal_engine.bench import roofline
 from minimal_engine.bench.offline import decode_step_time
 from minimal_engine.sampling_params import SamplingParams
 
-from course.labkit import excess
+from course.labkit import excess, thread_scaling
 from course.labkit.load import LoadWatch
 from course.labkit.machine import format_machine_ja, machine_peaks
 from course.labkit.peaks import layer_shapes, model_linear_rate, model_peaks, peak_text, with_model_peak
@@ -79,11 +77,13 @@ def thread_choices() -> list[int]:
 # ---------------------------------------------------------------- the machine
 def threads_sweep(threads_list=None, device: str = "cpu", quick: bool | None = None,
                   load_check: bool = True) -> list[dict]:
-    """The machine's peaks at each thread count (default ``thread_choices()``), the policy restored; each row
-    carries the sweep's ``load`` (``LoadWatch`` for its most threads; None without ``load_check``)."""
+    """The peaks at each thread count (default ``thread_choices()``), the policy restored: one untimed warm-up,
+    then a forward and a backward pass (``labkit.thread_scaling.best_of_passes``); each row has the ``load``."""
     counts = threads_list or thread_choices()
     watch = LoadWatch(max(counts)) if load_check else None
-    rows = [machine_peaks(t, device, quick) for t in counts]
+    machine_peaks(counts[0], device, quick)
+    passes = [{t: machine_peaks(t, device, quick) for t in order} for order in (counts, counts[::-1])]
+    rows = [thread_scaling.best_of_passes(passes[0][t], passes[1][t]) for t in counts]
     apply_thread_policy()
     load = watch.finish() if watch else None
     return [{**r, "load": load} for r in rows]

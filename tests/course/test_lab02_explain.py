@@ -101,6 +101,24 @@ def test_task4_planted_numbers_turn_the_verdicts():
     assert ex.task4_predictions(f) == []
 
 
+def test_task4_a_sweep_that_disagrees_is_not_read():
+    """Blind reading 2026-12-07 ch02 #1-#3: the saved sweep's 1-thread row (84.2 GFLOP/s, 12.76 GB/s) against
+    run_roofline's 1-thread roof (108.7, 27.04) and a 2.49x GFLOP/s "growth" on 2 cores: 判定できません."""
+    f = good_facts()
+    f.update(gflops=108.7, gb_s=27.04, roof_threads=1)
+    f["threads"] = [{"threads": 1, "gflops": 84.2, "gb_s": 12.76}, {"threads": 2, "gflops": 209.7, "gb_s": 34.63}]
+    ps = ex.task4_predictions(f)
+    assert held(ps) == [None, None] and all(p.verdict().startswith(UNDECIDED) for p in ps)
+    assert "2.49 倍" in ps[0].verdict() and "27.04" in ps[0].verdict() and ex.task4_note(f) == ""
+    f["threads"][0].update(gflops=108.7, gb_s=27.04)     # the consistent 1-thread row: 1.93x against 1.28x
+    assert held(ex.task4_predictions(f)) == [True, True]
+    f["threads"][1].update(gflops_min=120.0, gb_s_min=30.0)    # the two passes 1.75x apart: not read
+    ps = ex.task4_predictions(f)
+    assert held(ps) == [None, None] and "2回の測定" in ps[0].verdict()
+    again = parse_facts(ex.facts_text(f))
+    assert [p.verdict() for p in ex.task4_predictions(again)] == [p.verdict() for p in ps]
+
+
 def test_task4_second_verdict_is_not_judged_when_gflops_fell():
     f = good_facts()                                     # ch02c #3: both fell, bandwidth more than compute
     f["threads"] = [{"threads": 1, "gflops": 90.0, "gb_s": 17.96}, {"threads": 2, "gflops": 63.0, "gb_s": 8.42}]
@@ -140,21 +158,24 @@ def test_facts_from_a_result_and_threads_rows():
 
 
 # ---------------------------------------------------------------- the printed facts, parsed back
-RIDGE = re.compile(r"このマシンのリッジポイント: ([\d.]+) FLOP/B（(\w+) ([\d.]+) GFLOP/s ÷ ([\d.]+) GB/s）")
+RIDGE = re.compile(r"このマシンのリッジポイント: ([\d.]+) FLOP/B（(\w+) ([\d.]+) GFLOP/s ÷ ([\d.]+) GB/s(?:、(\d+) スレッド)?）")
 POINT = re.compile(r"^(Decode バッチ|Prefill) (\d+)(?: トークン)?: 演算強度 ([\d.]+) FLOP/B、実測 ([\d.]+) ms"
                    r"(?:（([\d.]+)〜([\d.]+) ms）)?、実測/予測 ([\d.]+)（(帯域律速|演算律速)の予測）", re.M)
 PREFILL_KERNEL = re.compile(r"^Prefill の内訳の材料（(\d+) トークン）: ([\d.]+) MFLOP、最速の回 ([\d.]+) ms、"
                             r"その合間に測った線形層のカーネル ([\d.]+) GFLOP/s", re.M)
-THREADS = re.compile(r"^スレッド (\d+): ([\d.]+) GFLOP/s、帯域 ([\d.]+) GB/s", re.M)
+THREADS = re.compile(r"^スレッド (\d+): ([\d.]+) GFLOP/s、帯域 ([\d.]+) GB/s"
+                     r"(?:（2回の測定の遅い回 ([\d.]+) GFLOP/s、([\d.]+) GB/s）)?", re.M)
 GPU = re.compile(r"^(\S+) の予測: いちばん長い点 ([\d.]+) ms、Decode バッチ (\d+) は(帯域律速|演算律速|-)", re.M)
 BOUND = {"帯域律速": "memory", "演算律速": "compute", "-": None}
 
 
 def parse_facts(text: str) -> dict:
-    ridge, key, gflops, gb_s = RIDGE.search(text).groups()
+    ridge, key, gflops, gb_s, roof_threads = RIDGE.search(text).groups()
     f = {"key": f"flops_{key}", "gflops": float(gflops), "gb_s": float(gb_s), "ridge": float(ridge),
-         "decode": [], "prefill": [], "gpus": {},
-         "threads": [{"threads": int(t), "gflops": float(g), "gb_s": float(b)} for t, g, b in THREADS.findall(text)]}
+         "decode": [], "prefill": [], "gpus": {}, "roof_threads": int(roof_threads) if roof_threads else None,
+         "threads": [{"threads": int(t), "gflops": float(g), "gb_s": float(b),
+                      **({"gflops_min": float(g0), "gb_s_min": float(b0)} if g0 else {})}
+                     for t, g, b, g0, b0 in THREADS.findall(text)]}
     for kind, size, x, ms, lo, hi, ratio, bound in POINT.findall(text):
         p = pt(int(size), float(x), float(ms), float(ratio), BOUND[bound])
         if lo:                                           # saved before the ranges were printed: the median alone
