@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from course.labkit.predictions import Prediction
+from course.labkit.predictions import UNDECIDED, Prediction
 from course.labkit.spread import RETRY, decide, order, spread_text
 
 SPIKE_SHARE, SPIKE_SHARE_TEXT = 0.25, "4分の1"   # 課題4: TPOT's rise against ITL max's rise
@@ -165,6 +165,13 @@ def shape_predictions(rows: list[dict], a: str = PAIR[0], b: str = PAIR[1]) -> l
     ]
 
 
+class Straddle(Prediction):
+    """課題6's gap undecided because the Linear-time gap (median vs minima) falls on both sides of half the
+    TPOT gap, not because the TPOT ranges overlap (reviews10 ch01 #4): 判定できません with that reason."""
+    def verdict(self) -> str:
+        return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{self.otherwise}"
+
+
 def _gap_prediction(x: dict, y: dict, gap: float, read_gap: float, side: int, reads: bool, width: str) -> Prediction:
     """課題6's second prediction. With the Linear layers timed alone (CPU): the gap is not the weights'
     matmuls, so it lies in the other per-layer work; without them (GPU): only "not the bytes"."""
@@ -177,12 +184,16 @@ def _gap_prediction(x: dict, y: dict, gap: float, read_gap: float, side: int, re
                       bytes_why if reads else (width or "TPOT の差が小さく、揺れに埋もれている。" + BUSY), RETRY)
     lin = (y["linear_ms"] - x["linear_ms"], y["linear_ms_min"] - x["linear_ms_min"])   # medians, minima
     other = [(r["tpot_ms"] - r["linear_ms"]) / r["layers"] for r in (x, y)]
-    return decide(gap > 0 and max(*lin, read_gap) < 0.5 * gap, side == 0 or min(lin) < 0.5 * gap <= max(lin),
-                  "TPOT の差の半分以上は、重みとの行列積（Linear 層）の時間の差ではなく、それ以外の処理"
-                  "（層ごとの Attention・正規化・RoPE・演算の呼び出しと、1ステップに1回の処理）の差から来る",
-                  f"TPOT の差 {gap:.1f} ms のうち、Linear 層だけの時間の差は {lin[0]:.1f} ms（最小どうしで "
-                  f"{lin[1]:.1f} ms）、帯域で読む時間の差は {read_gap:.1f} ms。TPOT から Linear 層を引いて層数で"
-                  f"割ると {x['label']} {other[0]:.2f} ms、{y['label']} {other[1]:.2f} ms",
+    text = ("TPOT の差の半分以上は、重みとの行列積（Linear 層）の時間の差ではなく、それ以外の処理"
+            "（層ごとの Attention・正規化・RoPE・演算の呼び出しと、1ステップに1回の処理）の差から来る")
+    measured = (f"TPOT の差 {gap:.1f} ms のうち、Linear 層だけの時間の差は {lin[0]:.1f} ms（最小どうしで "
+                f"{lin[1]:.1f} ms）、帯域で読む時間の差は {read_gap:.1f} ms。TPOT から Linear 層を引いて層数で"
+                f"割ると {x['label']} {other[0]:.2f} ms、{y['label']} {other[1]:.2f} ms")
+    if side != 0 and min(lin) < 0.5 * gap <= max(lin):     # TPOT ranges apart, the Linear gap straddles half of it
+        return Straddle(text, None, measured,
+                        f"Linear 層の時間の差が、中央値どうしと最小どうしで、TPOT の差の半分 {0.5 * gap:.2f} ms を"
+                        f"はさんでいます。どちらの側とも言えません。{RETRY}")
+    return decide(gap > 0 and max(*lin, read_gap) < 0.5 * gap, side == 0, text, measured,
                   bytes_why if reads else
                   "このマシンでは Linear 層の時間が形によって大きく違う（層の幅や BF16 の計算のしかたで、行列と"
                   "ベクトルの積の速さが変わる）。TPOT の差は層の数より重みの計算から来ている", RETRY)
