@@ -48,7 +48,7 @@ def defaults() -> dict:
     return dict(prompt_len=64, batch_size=1, tp=2)
 
 
-def default_repeats() -> int:
+def default_repeats() -> int:   # the first rep is warm too: run_tp_lab runs each shape once untimed
     return 1 if is_quick() else 3
 
 
@@ -61,8 +61,7 @@ def _engine(tp: int, device: str, threads: int = 0) -> LLM:
     return cached_llm(("lab7", tp, device, threads), make)   # TP=N's per-rank threads are fixed at construction
 
 
-def close_all() -> None:
-    """Stop every worker process this lab started (also done at interpreter exit)."""
+def close_all() -> None:   # every worker process this lab started (also done at interpreter exit)
     clear_llm_cache("lab7")
 
 
@@ -112,6 +111,9 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
     samples, own = {k: [] for k in (1, n)}, []   # own: TP=1 (prefill, decode) with one rank's threads
     calls = {"prefill": [], "decode": []}    # TP=N's all-reduces as every rank recorded them (course.labkit.tp_calls)
     per_step = 2 * tp_model.config.num_layers
+    for k in samples:                        # untimed: each shape's first call (allocations, page faults) before timing
+        torch.set_num_threads(tp1_threads if k == 1 else threads)
+        prefill_step(_engine(k, device, threads), p), decode_step_time(_engine(k, device, threads), b, p, num_steps=1)
     for rep in range(repeats):               # TP=1, TP=N, TP=1, ...: both meet the same load
         for k in samples:
             llm = _engine(k, device, threads)
@@ -132,8 +134,7 @@ def run_tp_lab(prompt_len=None, batch_size=None, tp=None, device="cpu", repeats=
     greedy = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     tokens = {k: [o.token_ids for o in _engine(k, device, threads).generate(CHECK_PROMPTS, greedy, use_tqdm=False)]
               for k in samples}
-    cfg = _engine(1, device, threads).model_config
-    runs = {}
+    cfg, runs = _engine(1, device, threads).model_config, {}
     for k, rows in samples.items():
         med = [statistics.median(col) for col in zip(*rows)]
         runs[k] = {"prefill_ms": med[0], "prefill_comm_ms": med[1], "decode_ms": med[2], "decode_comm_ms": med[3],

@@ -27,17 +27,9 @@ import re
 from course.labkit.predictions import Prediction
 from course.labkit.spread import RETRY, decide as spread_decide
 from course.labkit.tp_calls import WAIT_MOSTLY, calls_reading
-
-UNDECIDED = "判定できない（負荷）"
-SLOW_TP1 = 1.10        # TP=1 with its threads this much slower than with one rank's: its threads collapsed
-
-
-class Undecided(Prediction):
-    """A prediction the run cannot decide because the machine was busy (``undecidable``)."""
-    def verdict(self) -> str:
-        tail = self.otherwise if self.otherwise.endswith("。") else f"{self.otherwise}。"
-        return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{tail}"
-
+# the batch sweep and the constants it shares: course.labkit.tp_sweep (re-exported here)
+from course.labkit.tp_sweep import (PER_CALL_GROWTH, SAME_EXPERIMENT, SLOW_TP1, UNDECIDED, Undecided, batch_facts,
+                                     batch_prediction, batch_reading)
 
 BUSY = "ほかのプログラムが CPU を使っている（負荷の警告を確かめ、繰り返しを増やして測り直す）"
 
@@ -106,9 +98,6 @@ def _share_prediction(f: dict) -> Prediction:
                          "Decode のほうが Prefill より、1ステップに占める通信の割合が大きい",
                          f"Decode {100 * d:.0f}%、Prefill {100 * p:.0f}%" + (rng if "decode_comm_share_min" in f else ""),
                          "プロンプトが短いと Prefill の計算も小さくなります。プロンプト長を 256 以上にしてください。" + BUSY, RETRY)
-
-
-PER_CALL_GROWTH = 2.0   # 'hardly depends on size': the per-call time grows less than this for the bytes ratio
 
 
 def _per_call_prediction(f: dict, calls: str) -> Prediction:
@@ -220,63 +209,6 @@ def comm_reading(res: dict, floor: dict | None = None) -> str:
     return text
 
 
-def batch_facts(history: list[dict], tp: int = 2) -> dict:
-    """The numbers the batch prediction is decided on: TP=tp's decode communication share at the
-    smallest and the largest batch, and the spread of the prefill share over the rows (the same
-    prefill experiment in every row, so its spread gauges this machine's noise)."""
-    rows = {r["batch_size"]: r for r in history if r["tp_size"] == tp}
-    ones = {r["batch_size"]: r for r in history if r["tp_size"] == 1}
-    bs, pre = sorted(rows), [r["prefill_comm_share"] for r in rows.values()]
-    first, last = rows[bs[0]]["decode_comm_share"], rows[bs[-1]]["decode_comm_share"]
-    a, z = rows[bs[0]], rows[bs[-1]]
-    comm = [r["decode_ms"] * r["decode_comm_share"] for r in (a, z)]
-    other = [r["decode_ms"] * (1 - r["decode_comm_share"]) for r in (a, z)]
-    return {"tp": tp, "batch_first": float(bs[0]), "batch_last": float(bs[-1]), "share_first": first,
-            "share_last": last, "drop": first - last, "noise": max(pre) - min(pre),
-            "comm_growth": comm[1] / comm[0] if comm[0] else math.nan,
-            "other_growth": other[1] / other[0] if other[0] else math.nan,
-            "tp1_growth": ones[bs[-1]]["decode_ms"] / ones[bs[0]]["decode_ms"],
-            # a busy sweep: a load warning, or TP=1 slower than its 1-thread time (``undecidable``)
-            "busy": any(r.get("load_warned") for r in history) or any(
-                r.get("tp1_own_decode_ms") and r["decode_ms"] > SLOW_TP1 * r["tp1_own_decode_ms"] for r in ones.values())}
-
-
-def batch_reading(history: list[dict], tp: int = 2) -> str:
-    """Decode communication share of TP=tp and TP=1's decode step per batch (``lab07.add_run``), and
-    the noise gauge (the spread of the prefill column, the same experiment in every row)."""
-    rows = {r["batch_size"]: r for r in history if r["tp_size"] == tp}
-    ones = {r["batch_size"]: r for r in history if r["tp_size"] == 1}
-    bs, b = sorted(rows), batch_facts(history, tp)
-    shares = "・".join(f"{100 * rows[x]['decode_comm_share']:.0f}%" for x in bs)
-    pre_ms = [rows[x]["prefill_ms"] for x in bs if "prefill_ms" in rows[x]]
-    spread = f"（Prefill の時間は {min(pre_ms):.1f}〜{max(pre_ms):.1f} ms）" if pre_ms else ""
-    return (f"TP={tp} の Decode の通信の割合（バッチ {'・'.join(map(str, bs))}）: {shares}。"
-            f"TP=1 の Decode の1ステップ: バッチ {bs[0]} で {ones[bs[0]]['decode_ms']:.1f} ms、"
-            f"バッチ {bs[-1]} で {ones[bs[-1]]['decode_ms']:.1f} ms（{b['tp1_growth']:.1f} 倍）。\n"
-            f"揺れの目安（どの行も同じ Prefill の実験。その通信の割合の行ごとの幅）: "
-            f"{100 * b['noise']:.0f} ポイント{spread}。\n"
-            f"バッチ {bs[0]} → {bs[-1]} で、TP={tp} の通信の時間は {b['comm_growth']:.2f} 倍、通信以外の時間（計算など）は "
-            f"{b['other_growth']:.2f} 倍になりました。")
-
-
-def batch_prediction(b: dict) -> Prediction:
-    """The batch sweep's prediction (``batch_facts``): TP=tp's decode communication time per step grows less than
-    PER_CALL_GROWTH x while its bytes grow by the batch ratio (each call mostly a per-call cost; blind reading
-    2026-12-07d ch07 #2: 'less than half the bytes ratio' could not fail); 「判定できない（負荷）」 on a busy sweep."""
-    ratio = b["batch_last"] / b["batch_first"]
-    text = (f"バッチを {b['batch_first']:.0f} から {b['batch_last']:.0f} にしても、TP={b['tp']} の Decode の通信の時間は、"
-            f"運ぶバイト数の伸び（{ratio:.0f} 倍）に対して {PER_CALL_GROWTH:.0f} 倍未満しか増えない")
-    measured = (f"通信の時間 {b['comm_growth']:.2f} 倍（通信の割合 {100 * b['share_first']:.0f}% → "
-                f"{100 * b['share_last']:.0f}%、揺れの目安 {100 * b['noise']:.0f} ポイント）")
-    if b.get("busy"):
-        return Undecided(text, False, measured, "負荷の警告が出たか、TP=1 が1ランク分のスレッドのときより遅くなった"
-                         "実行があります。ほかのプログラムを止め、繰り返しを増やして測り直してください")
-    return Prediction(text, b["comm_growth"] < PER_CALL_GROWTH, measured,
-                      "1回の all-reduce の時間が、このマシンではバイト数とともに伸びています（ソケットの帯域が効く"
-                      "大きさです）。または、バッチとともに伸びた計算の分だけ相手のランクを待つ時間が増えました"
-                      "（上の通信以外の時間の伸びと比べてください）")
-
-
 def tp_dp_reading(rows: list[dict]) -> str:
     """The simulator's figures the lab reads (TP=4 vs TP=8 on one replica; 8 GPUs two ways)."""
     at = {(r["num_gpus"], r["tp"]): r for r in rows}
@@ -296,5 +228,5 @@ def tp_dp_reading(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["UNDECIDED", "Undecided", "WAIT_MOSTLY", "batch_facts", "batch_prediction", "batch_reading", "comm_reading",
+__all__ = ["PER_CALL_GROWTH", "SAME_EXPERIMENT", "SLOW_TP1", "UNDECIDED", "Undecided", "WAIT_MOSTLY", "batch_facts", "batch_prediction", "batch_reading", "comm_reading",
            "facts", "facts_line", "parse_facts_line", "undecidable", "ratio_reading", "tp_dp_reading", "tp_predictions"]

@@ -444,3 +444,23 @@ def test_the_ping_is_read_by_the_same_statistic_and_its_load_is_used():
     crowded = {b: {**v, "load": planted_load(True)} for b, v in floor.items()}
     busy = ex.comm_reading(fake_res(), crowded)
     assert busy.count(ex.UNDECIDED) == 2 and "測るあいだに" in busy and "計算しているとき" not in busy
+
+
+def test_a_row_whose_same_prefill_disagrees_is_named_and_decides_nothing():
+    """Blind reading reviews10 ch07 #3: the saved sweep's batch-8 row took 27.1 ms (TP=1) and 69.1 ms (TP=2) for the
+    prefill that the other rows did in 13.0-13.7 and 31.9-43.5 ms, and nothing flagged it. The same prefill over
+    SAME_EXPERIMENT x apart names the row and turns the batch verdict into 判定できません, blaming no load."""
+    rows = ((1, 1, 13.4, 0, 5.2, 0), (1, 2, 43.5, .69, 25.7, .63), (4, 1, 13.7, 0, 7.2, 0), (4, 2, 31.9, .55, 35.8, .68),
+            (8, 1, 27.1, 0, 22.2, 0), (8, 2, 69.1, .37, 57.7, .41), (16, 1, 13.0, 0, 12.0, 0), (16, 2, 34.0, .65, 30.0, .60))
+    hist = [dict(batch_size=b, tp_size=k, prefill_ms=p, prefill_comm_share=ps, decode_ms=d, decode_comm_share=ds)
+            for b, k, p, ps, d, ds in rows]
+    text = ex.batch_reading(hist)
+    assert "TP=1 のバッチ 8 の行" in text and "TP=2 のバッチ 8 の行" in text and "13.4・13.7・27.1・13.0 ms" in text
+    b = ex.batch_facts(hist)
+    assert b["prefill_spread"] > ex.SAME_EXPERIMENT
+    for p in (ex.batch_prediction(b), ex.batch_prediction(ex.parse_facts_line(ex.facts_line(b)))):
+        v = p.verdict()
+        assert p.held is None and v.startswith(UNDECIDED) and "クロック" in v and "負荷）" not in v.split("（")[0]
+    steady = [r for r in hist if r["batch_size"] != 8]
+    assert "の行は、同じ Prefill" not in ex.batch_reading(steady)
+    assert ex.batch_prediction(ex.batch_facts(steady)).verdict().startswith(HELD)
