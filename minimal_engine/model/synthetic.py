@@ -1,4 +1,6 @@
-"""Randomly initialised models of real shapes, for timing without any download.
+"""Randomly initialised models of real shapes, for timing without any download. One exception:
+"llama-125m" is an illustrative Llama-style shape (no published model has these sizes); the other three
+copy the config.json of the models named below.
 
     LLM("synthetic:llama-125m")      # also: smollm2-135m, qwen3-0.6b, llama-3.2-1b
 
@@ -16,7 +18,8 @@ from minimal_engine.config import ModelConfig
 from minimal_engine.model.loader import build_model, resolve_dtype
 
 # hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, tied, rope_theta, extra; sources: each
-# model's config.json on the Hugging Face hub (HuggingFaceTB/SmolLM2-135M, Qwen/Qwen3-0.6B, meta-llama/Llama-3.2-1B)
+# model's config.json on the Hugging Face hub (HuggingFaceTB/SmolLM2-135M, Qwen/Qwen3-0.6B, meta-llama/Llama-3.2-1B).
+# llama-125m has no source: an illustrative Llama-style shape of about 125M parameters.
 SHAPES = {
     "llama-125m": dict(variant="llama", hidden_size=768, intermediate_size=2048, num_layers=12, num_heads=12,
                        num_kv_heads=4, head_dim=64, vocab_size=32000, tie_word_embeddings=False,
