@@ -75,11 +75,17 @@ LOWER = ("実際の損益分岐が式より低かった例です。式の予測�
          "1ステップより短いとき（式の予測の節の、Linear 層だけの時間の印字）に起こります")
 
 
+NEAR = 0.03   # alpha this close to the break-even's range: the formula's speedup is within a few % of 1
+
+
 def note(label: str, i: dict) -> str:
     """One line for a k without a prediction: alpha against the break-even's range, the speedup against 1."""
     line = f"k = {i['k']}：{label}の{_numbers(i)}"
     if i["be_lo"] <= i["alpha"] <= i["be_hi"]:
         return line + "。α が c の幅で動く損益分岐の中にあるので、式では速いか遅いかが決まりません"
+    if i["be_lo"] - NEAR <= i["alpha"] <= i["be_hi"] + NEAR:     # blind reading 2026-12-07 ch08 #8: 0.352 vs 0.353
+        return line + (f"。α が c の幅で動く損益分岐の端から {NEAR} 以内なので（式の速度比はほぼ 1）、"
+                       "式では速いか遅いかが決まりません")
     fast = i["alpha"] > i["be_hi"]
     line += "。式は投機なしより" + ("速い" if fast else "遅い") + "と予測します"
     if i["sp_lo"] <= 1 <= i["sp_hi"]:

@@ -57,6 +57,8 @@ def test_k2_note_is_decided_by_the_ranges():
     assert "速くなりました" in lower and be.LOWER in lower
     inside = be.note("蒸留なし", info(0.40, 2, 0.28, 0.92, None, 0.26, 0.30))
     assert "決まりません" in inside and "損益分岐の中" in inside
+    near = be.note("蒸留なし", info(0.352, 2, 0.24, 0.91, (0.78, 0.98), 0.24, 0.29))   # reviews10 ch08 #8
+    assert "決まりません" in near and "0.03 以内" in near and "遅いと予測" not in near
     straddle = be.note("蒸留", info(0.75, 2, 0.28, 1.02, (0.97, 1.08)))
     assert "1 をまたぐ" in straddle
 
