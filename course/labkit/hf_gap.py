@@ -7,7 +7,7 @@ differ, and a sweep over the concurrency can tell them apart:
   processors, stopping criteria and the course's timing streamer; the engine's scheduler call): it is there at one
   request, so static ÷ transformers at concurrency 1 shows it (together with the one-row matrix product). Part of it
   grows with the batch (blind reading 8 ch05 #1): ``generate``'s DynamicCache concatenates (copies) every row's K/V
-  of every layer each step; the engine updates outputs and checks stops per request, and its CPU decode gathers
+  of every layer each step, inside the attention layers, at one row too; the engine updates outputs and checks stops per request, and its CPU decode gathers
   each request's K/V. Concurrency 1 does not exclude this part;
 * the engine's Linear kernels: ``minimal_engine.model.cpu_linears`` probes them at load (oneDNN pre-packed
   float32 weights where that kernel runs and agrees with F.linear, else plain F.linear); ``kernels_of``
@@ -28,10 +28,13 @@ from __future__ import annotations
 from course.labkit.spread import ratio_span
 
 PLAIN = "plain"          # minimal_engine.model.cpu_linears.PLAIN: F.linear, what transformers' Linear runs
-OVERHEAD = ("モデルの外の処理（generate の Python のループ・logits processor と停止条件・KV キャッシュの連結・"
+# generate's KV concatenation (DynamicLayer.update, torch.cat) runs inside each attention layer and copies the
+# cache at one row too, growing with the rows: it is named once, in PER_REQUEST (blind reading 10 ch05 #3).
+OVERHEAD = ("モデルの外の処理（generate の Python のループ・logits processor と停止条件・"
             "時刻を記録するストリーマー、エンジンのスケジューラーとブロック表）")
-PER_REQUEST = ("件数とともに増える処理（generate が毎ステップ全行の K・V をコピーする KV キャッシュの連結、"
-               "エンジンの1件ごとの出力の更新と停止の判定、CPU の Decode で1件ごとに K・V を集める処理）")
+PER_REQUEST = ("件数とともに増える処理（generate の KV キャッシュの連結：Attention の層の中で毎ステップ各行の K・V をコピーし、"
+               "1行でも行われ、行数と文脈の長さとともに増える。エンジンの1件ごとの出力の更新と停止の判定。"
+               "CPU の Decode で1件ごとに K・V を集める処理）")
 # The finished-rows share is an estimate (from the engine's own per-request slope), so a smallest ratio that
 # passes the finished-rows bound by less than EDGE is within its error: 判定できません (blind reading 8 ch05 #2).
 EDGE = 0.03

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from course.labkit import hf_gap, linear_rows
 from course.labkit.predictions import DISTURBED, UNDECIDED, Prediction
-from course.labkit.policy_floor import floor_line, stands_out
+from course.labkit.policy_floor import floor_line, stands_out, tpot_floor_line
 from course.labkit.spread import RETRY, decide, order, ratio_span
 from course.labkit.batching_tasks import (TASK1_OUTPUT_LENS, idle_share, step_counts, task1_predictions, task1_rows,
                                      task1_table, task2_predictions)
@@ -121,9 +121,11 @@ def _tpot_sentence(r: dict) -> str:
             f"ステップの {100 * c['prefill_step_share']:.0f} % に新しいリクエストの Prefill も入っていました"
             f"（静的 {100 * s['prefill_step_share']:.0f} %）。")
     if apart and s["tpot_ms"] < c["tpot_ms"]:
-        return head + ("静的の tok/s/user が高い理由の候補は3つあり、この実行では分けられません。1つはこの重いステップです。"
-                       "2つ目は、静的の組が小さくなってステップが速くなる効果です（1ステップの時間が件数とともに伸びる分だけ"
-                       "効きます。ラボのスイープの静的の TPOT の当てはめで1件あたりの時間を見ます）。3つ目は、連続では文脈の"
+        return head + ("静的の tok/s/user が高い理由の候補は4つあり、この実行では分けられません。1つは2つの計測の偏りです。"
+                       "同時リクエスト数 1 では2つの方式が同じ仕事をしますが、TPOT が違って測れることがあります。ラボのスイープが"
+                       "その差を表示し、それを超えた分だけを方式の差として読みます。2つ目はこの重いステップです。"
+                       "3つ目は、静的の組が小さくなってステップが速くなる効果です。1ステップの時間が件数とともに伸びる分だけ"
+                       "効きます。4つ目は、連続では文脈の"
                        "長さの違う行が混ざることです。CPU の Decode は文脈の長さで行を分けて計算するので、分かれる分だけ重くなりえます。")
     if apart:
         return head + ("この実行では連続の TPOT のほうが短く、方式の差とは逆向きです。計測の途中で負荷が変わった可能性があります。"
@@ -177,7 +179,8 @@ def sweep_table(runs: dict[int, dict]) -> str:
               if "hf_static" in res["policies"] and "static" in res["policies"]}
     finished = {r["concurrency"]: _finished_share(r, runs, _fit(runs)[0]) for r in sweep_rows(runs)}
     kernels = next((res.get("engine_kernels") for res in runs.values() if res.get("engine_kernels")), None)
-    return "\n".join(out + [floor_line(sweep_rows(runs)), hf_gap.gap_reading(points, kernels, finished)]).rstrip("\n")
+    lines = out + [floor_line(sweep_rows(runs)), tpot_floor_line(sweep_rows(runs)), hf_gap.gap_reading(points, kernels, finished)]
+    return "\n".join(x for x in lines if x)
 
 
 def _fit(runs: dict[int, dict]) -> tuple[float, float, float, float]:
@@ -256,7 +259,8 @@ def sweep_predictions(runs: dict[int, dict]) -> list[Prediction]:
                "静的の TPOT 中央値 " + " → ".join(f"{t:.1f}" for t in tp) + f" ms（{growth:.2f} 倍）。静的の"
                f"ステップの平均の件数（出力トークン ÷ ステップ数）{n_lo:.1f} → {n_hi:.1f} 件の2点に直線を当てはめると、"
                f"固定 {fixed:.1f} ms・1件あたり {slope:.2f} ms で、平均 {n_hi:.1f} 件のステップでの固定の割合 "
-               f"{100 * share:.0f} %", why, f"下がった段は静的の TPOT の繰り返しの幅が重なります。{RETRY}"),
+               f"{100 * share:.0f} %", why,
+               f"下がった段は静的の TPOT の繰り返しの幅が重なります。それでも下がった理由の読み: {why}。{RETRY}"),
     ]
 
 

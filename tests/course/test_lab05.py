@@ -198,16 +198,16 @@ def test_task1_verdicts_follow_the_numbers():
     assert [p.held for p in good] == [True, True]
     assert all(p.verdict().startswith(HELD) for p in good)
     idle_up = task1_predictions({16: base, 128: _task1_run(wide_long, 112, 100)})
-    assert [p.held for p in idle_up] == [False, True]
-    gap_up = task1_predictions({16: base, 128: _task1_run(long_, 140, 100)})
-    assert [p.held for p in gap_up] == [True, False]
-    assert gap_up[1].verdict().startswith(MISSED) and "1.10 → 1.40" in gap_up[1].verdict()
-    assert "128 の比 ÷ 16 の比 = 1.27" in gap_up[1].verdict()          # ch05 third reading #6: a ratio of ratios
+    assert [p.held for p in idle_up] == [False, False]                 # the step ratio grew too (1.07 -> 1.55)
+    assert idle_up[1].verdict().startswith(MISSED) and "ステップ数の比 1.07 → 1.55 倍" in idle_up[1].verdict()
+    diluted = task1_predictions({16: base, 128: _task1_run(long_, 100, 100)})   # blind reading 10 ch05 #2
+    assert [p.held for p in diluted] == [True, False]
+    assert "測った比 ÷ ステップ数の比 1.03 → 0.94" in diluted[1].verdict() and "Attention" in diluted[1].verdict()
     ranged = {o: {**r, "policies": {k: {"tok_s": v["tok_s"], "tok_s_min": v["tok_s"] * 0.9, "tok_s_max": v["tok_s"] * 1.1}
                                     for k, v in r["policies"].items()}}
               for o, r in ((16, base), (128, _task1_run(long_, 125, 100)))}
-    wide = task1_predictions(ranged)[1]                      # 1.10 -> 1.25 (x1.14), yet the ranges overlap
-    assert wide.held is None and wide.verdict().startswith("判定できません") and "0.90〜1.34 → 1.02〜1.53 倍" in wide.verdict()
+    wide = task1_predictions(ranged)[1]                      # quotient 1.03 -> 1.17, yet the ranges overlap
+    assert wide.held is None and wide.verdict().startswith("判定できません") and "0.84〜1.26 → 0.96〜1.43" in wide.verdict()
 
 
 def test_task1_saved_verdicts_agree_with_the_saved_table():
@@ -222,18 +222,20 @@ def test_task1_saved_verdicts_agree_with_the_saved_table():
     cell = next(c for c in cells if c["cell_type"] == "code" and "task1_predictions" in "".join(c["source"]))
     text = "".join("".join(o.get("text", "")) for o in cell["outputs"]
                    if o.get("output_type") == "stream")
-    rows = re.findall(r"出力長（最大）\s*(\d+): 最大 − 最小\s*(\d+)、静的の空き枠 ([\d.]+) %、(?:ステップ数の比 [\d.]+ 倍、)?連続 [/÷] 静的の出力 tok/s "
-                      r"([\d.]+) 倍", text)
+    rows = re.findall(r"出力長（最大）\s*(\d+): 最大 − 最小\s*(\d+)、静的の空き枠 ([\d.]+) %、ステップ数の比 ([\d.]+) 倍、"
+                      r"連続 ÷ 静的の出力 tok/s ([\d.]+) 倍", text)
     assert len(rows) == 3, text
     lo, hi = rows[0], rows[-1]
     idle_held = int(hi[1]) > int(lo[1]) and float(hi[2]) <= float(lo[2]) + 2
-    ratio_held = float(hi[3]) < 1.1 * float(lo[3])
     saved = [line for line in text.splitlines() if line.startswith((HELD, MISSED, UNDECIDED))]
     assert saved[0].startswith(HELD) == idle_held, text
-    both = re.search(r"繰り返しの組み合わせで ([\d.]+)〜([\d.]+) → ([\d.]+)〜([\d.]+) 倍", saved[1])
-    if both:                 # final reading 2026-12-07d #2: decided on the ratios the repeats allow
-        a0, a1, b0, b1 = map(float, both.groups())
-        ratio_held = True if b1 < 1.1 * a0 else False if b0 >= 1.1 * a1 else None
+    # blind reading 10 ch05 #2: the step ratio does not grow, measured ÷ step ratio rises (decided on the ranges)
+    steps = re.search(r"ステップ数の比 ([\d.]+) → ([\d.]+) 倍、測った比 ÷ ステップ数の比 ([\d.]+) → ([\d.]+)", saved[1])
+    assert steps and steps.groups()[:2] == (lo[3], hi[3]), text
+    flat = float(hi[3]) <= float(lo[3]) + 0.02 + 0.01                      # printed to 0.01
+    both = re.search(r"繰り返しの組み合わせで ([\d.]+)〜([\d.]+) → ([\d.]+)〜([\d.]+)", saved[1])
+    a0, a1, b0, b1 = map(float, both.groups()) if both else (float(steps[3]),) * 2 + (float(steps[4]),) * 2
+    ratio_held = (True if b0 > a1 else False if b1 < a0 else None) if flat else False
     state = True if saved[1].startswith(HELD) else False if saved[1].startswith(MISSED) else None
     assert state == ratio_held, text
 

@@ -115,7 +115,7 @@ def test_tpot_sentence_names_the_mixed_steps_and_follows_the_ranges():
         return run_reading(r)
     static_short = res((8.5, 8.7, 9.0), (7.3, 7.5, 7.8))
     assert "連続 8.7・静的 7.5 ms（繰り返しの幅は重ならない）" in static_short and "7 % に新しいリクエストの Prefill" in static_short
-    assert "候補は3つ" in static_short and "主に" not in static_short        # final reading 2026-12-07d #8
+    assert "候補は4つ" in static_short and "計測の偏り" in static_short and "主に" not in static_short        # final reading 2026-12-07d #8
     overlap = res((8.5, 8.9, 9.6), (8.7, 9.3, 9.8))
     assert "繰り返しの幅が重なる" in overlap and "ばらつきより大きいとは言えません" in overlap
     assert "逆向き" in res((8.0, 8.1, 8.2), (9.0, 9.3, 9.6))
@@ -157,10 +157,11 @@ def test_saved_sweep_verdicts_agree_with_the_saved_table():
     d1 = ([max(abs(float(x) - 1) for x in one.groups())] if one else
           [abs(float(r[1]) - 1) for r in rows if int(r[0]) == 1])
     def state(r):                                          # lab05_explain._gap_state on the printed (rounded) numbers
-        ratio, step, (lo, _) = float(r[1]), float(r[3]), spans[int(r[0])]
+        ratio, step, (lo, hi) = float(r[1]), float(r[3]), spans[int(r[0])]
         if (ratio <= 1 and "重なる" not in r[2]) or (ratio >= step and lo >= step):
             return False
-        return None if "重なる" in r[2] or (d1 and abs(ratio - 1) <= d1[0]) or ratio >= step else True
+        near = lo - 1 if ratio >= 1 else 1 - hi               # blind reading 10 ch05 #5: the range's end nearest 1
+        return None if "重なる" in r[2] or (d1 and near <= d1[0]) or ratio >= step else True
     got = [state(r) for r in multi]
     assert states[0] == (False if False in got else None if None in got else True), text
     tp = [float(r[6]) for r in rows]
