@@ -5,8 +5,8 @@
 
 ``*_predictions`` take the measured numbers (``*_numbers``; tests plant contradicting ones); pass the runs'
 ``load`` to ``verdicts`` so that a disturbed run prints 判定できません. The no-cache step at position ``x`` is
-``a + b x`` (``a > 0``; the run does not separate what ``a`` holds: small op calls and Python, the one-row lm_head,
-matmuls less efficient at few positions); ``one_position_reading`` sets ``a`` beside a measured 1-position step.
+read as ``a + b x``; ``a`` is predicted clearly below a measured 1-position step (which reads every weight), and the
+readings that rest on the fit print 判定できません when R² < 0.8 or ``a <= 0`` (``Unreadable``).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import statistics
 from operator import truediv
 
 from course.labkit.fit import growth, line_fit
-from course.labkit.predictions import Prediction
+from course.labkit.predictions import UNDECIDED, Prediction
 from course.labkit.spread import RETRY, decide, ratio_span, spread_text
 
 TASK1 = {"prompt_len": 64, "output_lens": (80, 160, 320)}
@@ -26,6 +26,9 @@ QUICK_TASK4 = {"prompt_len": 16, "output_len": 8, "models": ("default", "synthet
 
 _LOAD = ("ほかのプログラムが CPU を使っていると線が跳ねる。負荷の警告を確かめ、ほかのカーネルを止め、"
          "繰り返しを増やして測り直す")
+_JUMPS = ("この実行では、次の候補を分けられません：実行の一部にだけ重なったほかのプログラム（負荷の監視は実行全体の"
+          "平均を見るので、短い跳ねは警告にならないことがあります）、CPU の周波数の変化、一部の長さでだけ選ばれる別の行列積の"
+          "カーネルやメモリの確保。図の赤い線に跳ねがないかを見て、もう一度測ります")
 
 
 # ---------------------------------------------------------------- one run: the lesson's §4, the lab's run
@@ -41,16 +44,6 @@ def steps_numbers(res: dict) -> dict:
             "one_position_ms": res.get("no_cache_one_ms")}
 
 
-def one_position_reading(n: dict, disturbed: bool = False) -> str:
-    """The intercept ``a`` beside the measured 1-position step (it reads every weight once): ``a`` under 0.8x of it
-    means the weight reads are not added whole to the fitted steps; otherwise, or on a disturbed run, undecided."""
-    a, one = n["fixed_ms"], n["one_position_ms"]
-    return f"切片 a {a:.2f} ms、1位置だけのキャッシュなしのステップ（実測）{one:.2f} ms：" + (
-        "計測のあいだにほかのプログラムが CPU を使っていたので、この実行では判定できません" if disturbed else
-        "a の方がはっきり小さい。重みを読む時間は、当てはめた範囲のステップにそのままは足されていない（演算と重なる）"
-        if a < 0.8 * one else "差が2割未満か a の方が大きい。重みを読む時間が a に入っているかは、この実行では判定できません")
-
-
 def steps_reading(res: dict) -> str:
     """The run's numbers as the sentences the lesson and the lab read (no verdict)."""
     n = steps_numbers(res)
@@ -62,32 +55,39 @@ def steps_reading(res: dict) -> str:
     if "weight_bytes" in res:
         lines.append(f"最後のステップで読む KV {res['kv_bytes'][-1] / 2**20:.2f} MiB、重み "
                      f"{res['weight_bytes'] / 2**20:.1f} MiB（キャッシュありの1ステップが読む量）")
-    if n["one_position_ms"] is not None:
-        lines.append(one_position_reading(n, bool((res.get("load") or {}).get("disturbed"))))
     return "\n".join(lines)
 
 
-def _line_reason(n: dict) -> str:
-    """One reason per failed part of the first reading: a poor line fit, a flat or falling line, a small fixed share."""
-    why = []
-    if n["r2"] < 0.8:
-        why.append(f"R² が 0.8 未満：ステップの時間が直線からばらついている。多くは負荷による跳ね（{_LOAD}）")
-    if n["per_position_ms"] <= 0:
-        why.append("傾きが 0 以下：位置が短すぎて伸びが見えないか、負荷で最初のほうのステップが遅くなった")
-    if n["fixed_share"] < 0.1:
-        why.append("固定の時間の割合が1割未満：このマシンでは1ステップの固定の時間（小さな演算の呼び出しや "
-                   "Python の処理など）が、位置に比例する行列積の時間に比べて小さい")
-    return "。".join(why) or _LOAD
+class Unreadable(Prediction):
+    """A reading that rests on a line fit the run does not support: 判定できません, with why (``held`` is None)."""
+    def verdict(self) -> str:
+        return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{self.otherwise}"
+
+
+def _fit_problem(n: dict) -> str:      # why the fitted line cannot be read ('' when it can)
+    return "。".join(([f"1次式の当てはまりが悪い（R² = {n['r2']:.3f}、0.8 未満）"] if n["r2"] < 0.8 else [])
+                    + (["切片 a が 0 以下（負の固定の時間はあり得ない）"] if n["fixed_ms"] <= 0 else []))
 
 
 def steps_predictions(n: dict) -> list[Prediction]:
-    """The readings of one run (``steps_numbers``), as predictions the run decides."""
-    return [
-        Prediction("キャッシュなしの1ステップは位置とともに直線的に伸びる（1次式 a ＋ b × 位置 の R² ≥ 0.8、"
-                   "傾き b > 0）が、位置に比例ではなく、最初の位置の時間の1割以上を固定の時間 a が占める",
-                   n["r2"] >= 0.8 and n["per_position_ms"] > 0 and n["fixed_share"] >= 0.1,
-                   f"a = {n['fixed_ms']:.2f} ms、b = {n['per_position_ms']:.4f} ms/位置、R² = {n['r2']:.3f}、"
-                   f"位置 {n['first_position']} の時間のうち a の割合 {n['fixed_share']:.0%}", _line_reason(n)),
+    """One run's readings (``steps_numbers``) as predictions; the two resting on the fit may be ``Unreadable``."""
+    a, one, bad = n["fixed_ms"], n["one_position_ms"], _fit_problem(n)
+    line = ("キャッシュなしの1ステップは位置とともに直線的に伸びる（1次式 a ＋ b × 位置 の R² ≥ 0.8、傾き b > 0）",
+            f"a = {a:.2f} ms、b = {n['per_position_ms']:.4f} ms/位置、R² = {n['r2']:.3f}")
+    out = [Unreadable(line[0], None, line[1], f"ステップの時間が直線から外れている。{_JUMPS}") if n["r2"] < 0.8 else
+           Prediction(line[0], n["per_position_ms"] > 0, line[1], "傾きが 0 以下：位置が短すぎて伸びが見えないか、最初のほうの"
+                      "ステップが遅く出た（最初の呼び出しの準備、CPU の周波数の変化）。" + _LOAD)]
+    if one is not None:
+        icpt = ("切片 a は正で、1位置だけのキャッシュなしのステップ（実測）の 0.8 倍未満：多くの位置をまとめたステップでは、"
+                "重みを読む時間が演算と重なり、切片にまるごとは入らない",
+                f"a = {a:.2f} ms、1位置のステップ {one:.2f} ms"
+                + (f"、位置 {n['first_position']} の時間のうち a の割合 {n['fixed_share']:.0%}" if a > 0 else ""))
+        out.append(Unreadable(icpt[0], None, icpt[1], f"{bad}。そのため、切片 a は読めない。{_JUMPS}") if bad else
+                   Prediction(icpt[0], a < 0.8 * one, icpt[1], "a が1位置のステップに近いか大きい：このマシンでは、多くの位置を"
+                              "まとめても重みの読み込みが演算と重ならない（演算に比べてメモリが遅い）か、切片に入る"
+                              "固定の時間（小さな演算の呼び出しや Python の処理）や、位置が少ないときの行列積の効率の"
+                              "低さが大きい。" + _LOAD))
+    return out + [
         Prediction("キャッシュありの1ステップはほぼ平ら（最初の1/4 → 最後の1/4 の伸びが、キャッシュなしの伸びの 1/5 未満）",
                    n["growth_no_cache_ms"] > 0 and abs(n["growth_cached_ms"]) < n["growth_no_cache_ms"] / 5,
                    f"伸び あり {n['growth_cached_ms']:+.2f} ms、なし {n['growth_no_cache_ms']:+.2f} ms",
@@ -293,8 +293,7 @@ def task4_ratio_note(nums: dict[str, dict], small: str = "default", large: str =
             "大きさの効果は読み取れません。")
 
 
-__all__ = ["QUICK_TASK1", "QUICK_TASK2", "QUICK_TASK4", "TASK1", "TASK2", "TASK4", "growth", "line_fit",
-           "one_position_reading", "rounding_prediction", "steps_numbers", "steps_predictions", "steps_reading",
-           "task1_numbers", "task1_predictions", "task1_table", "task2_numbers", "task2_predictions", "task2_table",
-           "task3_numbers", "task3_predictions", "task4_numbers", "task4_predictions", "task4_ratio_note",
-           "task4_table"]
+__all__ = ["QUICK_TASK1", "QUICK_TASK2", "QUICK_TASK4", "TASK1", "TASK2", "TASK4", "Unreadable", "growth", "line_fit",
+           "rounding_prediction", "steps_numbers", "steps_predictions", "steps_reading", "task1_numbers",
+           "task1_predictions", "task1_table", "task2_numbers", "task2_predictions", "task2_table", "task3_numbers",
+           "task3_predictions", "task4_numbers", "task4_predictions", "task4_ratio_note", "task4_table"]
