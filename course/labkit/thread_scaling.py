@@ -61,7 +61,7 @@ def problems(f: dict) -> list[str]:
     k, flops = b["threads"] / a["threads"], b["gflops"] / a["gflops"]
     if flops > SUPERLINEAR * k:
         out.append(f"GFLOP/s が {flops:.2f} 倍になり、スレッド数の {k:.0f} 倍を超えました。演算律速の行列積は、"
-                   "スレッド数の倍率より大きくは伸びないので、スレッドの少ない側の計測が遅くなった疑いがあります")
+                   "スレッド数が何倍になったかより大きくは伸びないので、スレッドの少ない側の計測が遅くなった疑いがあります")
     return out
 
 
