@@ -44,5 +44,8 @@ def test_verify_cost_reading_names_the_kernel_when_more_rows_run_faster():
 def test_verify_rows_reading_names_the_kernel_when_the_verify_rows_are_faster():
     ms = {1: 3.79, 4: 3.78, 5: 3.45, 8: 3.78, 20: 6.82, 40: 10.42}
     rows = [{"concurrency": c, "ngram_speedup": 2.0, "ngram_tpot_speedup": 2.0} for c in (1, 4, 8)]
-    assert "同時 1 では、検証の行のほうが短く" in lab08_linears.verify_rows_reading(ms, rows, k=4)
-    assert "検証の行のほうが短く" not in lab08_linears.verify_rows_reading({**ms, 5: 3.9}, rows, k=4)
+    text = lab08_linears.verify_rows_reading(ms, rows, k=4)
+    assert "同時 1 では、検証の行の Linear 層の時間が投機なしの行以下" in text and "差 0.34 ms" in text
+    assert lab08_linears.KERNEL not in text and "言えません" in text     # reviews10 ch08 #4: no attribution
+    assert "投機なしの行以下" not in lab08_linears.verify_rows_reading({**ms, 5: 3.9}, rows, k=4)
+    assert "リクエストごとに1回ずつ" in text                                # reviews10 ch08 #1: the attention path
