@@ -22,8 +22,10 @@ empties; ``busy_running`` / ``busy_used_share`` average only over the steps in w
 waiting (``busy_steps`` of them), which is the steady state a loaded server sees (NaN when nobody ever waits).
 
 Time is counted in engine steps: every running request makes one token per step; a request admitted in a
-step also makes its first token in it. Lengths are drawn from log-normal distributions (many short
-requests, a long tail): the medians and spreads are this course's assumptions, shown as parameters.
+step also makes its first token in it. ``used`` ("KV written") counts the token made in the step as written;
+the engine writes its K/V in the next step (lesson 4, cell 10), so ``used`` runs ahead by at most one token per
+running request (and ``internal`` is that much smaller): a stated bookkeeping convention. Lengths are drawn
+from log-normal distributions (many short requests, a long tail): the medians and spreads are this course's assumptions, shown as parameters.
 """
 from __future__ import annotations
 

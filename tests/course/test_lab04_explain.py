@@ -246,3 +246,18 @@ def test_lab_pool_runs_short_only_at_four_blocks(num_blocks, preempted):
     snaps = block_pool.pool_steps(_lab_pool_requests(), block_size=4, num_blocks=num_blocks)
     assert _preempted(snaps) == preempted
     assert sorted(i for s in snaps for i in s["finished"]) == [0, 1, 2, 3]
+
+
+def test_growth_lines_flag_a_median_far_above_the_linear_minimum():
+    """blind reading 10, ch04 #1: the cached path's work is linear in the shared length, so a row whose median
+    grows > SLOPE_GAP x its minimum (by more than shared 0's spread) is flagged, naming candidates, not load."""
+    rows = sweep((6.92, 17.45, 55.63, 135.07), (6.66, 7.26, 8.40, 14.39),
+                 [(6.35, 8.24), (6.79, 10.09), (7.95, 12.13), (9.44, 27.44)])
+    lines = ex.growth_lines(rows)
+    assert len(lines) == 2 and "共有 480 は最小値 6.4・中央値 16.1 µs" in lines[0], lines
+    assert lines[1].startswith("共有 480 の行") and "2.5 倍" in lines[1] and "負荷" not in lines[1]
+    assert "最小値で 1.49 倍" in ex.sweep_predictions(rows)[2].verdict()
+    calm = sweep((7.14, 16.98, 56.61, 126.69), (6.82, 7.34, 8.04, 8.71),
+                 [(6.26, 8.03), (7.09, 7.57), (7.71, 9.29), (8.20, 11.89)])
+    assert len(ex.growth_lines(calm)) == 1
+    assert ex.growth_lines(sweep((5.4, 11.7, 33.5, 64.9), (5.5, 6.2, 6.7, 7.7))) == []   # no ranges: no line
