@@ -5,7 +5,9 @@ float32 tensor (a bfloat16 / float16 scale is refused with that reason: rounded 
 within the tolerance nor the scale q was computed with; the engine casts the float32 scale to the model dtype), q in
 [-127, 127] (gpt-fast's amax / 127.5 with -128 is told apart and named: the engine, and so the grader, uses
 amax / 127), a per-column and a whole-tensor scale are named as such, and every row's round-trip error |q * scale - w|
-at most scale[n] / 2 (beyond it: floor/trunc is named when q equals it, else, on the BF16 case, dividing in BF16),
+at most scale[n] / 2 (beyond it: floor/trunc is named when q equals it, else, on the BF16 case, dividing in BF16; a
+scale within 2^-8 of max / 127 on the BF16 case is named as computed in BF16), exact .5 quotients rounded to even as
+torch.round (the small matrix's last row, scale 1; round-half-up is named),
 and finally q equal to the engine's quantize_int8 and scale within 1e-6 relative of it (the engine case below needs
 the same greedy tokens: an additive epsilon such as amax / 127 + 1e-8, 2.3e-6 to 2.8e-5 relative on the default
 model's scales of 3.6e-4 to 4.3e-3, flipped 13,671 q values there and 4 of 32 tokens in the blind reading of
@@ -26,7 +28,8 @@ PROMPTS = ["吾輩は猫である。", "東京の", "むかしむかし、", "�
 
 def _matrices():
     g = torch.Generator().manual_seed(6)
-    small = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [100.0, 1.0, -1.0]])
+    small = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [100.0, 1.0, -1.0],
+                          [127.0, 0.5, -2.5]])         # scale 1: exact .5 quotients (torch.round: half to even)
     outl = torch.randn(16, 64, generator=g) * 0.02
     outl[3, 5], outl[11, 0] = 8.0, -5.0               # two rows with an outlier
     bf16 = (torch.randn(16, 64, generator=g) * 0.05).to(torch.bfloat16)   # the engine hands over BF16 weights
@@ -69,6 +72,9 @@ def _judge(w, res):
                     "使ってください（全体で1つだと、外れ値のない行まで粗くなります）。")
         if w.shape[0] == w.shape[1] and torch.allclose(s, w.abs().amax(0) / 127, rtol=1e-3):
             return "scale が列（入力）ごとの最大 ÷ 127 です。行（出力チャネル）ごとに amax(dim=1) を使ってください。"
+        if low and torch.allclose(s[nz], amax[nz] / 127, rtol=2 ** -8):
+            return ("scale を BF16 のまま計算しています（w を float にせずに割ると、最大 ÷ 127 が BF16 に丸められ、"
+                    "相対で最大 2^-8 ずれます。あとで .float() にしても戻りません）。w = w.float() にしてから計算してください。")
         return "scale は各行の絶対値の最大 ÷ 127 です（行ごとに別のスケール。外れ値のある行だけが粗くなります）。"
     err = (q.float() * s[:, None] - w).abs().amax(1)
     if bool((err > s / 2 * 1.001 + 1e-7).any()):
@@ -83,6 +89,12 @@ def _judge(w, res):
     q_ref, s_ref = quantize_int8(w)          # the engine's own rule; the engine case needs the same q and scale
     flips = int((q.to(torch.int8) != q_ref).sum())
     rel = float(((s - s_ref) / s_ref)[nz].abs().max()) if bool(nz.any()) else 0.0
+    ratio = w / s_ref[:, None]
+    tie = (ratio - torch.floor(ratio) == 0.5) & (q.to(torch.int8) != q_ref)
+    away = bool((q.to(torch.int8).int().abs() > q_ref.int().abs())[tie].any())   # an additive eps only shrinks |q|
+    if flips and int(tie.sum()) == flips and (rel == 0 or (rel <= 1e-6 and away)):   # only the ties differ
+        return (f"w / scale がちょうど .5 になる値 {flips} 個の丸め方が、エンジンと違います。torch.round は .5 を偶数へ丸めます"
+                "（0.5 → 0、-2.5 → -2。エンジンと同じ）。floor(x + 0.5) や四捨五入ではなく torch.round を使ってください。")
     if flips or rel > 1e-6:
         return (f"q が {flips} 個、エンジンの round(w / (最大 ÷ 127)) と違います（scale のずれは相対で最大 {rel:.1e}）。"
                 "0 で割らないよう全部の行に小さな値（+ 1e-8 など）を足すと、丸めの境目に近い値の行き先が変わり、"

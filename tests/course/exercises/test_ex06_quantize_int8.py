@@ -177,3 +177,24 @@ def test_equivalent_formulas_still_pass(variant):
         return torch.round(x[variant]).clamp(-127, 127).to(torch.int8), scale.float()
     cases = _grader().check(fn, CTX)
     assert all(c.passed for c in cases), [c.message for c in cases if not c.passed]
+
+
+def _half_up(w):
+    """Round half up (floor(x + 0.5)): meets the error bound; the small matrix's tie row names the rule
+    (blind reading reviews10 ch06 #3)."""
+    w = w.float()
+    scale = w.abs().amax(1).clamp_min(1e-12) / 127
+    return torch.floor(w / scale[:, None] + 0.5).clamp(-127, 127).to(torch.int8), scale
+
+
+def _bf16_scale_division(w):
+    """Divides in BF16, then returns scale.float(): named as a BF16 scale (reviews10 ch06 #4)."""
+    scale = (w.abs().amax(1) / 127).clamp_min(1e-12)
+    return torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale.float()
+
+
+def test_round_half_up_and_bf16_division_are_named():
+    failed = [c for c in _grader().check(_half_up, CTX) if not c.passed]
+    assert failed and all("偶数へ丸めます" in c.message for c in failed), [c.message for c in failed]
+    failed = [c for c in _grader().check(_bf16_scale_division, CTX) if not c.passed]
+    assert failed and all("BF16 のまま計算" in c.message for c in failed), [c.message for c in failed]
