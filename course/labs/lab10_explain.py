@@ -60,16 +60,12 @@ def constants_rows(res: dict) -> list[dict]:
 def prediction_lines(res: dict) -> list[str]:
     """The errors as sentences: TPOT, tok/s at the held-out concurrencies; TTFT (predicted / measured) at the fit ones."""
     t = res["table"]
-    held = [r for r in t if r["split"] == "held-out"]
-    fit = [r for r in t if r["split"] == "fit"]
-    out = []
+    held, fit, out = [r for r in t if r["split"] == "held-out"], [r for r in t if r["split"] == "fit"], []
     if held:
         cs = "・".join(str(r["concurrency"]) for r in held)
-        tp = [r["err_tpot_ms"] for r in held]
-        tk = [r["err_tok_s"] for r in held]
+        tp, tk = [r["err_tpot_ms"] for r in held], [r["err_tok_s"] for r in held]
         out.append(f"当てはめた2点の間（内挿）の同時 {cs} で、TPOT の誤差は {_span(tp)}、出力 tok/s の誤差は {_span(tk)} でした。")
-    ratios = "、".join(f"同時 {r['concurrency']} で {r['pred_ttft_ms'] / r['ttft_ms']:.2f} 倍"
-                      for r in fit)
+    ratios = "、".join(f"同時 {r['concurrency']} で {r['pred_ttft_ms'] / r['ttft_ms']:.2f} 倍" for r in fit)
     out.append(f"当てはめに使った同時リクエスト数での TTFT の予測は、実測に対して{ratios}です"
                f"（compute_eff = {res['spec']['compute_eff']:.2f}）。")
     tpot = "、".join(f"同時 {r['concurrency']} で {_pct(r['err_tpot_ms'])}" for r in fit)
@@ -81,6 +77,11 @@ def _tpot_range(q: dict) -> str:
     return f"{q['tpot_ms']:.2f} ms（繰り返し {q.get('tpot_ms_min', q['tpot_ms']):.2f}〜{q.get('tpot_ms_max', q['tpot_ms']):.2f}）"
 
 
+_ORDER_CAUSES = ("繰り返しの幅を超える差です。繰り返しは同時リクエスト数を順に回るので、初回だけの遅れではありません。同時 {big} の1ステップが、"
+                 "行の少ない同時 {small} より全体として短い時間で終わったことになります。候補は2つあり、この実行では確かめていません。"
+                 "(1) CPU の行列積のライブラリは行数でカーネルを選び分けます。{small} 行の行列積が {big} 行より遅い経路を通ったのかもしれません。"
+                 "(2) エンジンの Decode は文脈の長さでリクエストをグループに分け、グループごとに Attention を呼びます。1つだけのグループは"
+                 "マスクなしの経路を通ります（minimal_engine/model/decode_groups.py）。同時 {small} と {big} では、グループの数や経路が違うことがあります。")
 def tpot_order_lines(res: dict) -> list[str]:
     """Where a concurrency's measured TPOT (median) is shorter than a smaller one's, against the repeats' ranges:
     within them it cannot be told from noise; beyond them it is a real effect of this machine (unless disturbed)."""
@@ -98,8 +99,7 @@ def tpot_order_lines(res: dict) -> list[str]:
         elif r.get("tpot_ms_max", r["tpot_ms"]) >= prev.get("tpot_ms_min", prev["tpot_ms"]):
             out.append(line + "2つの繰り返しの幅が重なるので、計測の揺れと区別できません。")
         else:
-            out.append(line + "繰り返しの幅を超える差です。CPU の行列積のライブラリは行数でカーネルを選び分けるので、"
-                       "1行より数行の方が1行あたり速いことがあります（この実行では確かめていません）。")
+            out.append(line + _ORDER_CAUSES.format(big=r["concurrency"], small=prev["concurrency"]))
     return out or ["[TPOT の順序] TPOT（中央値）は、同時リクエスト数とともに短くなることなく伸びました。"]
 
 

@@ -269,6 +269,7 @@ def test_tpot_order_lines_flag_an_inversion_against_the_repeats_ranges():
     assert "区別できません" in inside[0]
     beyond = ex.tpot_order_lines(_order_res(3, [(1, 6.7, 6.6, 6.8), (2, 7.0, 6.9, 7.1), (4, 6.3, 6.2, 6.4)]))
     assert "繰り返しの幅を超える差" in beyond[0]
+    assert "2 行の行列積が 4 行より遅い経路" in beyond[0] and "decode_groups.py" in beyond[0]   # reviews10 ch10 #2: absolute time, two candidates
     assert "判定できません" in ex.tpot_order_lines(_order_res(1, [(1, 6.7, 6.7, 6.7), (2, 6.0, 6.0, 6.0)]))[0]
     assert "伸びました" in ex.tpot_order_lines(_order_res(3, [(1, 6.7, 6.6, 6.8), (2, 7.0, 6.9, 7.1)]))[0]
 
