@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from course.labkit.predictions import Prediction, under_load
+from course.labkit.predictions import UNDECIDED, Prediction, under_load
 from course.labkit.noise import load_sentence_ja, spread_sentence_ja
 from minimal_engine.features.quantization import INT8PACK_MAX_ROWS
 
@@ -33,7 +33,6 @@ OUTLIER_FORMATS = ("int8_tensor", "int8_channel", "int4_g32", "nvfp4", "fp8_e4m3
 CONTAINED = ("int8_channel", "int4_g32", "nvfp4")          # a scale per row, group or block
 NEAR_ONE = 0.9            # 課題1: "the ratio comes near 1 or above it"
 NOISE_MARGIN = 0.05       # 課題1, §7: a ratio counts as larger than batch 1's only by more than this
-UNDECIDED = "判定できない（差が揺れより小さい）"   # §7: the verdict when the difference is within the noise
 JUDGED_MIN_BATCH = 8      # 課題1: batch 2 adds one row, a change smaller than the noise; judged from here
 KV_TOLERANCE = 0.15       # 課題2: "about 2x / about 4x" = within 15 %
 QUALITY_TOLERANCE = 0.01  # nats/char: "cross-entropy barely changes"
@@ -97,8 +96,8 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
     (med, lo, hi), margin = batch1_spread(rows), task1_margin(rows)
     judged = [r for r in rows if r["batch"] >= JUDGED_MIN_BATCH]
     pairs = "、".join(f"バッチ {r['batch']} {r['bB']:.2f}" for r in judged)
-    noise = (f"まず負荷の揺れです。比の差が揺れの幅 {margin:.2f} に収まるので、この実行からは決められません。負荷の警告を確かめ、"
-             "ほかのプログラムを止め、repeats を増やして測り直します（レッスン §7 と同じ規則です）")
+    noise = (f"比の差が、同じバッチ 1 の設定を測り直した揺れの幅 {margin:.2f} に収まるので、この実行からは決められません。揺れの候補"
+             "（ほかのプログラムの負荷、CPU のクロックの変化）はこの実行では分けられません。repeats を増やして測り直します（レッスン §7 と同じ規則です）")
     up = bool(judged) and all(r["bB"] > med + margin for r in judged)
     t1 = (f"バッチ {JUDGED_MIN_BATCH} 以上では、TPOT の比（INT8 ÷ BF16）がバッチ 1 の比（{len(rows)} 回の実行の中央値）より、"
           "揺れの幅を超えて大きい（INT8 の得が減るか損になる）")
@@ -124,7 +123,7 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
 class Undecided(Prediction):
     """A comparison smaller than the measured noise: the run cannot decide it (lesson §7)."""
     def verdict(self) -> str:
-        return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{self.otherwise}"
+        return f"{UNDECIDED}（差が揺れより小さい）：{self.text}（{self.basis}：{self.measured}）。{self.otherwise}"
 
 
 def _undecided_reason(runs: list[dict], b1s: list[float], kernel_b1=()) -> str:
@@ -132,20 +131,20 @@ def _undecided_reason(runs: list[dict], b1s: list[float], kernel_b1=()) -> str:
     kernel_b1 = [x for x in kernel_b1 if x == x]                   # NaN: int8pack not measured on this CPU
     out = [load_sentence_ja([(r.get("load1"), r.get("cores")) for r in runs]),
            spread_sentence_ja([r.get("b1_repeat_ratios") for r in runs], "1 回の実行の中の繰り返し（BF16 と INT8 を交互に"
-                              "測った組）ごとのバッチ 1 の比も")]
+                              "測った組）ごとのバッチ 1 の比")]
     beyond = [x for x in b1s if x > max([1.0, PER_WEIGHT_MAX, *kernel_b1]) + NOISE_MARGIN]
     if beyond:
         k = f"カーネル単体の1行の比は {min(kernel_b1):.2f}〜{max(kernel_b1):.2f}、" if kernel_b1 else ""
         out.append(f"バッチ 1 の比 {'、'.join(f'{x:.2f}' for x in beyond)} は、INT8 のカーネルで説明できる範囲を超えています（"
                    f"{k}重みをメモリから読む条件で講座のマシンが測った重み1個あたりの比も最大 {PER_WEIGHT_MAX:.2f}）。"
                    "線形層以外の時間はどちらの設定でも同じなので、エンジンの比はこれらと 1 のあいだに来るはずです。"
-                   "そのため、計測中の負荷の揺れと読みます")
+                   "この実行は、繰り返しの間で変わった条件（ほかのプログラムの負荷、CPU のクロック）のどれによるかを分けられません")
     return "。".join(x for x in out if x)
 
 
 def batch_predictions(res: dict, b1_again=(), kernel_b1=()) -> list[Prediction]:
     """Lesson §7: batch B's ratio against batch 1's of this run and ``b1_again`` (re-runs: results or ratios); margin
-    as in 課題1, within it 「判定できない」 with _undecided_reason (``kernel_b1``: the table's one-row ratios)."""
+    as in 課題1, within it 「判定できません」 with _undecided_reason (``kernel_b1``: the table's one-row ratios)."""
     runs = [res, *(r for r in b1_again if isinstance(r, dict))]
     b1s = [res["ratios"]["tpot_b1"], *(r["ratios"]["tpot_b1"] if isinstance(r, dict) else r for r in b1_again)]
     rows = [{"b1": x} for x in b1s]
@@ -159,8 +158,8 @@ def batch_predictions(res: dict, b1_again=(), kernel_b1=()) -> list[Prediction]:
         reason = _undecided_reason(runs, b1s, kernel_b1)
         return [Undecided(text, None, measured,         # held None: never decided, whatever the load
                           f"バッチ {b} の比とバッチ 1 の比の差が、同じバッチ 1 の設定を測り直したときの揺れより小さいので、"
-                          "この実行からは決められません。" + (f"揺れの原因（この実行の測定）: {reason}。" if reason else "")
-                          + "ほかのプログラムを止め、repeats を増やして測り直します（ラボの課題1も同じ幅で判定します）")]
+                          "この実行からは決められません。" + (f"この実行で測った値: {reason}。" if reason else "")
+                          + "repeats を増やして測り直します（ラボの課題1も同じ幅で判定します）")]
     return under_load([Prediction(text, bB > med + margin and bB >= NEAR_ONE, measured,
                        "まず負荷の揺れ（負荷の警告を確かめ、測り直す）。揺れでなければ、この CPU では INT8 のカーネルが"
                        "大きなバッチでも速い。ラボの課題1でバッチを変えて確かめる")], *(r.get("load") for r in runs))
