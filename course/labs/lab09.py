@@ -21,20 +21,20 @@ output tok/s and tok/s/user (vLLM's formulas, minimal_engine.engine.metrics), th
 prompt (their mean mixes the two), the long prompts' first-token times and how many short requests decode at each
 gap. The sentences and the tasks' verdicts printed from a result are in ``lab09_explain``. Greedy in float32: every setup gives the
 same tokens (in bfloat16, different chunkings round differently and a random model's near-ties may flip).
+Before any setup is timed, each engine runs the stream's shapes once, untimed (``warm_up``): a first call of a shape
+(kernel set-up, fresh KV pages, allocator growth) then falls outside the measured p99.
 """
 from __future__ import annotations
 
-import math
 import statistics
 import time
 import timeit
 
 from course.labkit.arrivals import arrival_plan, check_arrivals, check_rate
-from course.labkit.history import add_variant_rows, to_csv
 from course.labkit.load import LoadWatch
 from course.labkit.measure import check_repeats
-from course.labkit.tables import history_table, table_html, warnings_html
-from course.labs.lab09_plots import plot_budget, plot_itl, plot_pareto
+from course.labs.lab09_plots import (HISTORY_FIELDS, add_run, history_csv, history_html, plot_budget, plot_itl,
+                                     plot_pareto, readout_html)
 from course.runtime import (apply_thread_policy, cached_llm, check_device, check_int, check_model, clear_llm_cache,
                             engine_model_arg, get_llm, is_quick, max_model_len, random_prompts)
 from minimal_engine import LLM, SamplingParams
@@ -136,6 +136,20 @@ def run_stream(runner, stream: list[dict]) -> dict:
     return {"t0": t0, "outputs": [outs[ids[i]] for i in range(len(stream))]}
 
 
+def warm_up(runner, stream: list[dict], model: str) -> None:
+    """One untimed pass of the run's shapes: a long prompt of the stream's length (other token ids) beside its short
+    requests, all at once, so the chunk steps' first calls (kernel set-up for a new shape, first touch of the KV pages,
+    allocator growth) happen before the timed run, not inside its p99."""
+    longs = [r for r in stream if r["late"]]
+    if not longs:
+        return
+    shorts = [r for r in stream if not r["late"]]
+    warm = random_prompts(get_llm(model, "cpu"), len(longs[0]["ids"]), 1, seed=10_007)
+    plan = [{"ids": r["ids"], "max_tokens": LONG_OUTPUT_LEN, "late": False, "offset_s": 0.0, "after_tokens": None}
+            for r in shorts] + [{"ids": warm[0], "max_tokens": 2, "late": True, "offset_s": 0.0, "after_tokens": None}]
+    run_stream(runner, plan)
+
+
 def _measure(run: dict, stream: list[dict]) -> dict:
     t0, outs = run["t0"], run["outputs"]
     short = [o.metrics for o, r in zip(outs, stream) if not r["late"]]
@@ -219,6 +233,8 @@ def run_interference_lab(prompt_len=None, num_decodes=None, output_len=None, num
     if disagg:
         setups["disagg"] = lambda: _disagg(model, device)
     runs = {name: [] for name in setups}
+    for name, get in setups.items():
+        warm_up(get(), stream, model)                         # each engine meets the run's shapes before it is timed
     for _ in range(repeats):
         for name, get in setups.items():
             runs[name].append(_measure(run_stream(get(), stream), stream))
@@ -241,59 +257,9 @@ def run_interference_lab(prompt_len=None, num_decodes=None, output_len=None, num
             "setups": out, "same_tokens": all(t == tokens[0] for t in tokens), "load": load, "warnings": warnings}
 
 
-# ---------------------------------------------------------------- readouts and history
-def _v(x, fmt=".1f") -> str:
-    return "—" if x is None or x != x else format(x, fmt)
-
-
-def readout_html(res: dict) -> str:
-    rows = [(r["label"], _v(r["median_itl_ms"]), _v(r["p99_itl_ms"]), _v(r["max_itl_ms"]), _v(r["long_ttft_ms"], ".0f"),
-             _v(r["tpot_ms"]), _v(r["tok_s"]), _v(r["tok_s_per_user"]),
-             f"{r['kv_bytes_long'] / 1e3:,.0f} ／ {r['kv_bytes_short'] / 1e3:,.0f}" if r.get("kv_bytes_long") else "—")
-            for r in res["setups"].values()]
-    head = ("構成", "ITL 中央値 [ms]", "ITL p99 [ms]", "ITL 最大 [ms]", "長いプロンプトの TTFT [ms]", "TPOT [ms]",
-            "出力 tok/s", "tok/s/user", "KV 転送 [KB/件]（長い ／ 短い）")
-    same = "同じトークン列: " + ("はい（全構成で一致）" if res["same_tokens"] else "いいえ")
-    n = min(r.get("itl_count", 0) for r in res["setups"].values())
-    need = n - math.floor(0.99 * (n - 1)) if n else 0
-    note = (f"ITL の標本は構成ごとに {n} 個以上です。止められたステップでは Decode 中の全員が同じ長い間隔を受け取ります。"
-            f"p99 は小さい順に 0.99 × (標本の数 − 1) 番目の値（間は直線で補間）なので、{n} 個なら上から {need} 個以上が"
-            "止められた間隔のとき、p99 もその値になります。KV 転送は、長いプロンプトと短いプロンプトの"
-            "1件あたりを分けて示します。"
-            f" スレッド: 1エンジンは {res['threads']} スレッド × 1 プロセス、Disaggregation は Prefill のプロセス "
-            f"{res.get('prefill_threads', PREFILL_THREADS)} スレッド＋ Decode のプロセス {res['threads']} スレッドで、"
-            "コアが空いていれば CPU を多く使えます" + ("（この実行では、下の警告のとおりほかのプログラムがコアを使っていました）。"
-                                                  if res["warnings"] else "。"))
-    return (table_html(rows, head, right=set(range(1, len(head)))) + f"<div style='color:#555'>{same}。{note}</div>"
-            + warnings_html(res["warnings"]))
-
-
-HISTORY_FIELDS = ("run", "model", "device", "threads", "prompt_len", "num_decodes", "output_len", "num_long", "arrivals",
-                  "setup", "budget", "p99_itl_ms", "max_itl_ms", "long_ttft_ms", "tpot_ms", "tok_s", "tok_s_per_user",
-                  "kv_bytes_per_request")
-
-
-def add_run(history: list[dict], res: dict) -> list[dict]:
-    """One history row per setup of this run (same run number)."""
-    return add_variant_rows(history, res, HISTORY_FIELDS, "setup", res["setups"])
-
-
-def history_html(history: list[dict], last: int = 24) -> str:
-    head = ("#", "構成", "プロンプト長", "Decode 数", "ITL p99 [ms]", "長いプロンプトの TTFT [ms]", "出力 tok/s",
-            "tok/s/user")
-    rows = [(r["run"], "Disaggregation" if r["setup"] == "disagg" else f"予算 {r['budget']}", r["prompt_len"],
-             r["num_decodes"], _v(r["p99_itl_ms"]), _v(r["long_ttft_ms"], ".0f"), _v(r["tok_s"]),
-             _v(r["tok_s_per_user"])) for r in history[-last:]]
-    return history_table(rows, head, set(range(2, len(head))), "実行するとここに構成ごとに1行ずつ増えます")
-
-
-def history_csv(history: list[dict], learner: str = "") -> str:
-    return to_csv(history, learner, fields=("learner",) + HISTORY_FIELDS)
-
-
 plot_run = plot_budget               # the panel's chart: p99 ITL and TTFT against the budget
 
 
 __all__ = ["BUDGET_RANGE", "HISTORY_FIELDS", "NUM_DECODES_RANGE", "OUTPUT_LEN_RANGE", "PROMPT_LEN_RANGE", "add_run",
            "build_stream", "close_engines", "defaults", "history_csv", "history_html", "plot_budget",
-           "plot_itl", "plot_pareto", "plot_run", "readout_html", "run_interference_lab", "run_stream"]
+           "plot_itl", "plot_pareto", "plot_run", "readout_html", "run_interference_lab", "run_stream", "warm_up"]

@@ -72,6 +72,35 @@ def mean_reading(res: dict) -> str:
     return out + "\n長い間隔が少ない（または短い）ので、平均もほとんど上がっていません。止められた長さは最大値に出ます。"
 
 
+# Disaggregation's decode-only gaps above this x the one engine's: named as not from the prefill process (idle then)
+IDLE_RATIO = 1.3
+
+
+def _other_load(res: dict) -> str:
+    """How the readings name other programs: the load watch ran and saw none -> only a load too short for it."""
+    return "負荷の監視にかからない短い負荷" if (res.get("load") or {}).get("disturbed") is False else "ほかのプログラムの負荷"
+
+
+def _idle_baseline(res: dict, rest: float) -> str:
+    """Disaggregation's gaps outside the prefill windows against the one engine's decode-only steps (largest budget's
+    step_split). The prefill process waits in ``control.poll`` and the receive thread in ``conn.poll`` then, so a
+    clearly longer median there cannot come from them: named as a difference the run cannot explain."""
+    hi = singles(res)[-1] if singles(res) else None
+    split = step_split(hi) if hi else None
+    if not split or not split[1]:
+        return ""
+    base = percentile(split[1], 50)
+    out = (f"\n区間の外の中央値 {rest:.1f} ms は、予算 {hi['budget']} の1エンジンの Decode だけのステップの中央値 "
+           f"{base:.1f} ms の {rest / base:.2f} 倍です。")
+    if rest <= IDLE_RATIO * base:
+        return out
+    return out + (f"{IDLE_RATIO:g} 倍を超えていますが、区間の外では Prefill のプロセスは次の依頼を待って止まっていて"
+                  "（`control.poll`）、受信スレッドも KV を待って止まっています（`conn.poll`）。Decode 側のエンジンは"
+                  "1エンジンと同じコードとスレッド数です。そのため、この差は Disaggregation の仕組みからは来ません。"
+                  "この実行では原因を区別できません。候補は、CPU のクロックの変化、OS がスレッドを置いたコア、"
+                  f"{_other_load(res)}です。")
+
+
 def disagg_itl_reading(res: dict, ratio: float = 1.2) -> str:
     """Disaggregation's decode-side ITL, split by the long prompts' windows: gaps ending while a long prompt is in the
     prefill process (arrival < t < first token: dashed to dotted line), the first gap ending at or after its first
@@ -93,23 +122,24 @@ def disagg_itl_reading(res: dict, ratio: float = 1.2) -> str:
     out = (f"Disaggregation の Decode 側の ITL: 長いプロンプトが Prefill のプロセスにいるあいだ（破線〜点線）の中央値"
            f" {md:.1f} ms（{len(during)} 個）、それ以外 {mr:.1f} ms（{len(rest)} 個）で {md / mr:.2f} 倍。")
     out += ("\n→ Prefill のあいだ ITL が伸びています。考えられる原因は2つです。このマシンでは Prefill のプロセスが Decode の"
-            "プロセスと同じコアとメモリ帯域を使うこと（GPU を分ければこの原因はありません）と、ほかのプログラムの負荷です。"
+            f"プロセスと同じコアとメモリ帯域を使うこと（GPU を分ければこの原因はありません）と、{_other_load(res)}です。"
             "1回の実行のこの比だけでは、どちらかは分けられません。Decode のプロセスの KV を受け取るスレッドは、KV が届くまで"
             " CPU を使わずに待つので（`conn.poll`）、この中央値の原因にはなりません。"
             if md > ratio * mr
             else f"\n→ {md / mr:.2f} 倍で、しきい値の {ratio:g} 倍を下回りました。この実行では、Prefill のあいだに ITL が"
                  "はっきり伸びたとは言えません。")
+    out += _idle_baseline(res, mr)
     top = max(pts, key=lambda p: p[1])
     if admit:
         out += (f"\n点線のすぐあとの間隔（届いた KV を Decode 側がプールに書き込むステップ）は最大 "
                 f"{max(g for _, g in admit):.1f} ms（それ以外の中央値の {max(g for _, g in admit) / mr:.1f} 倍）。")
         out += ("この実行の ITL の最大値はこの間隔です。" if top in admit
                 else f"この実行の ITL の最大値（{top[1]:.1f} ms、開始から {top[0]:.3f} s で終わる間隔）はこの間隔ではなく、"
-                     f"{_max_where(top, wins, d.get('long_prefill_done_s'))}。")
+                     f"{_max_where(top, wins, d.get('long_prefill_done_s'), _other_load(res))}。")
     return out
 
 
-def _max_where(top: tuple[float, float], wins: list, done: list | None) -> str:
+def _max_where(top: tuple[float, float], wins: list, done: list | None, other: str = "ほかのプログラムの負荷") -> str:
     """Where the largest gap (end t, length g ms) lies: in a long prompt's prefill compute (it ends by prefill_done),
     in its KV hand-off (it starts after prefill_done: copy out, pipe, the decode process's receive thread, inbox),
     across both, or outside every window (load). Without prefill_done only the window is named; where two long
@@ -125,14 +155,15 @@ def _max_where(top: tuple[float, float], wins: list, done: list | None) -> str:
             return "破線〜点線の区間の中の間隔です（Prefill の計算中か KV の受け渡し中かは、この記録では分けられません）"
         if t <= p:
             return (f"Prefill のプロセスが計算していたあいだ（Prefill の完了は開始から {p:.3f} s）の間隔です。"
-                    "考えられる原因は、Prefill のプロセスとコアを分け合ったことか、ほかのプログラムの負荷です")
+                    f"考えられる原因は、Prefill のプロセスとコアを分け合ったことか、{other}です")
         if t - g / 1e3 >= p:
             return (f"Prefill の完了（開始から {p:.3f} s）のあと、KV の受け渡しのあいだの間隔です。このあいだは、"
                     "Decode のプロセスの受信スレッドが KV を読み込んでコピーします。考えられる原因は、この受け渡しが"
-                    " Decode のループと CPU を分け合ったことか、ほかのプログラムの負荷です")
+                    f" Decode のループと CPU を分け合ったことか、{other}です")
         return (f"Prefill の完了（開始から {p:.3f} s）をまたぐ間隔で、Prefill の計算と KV の受け渡しの"
                 "どちらが伸ばしたかは分けられません")
-    return "どの区間の理由でもなく、負荷の揺れかもしれません"
+    return (f"どの区間の理由でもありません。この実行では原因を区別できません（候補は、CPU のクロックの変化、Python の"
+            f"ガベージコレクション、{other}です）")
 
 
 def handoff_reading(hi: dict, d: dict, threads: int | None = None, prefill_threads: int = 1) -> str:
@@ -152,7 +183,8 @@ def handoff_reading(hi: dict, d: dict, threads: int | None = None, prefill_threa
             if threads is not None and threads != prefill_threads else f"スレッドの数は1エンジンと同じです。{share}")
     c = d.get("copy_ms_long")
     pipe = ("区間の中でバイト列は数回コピーされます（取り出し、パイプの出入り、受け取り）。"
-            f"このプロセスで同じバイト数を1回コピーすると {c:.1f} ms なので、コピーだけでは {4 * c:.1f} ms 程度です。"
+            f"このプロセスで同じバイト数を1回コピーすると {c:.2f} ms なので、コピーだけでは 4 回で {4 * round(c, 2):.2f} ms "
+            "程度です。"
             if c is not None else "")
     why = {"待ち": ("Prefill のプロセスで順番を待った時間です。このプロセスは、前の長いプロンプトの Prefill と、その KV の"
                   "送り出しを終えるまで、次のプロンプトを始めません（送り出しは同じステップの中で、送り終えるまで続きます）"),

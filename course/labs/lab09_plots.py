@@ -4,10 +4,19 @@
   dotted: its first token, i.e. its prefill done or, disaggregated, its KV admitted by the decode engine).
 - ``plot_budget(res)``: p99 ITL and the long prompts' TTFT against the chunk budget, Disaggregation as a line.
 - ``plot_pareto(res)``: output tok/s against tok/s/user, one point per setup.
+
+And the tables: ``readout_html(res)`` (one row per setup, with the notes under it) and the history of runs
+(``add_run``, ``history_html``, ``history_csv``).
 """
 from __future__ import annotations
 
+import math
+
 from course.labkit.charts import figure
+from course.labkit.history import add_variant_rows, to_csv
+from course.labkit.tables import history_table, table_html, warnings_html
+
+PREFILL_THREADS = 1                   # as lab09.PREFILL_THREADS: Disaggregation's prefill process
 
 
 def _color(name: str, i: int) -> str:
@@ -72,3 +81,55 @@ def plot_pareto(res: dict):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return fig
+
+
+# ---------------------------------------------------------------- readouts and history
+
+
+def _v(x, fmt=".1f") -> str:
+    return "—" if x is None or x != x else format(x, fmt)
+
+
+def readout_html(res: dict) -> str:
+    rows = [(r["label"], _v(r["median_itl_ms"]), _v(r["p99_itl_ms"]), _v(r["max_itl_ms"]), _v(r["long_ttft_ms"], ".0f"),
+             _v(r["tpot_ms"]), _v(r["tok_s"]), _v(r["tok_s_per_user"]),
+             f"{r['kv_bytes_long'] / 1e3:,.0f} ／ {r['kv_bytes_short'] / 1e3:,.0f}" if r.get("kv_bytes_long") else "—")
+            for r in res["setups"].values()]
+    head = ("構成", "ITL 中央値 [ms]", "ITL p99 [ms]", "ITL 最大 [ms]", "長いプロンプトの TTFT [ms]", "TPOT [ms]",
+            "出力 tok/s", "tok/s/user", "KV 転送 [KB/件]（長い ／ 短い）")
+    same = "同じトークン列: " + ("はい（全構成で一致）" if res["same_tokens"] else "いいえ")
+    n = min(r.get("itl_count", 0) for r in res["setups"].values())
+    need = n - math.floor(0.99 * (n - 1)) if n else 0
+    note = (f"ITL の標本は構成ごとに {n} 個以上です。止められたステップでは Decode 中の全員が同じ長い間隔を受け取ります。"
+            f"p99 は小さい順に 0.99 × (標本の数 − 1) 番目の値（間は直線で補間）なので、{n} 個なら上から {need} 個以上が"
+            "止められた間隔のとき、p99 もその値になります。KV 転送は、長いプロンプトと短いプロンプトの"
+            "1件あたりを分けて示します。"
+            f" スレッド: 1エンジンは {res['threads']} スレッド × 1 プロセス、Disaggregation は Prefill のプロセス "
+            f"{res.get('prefill_threads', PREFILL_THREADS)} スレッド＋ Decode のプロセス {res['threads']} スレッドで、"
+            "コアが空いていれば CPU を多く使えます" + ("（この実行では、下の警告のとおりほかのプログラムがコアを使っていました）。"
+                                                  if res["warnings"] else "。"))
+    return (table_html(rows, head, right=set(range(1, len(head)))) + f"<div style='color:#555'>{same}。{note}</div>"
+            + warnings_html(res["warnings"]))
+
+
+HISTORY_FIELDS = ("run", "model", "device", "threads", "prompt_len", "num_decodes", "output_len", "num_long", "arrivals",
+                  "setup", "budget", "p99_itl_ms", "max_itl_ms", "long_ttft_ms", "tpot_ms", "tok_s", "tok_s_per_user",
+                  "kv_bytes_per_request")
+
+
+def add_run(history: list[dict], res: dict) -> list[dict]:
+    """One history row per setup of this run (same run number)."""
+    return add_variant_rows(history, res, HISTORY_FIELDS, "setup", res["setups"])
+
+
+def history_html(history: list[dict], last: int = 24) -> str:
+    head = ("#", "構成", "プロンプト長", "Decode 数", "ITL p99 [ms]", "長いプロンプトの TTFT [ms]", "出力 tok/s",
+            "tok/s/user")
+    rows = [(r["run"], "Disaggregation" if r["setup"] == "disagg" else f"予算 {r['budget']}", r["prompt_len"],
+             r["num_decodes"], _v(r["p99_itl_ms"]), _v(r["long_ttft_ms"], ".0f"), _v(r["tok_s"]),
+             _v(r["tok_s_per_user"])) for r in history[-last:]]
+    return history_table(rows, head, set(range(2, len(head))), "実行するとここに構成ごとに1行ずつ増えます")
+
+
+def history_csv(history: list[dict], learner: str = "") -> str:
+    return to_csv(history, learner, fields=("learner",) + HISTORY_FIELDS)

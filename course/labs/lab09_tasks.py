@@ -13,7 +13,7 @@ decode when the long prompt arrives, a mechanism the run decides, not the spread
 from __future__ import annotations
 
 from course.labkit.itl import BUSY, prefill_gaps, singles, step_split
-from course.labkit.predictions import Prediction, under_load
+from course.labkit.predictions import UNDECIDED, Prediction, under_load
 from minimal_engine.engine.metrics import percentile
 
 
@@ -101,6 +101,43 @@ class NotJudged(Prediction):
         return f"判定しません：{self.text}（{self.basis}：{self.measured}）。{self.otherwise}"
 
 
+# p99 at the smallest budget above this x its own chunk steps' median: p99 was set by a few unusually slow steps
+SLOW_STEP = 1.5
+
+
+class Unreadable(Prediction):
+    """A comparison whose numbers the run shows cannot be read (``otherwise`` says why): 判定できません."""
+
+    def verdict(self) -> str:
+        return f"{UNDECIDED}：{self.text}（{self.basis}：{self.measured}）。{self.otherwise}"
+
+
+def slow_tail(res: dict) -> tuple[float, float] | None:
+    """At the smallest budget: (p99 ITL, median gap of the steps that carried a prefill chunk). None without the split."""
+    c = chunk_step_ratio(res)
+    return None if c is None else (singles(res)[0]["p99_itl_ms"], c[0])
+
+
+def _p99_prediction(text: str, held: bool, measured: str, otherwise: str, base: dict, big: dict) -> Prediction:
+    """課題2 (2). At the smallest budget p99 should be a typical chunk step (the chunk steps are most of the gaps). When
+    it is above SLOW_STEP x their median in either model, a few steps far slower than the others set it: one slow step
+    gives every decoding request a long gap, and p99 reads only the top few gaps. The ratio then measures those steps,
+    not the budget, and the run cannot tell what made them slow: 判定できません, with the candidates."""
+    tails = {"大きなモデル": slow_tail(big), "既定モデル": slow_tail(base)}
+    bad = [k for k, t in tails.items() if t and t[0] > SLOW_STEP * t[1]]
+    if not bad:
+        return Prediction(text, held, measured, otherwise)
+    detail = "、".join(f"{k} {p:.1f} ÷ {m:.1f} ms = {p / m:.2f} 倍" for k, (p, m) in
+                       ((k, t) for k, t in tails.items() if t))
+    return Unreadable(text, None, f"{measured}。予算最小の p99 ÷ チャンクの入ったステップの中央値 "
+                                  f"{detail}",
+                      f"{'と'.join(bad)}の予算最小の p99 が、チャンクの入ったステップの中央値の {SLOW_STEP} 倍を超えました。"
+                      "1つのステップが遅いと、そのとき Decode 中の全員の間隔が一度に長くなり、p99 は上位の数個の間隔で"
+                      "決まります。つまりこの p99 は、ふつうのチャンクのステップではなく、数回の特に遅いステップの長さです。"
+                      "この実行では、遅くなった原因を区別できません。候補は、その形の計算を初めてするときの準備、メモリの"
+                      "確保、Python のガベージコレクション、CPU のクロックの変化です。測り直してください")
+
+
 def task2_predictions(base: dict, big: dict) -> list[Prediction]:
     """課題2: ``big`` (a larger model's shape) against ``base`` (the default model's run). When anything but the model
     differs (prompt length, decodes, output length, long prompts), the names say so: the ratios then mix the two.
@@ -113,15 +150,17 @@ def task2_predictions(base: dict, big: dict) -> list[Prediction]:
     if other:
         names = (f"{big['model']}（プロンプト長 {big['prompt_len']}）と既定モデル（プロンプト長 {base['prompt_len']}）"
                  f"（モデルのほかに {'・'.join(other)} も違うので、モデルだけの差ではありません）")
-    heavy = ("予算が最小でも、大きなモデルではチャンクの行列積が Decode のステップに比べて重くなります（下の行）。"
-             "予算の最小をもっと小さくしてください。")
+    heavy = ("比の分母の予算最小の p99 は、Decode だけのステップより短くはなりません（チャンクの入ったステップの長さは下の"
+             "行）。大きなモデルではそのステップの多くが重みを読む時間で、既定モデルでは Python などの固定の時間です。"
+             "分子の Prefill の計算に比べたこの時間の重さで、比の大小が決まります。この CPU では大きなモデルの比が小さく"
+             "出ました。")
     return under_load([
         Prediction(f"{names}: 予算が最大の構成の「最大の ITL ÷ ITL の中央値」（Prefill と同居したステップが Decode だけの"
                    "ステップの何倍か）が、大きなモデルの形で大きい", sg > sb,
                    f"大きなモデル {sg:.1f} 倍、既定モデル {sb:.1f} 倍",
                    "大きなモデルでは Decode のステップも重みの読み出しで長くなります。プロンプトを長くしてください。" + BUSY),
-        Prediction(f"{names}: ITL の p99 の「予算最大 ÷ 予算最小」が、大きなモデルの形で大きい", bg > bb,
-                   f"大きなモデル {bg:.1f} 倍、既定モデル {bb:.1f} 倍", heavy + BUSY),
+        _p99_prediction(f"{names}: ITL の p99 の「予算最大 ÷ 予算最小」が、大きなモデルの形で大きい", bg > bb,
+                        f"大きなモデル {bg:.1f} 倍、既定モデル {bb:.1f} 倍", heavy + BUSY, base, big),
         _chunk_prediction(base, big, names),
     ], base.get("load"), big.get("load"))
 
@@ -146,6 +185,6 @@ def task3_predictions(base: dict, poisson: dict) -> list[Prediction]:
     ], base.get("load"), poisson.get("load"))
 
 
-__all__ = ["GPU_NEAR", "NotJudged", "budget_ratio", "chunk_step_ratio", "spike_ratio", "task1_predictions",
+__all__ = ["GPU_NEAR", "SLOW_STEP", "NotJudged", "Unreadable", "budget_ratio", "slow_tail", "chunk_step_ratio", "spike_ratio", "task1_predictions",
            "task2_predictions",
            "task3_predictions"]

@@ -49,7 +49,7 @@ def test_disagg_reading_names_core_sharing_only_when_the_window_is_slower():
     assert "同じコア" not in ex.disagg_itl_reading(res) and "1.00 倍で、しきい値の 1.2 倍を下回りました" in ex.disagg_itl_reading(res)
     late = [20.0] * 60 + [30.0] + [20.0] * 20 + [90.0] + [20.0] * 18           # planted: the max elsewhere
     res = run(setup(512, [20.0] * 100), setup(None, late, times, long_arrivals_s=[0.30], long_first_token_s=[0.60]))
-    assert "この間隔ではなく、どの区間の理由でもなく" in ex.disagg_itl_reading(res)
+    assert "この間隔ではなく、どの区間の理由でもありません。この実行では原因を区別できません" in ex.disagg_itl_reading(res)
     inside = [20.0] * 30 + [45.0] * 10 + [90.0] + [45.0] * 19 + [65.0] + [20.0] * 39   # planted: the max in the window
     res = run(setup(512, [20.0] * 100), setup(None, inside, times, long_arrivals_s=[0.30], long_first_token_s=[0.60]))
     assert "この間隔ではなく、破線〜点線の区間の中の間隔です（Prefill の計算中か" in ex.disagg_itl_reading(res)
@@ -65,6 +65,24 @@ def test_disagg_reading_names_core_sharing_only_when_the_window_is_slower():
                                                                 long_prefill_done_s=[0.32, 0.65])))
     assert "2 件の長いプロンプトの区間が重なるところの間隔" in two
     assert "区間には分けません" in ex.disagg_itl_reading(run(setup(512, [20.0] * 10)))
+
+
+def test_disagg_reading_compares_the_idle_gaps_with_the_one_engine():
+    """The blind reading's lesson run: Disaggregation's gaps outside the windows 10.8 ms against the one engine's
+    decode-only steps 6.1 ms. The prefill process and the receive thread wait in poll then, so the reading must not
+    name them; with the load watch quiet it must not blame other programs either."""
+    times = [0.01 * i for i in range(100)]
+    single = setup(512, [6.1] * 60 + [80.0] * 4 + [6.1] * 36, times, long_arrivals_s=[0.58], long_first_token_s=[0.63])
+    gaps = [10.8] * 30 + [13.4] * 30 + [20.4] + [10.8] * 39
+    dis = setup(None, gaps, times, long_arrivals_s=[0.30], long_first_token_s=[0.60])
+    text = ex.disagg_itl_reading({**run(single, dis), "load": {"disturbed": False}})
+    assert "区間の外の中央値 10.8 ms は、予算 512 の1エンジンの Decode だけのステップの中央値 6.1 ms の 1.77 倍です" in text
+    assert "`control.poll`" in text and "区別できません" in text and "ほかのプログラムの負荷" not in text
+    assert "負荷の監視にかからない短い負荷" in text
+    even = setup(None, [6.3] * 30 + [8.0] * 30 + [9.0] + [6.3] * 39, times, long_arrivals_s=[0.30],
+                 long_first_token_s=[0.60])
+    text = ex.disagg_itl_reading(run(single, even))
+    assert "6.1 ms の 1.03 倍です。" in text and "`control.poll`" not in text and "ほかのプログラムの負荷" in text
 
 
 def saved_text(rel: str, cell_id: str) -> str:
