@@ -100,6 +100,32 @@ def decode_split_reading(tpot_ms: float, step_bytes: float, bandwidth: float) ->
                    "（GPU で大きなモデルを動かすときと同じ形です）。")
 
 
+def attention_time_reading(rows: list[dict]) -> str:
+    """Lesson §2: the prefill's attention in FLOPs and in time. Each row: n (prompt tokens), ttft_ms (median),
+    flop_share (attention's share of the step's FLOPs), attn_ms (lab01_shapes.attention_ms, all layers). The
+    last two rows are compared: when the time per token without attention does not grow while the prefill got
+    slower per token, the slowdown comes from attention (blind reading reviews11 ch01 #1: the lesson had read
+    a FLOP share as a time share and ruled attention out)."""
+    lines = [f"プロンプト {r['n']} トークン: Attention は計算量の {100 * r['flop_share']:.0f}%、"
+             f"時間では {r['attn_ms']:.1f} ms で TTFT 中央値 {r['ttft_ms']:.1f} ms の {100 * r['attn_ms'] / r['ttft_ms']:.0f}%"
+             for r in rows]
+    a, b = rows[-2], rows[-1]
+    per = [1000 * r["ttft_ms"] / r["n"] for r in (a, b)]                      # µs per token, all of it
+    attn = [1000 * r["attn_ms"] / r["n"] for r in (a, b)]                     # µs per token, attention only
+    head = (f"{a['n']} → {b['n']} トークン: 1トークンあたりの時間は {per[0]:.0f} → {per[1]:.0f} µs、"
+            f"そのうち Attention の分は {attn[0]:.0f} → {attn[1]:.0f} µs です。")
+    rise, attn_rise = per[1] - per[0], attn[1] - attn[0]
+    if per[1] <= per[0] * 1.1:
+        tail = "1トークンあたりの時間は、10% 以上は伸びていません。"
+    elif attn_rise >= rise / 2:
+        tail = (f"1トークンあたりの伸び {rise:.0f} µs のうち {attn_rise:.0f} µs は Attention の分なので、"
+                "長いプロンプトで遅くなった分の大半は、長さの2乗で増える Attention から来ています。")
+    else:
+        tail = (f"1トークンあたりの伸び {rise:.0f} µs のうち Attention の分は {attn_rise:.0f} µs で、半分に届きません。"
+                "残りの原因は、この計測では分けられません。")
+    return "\n".join(lines + [head + tail])
+
+
 # ---------------------------------------------------------------- 課題6: model shapes
 def shape_reading(res: dict) -> str:
     """``lab01_shapes.measure_shapes``'s rows: TPOT = (bytes of a step ÷ bandwidth) + the rest, per layer."""

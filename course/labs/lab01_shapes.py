@@ -39,11 +39,32 @@ LABELS = {"default": "既定モデル", "synthetic:llama-125m": "llama-125m の�
 
 
 def bandwidth(device: str = "cpu", quick: bool | None = None) -> float:
-    """This machine's memory bandwidth in B/s, as chapter 2's roofline: the largest of copy, sum and
-    matrix-vector product."""
+    """This machine's memory bandwidth in B/s, measured as chapter 2's roofline.measure_machine does: the largest
+    of copy, sum and matrix-vector product, every buffer ``roofline.bandwidth_buffer_mb`` (at least 4x the
+    last-level cache, so that the probe reads memory, not the cache; blind reading reviews11 ch01 #3: a 4096 x
+    4096 bf16 matvec is 32 MiB, the whole L3 of an AMD EPYC)."""
     quick = is_quick() if quick is None else quick
-    bw = roofline.measure_bandwidth(64 if quick else 128, device=device)
-    return max(bw["copy"], bw["sum"], roofline.measure_matvec_bandwidth(2048 if quick else 4096, device=device))
+    mb = roofline.bandwidth_buffer_mb(quick, device)
+    bw = roofline.measure_bandwidth(mb, device=device)
+    matvec = roofline.measure_matvec_bandwidth(roofline.matvec_size(mb), device=device)
+    return max(bw["copy"], bw["sum"], matvec)
+
+
+def attention_ms(cfg, n: int, dtype, repeats: int = 5, device: str = "cpu") -> float:
+    """Milliseconds the causal attention of one n-token prefill takes in all of cfg's layers: the engine's
+    prefill kernel (``F.scaled_dot_product_attention`` on [1, heads, n, head_dim], as
+    minimal_engine/model/attention.py calls it) timed alone, best of ``repeats`` after a warm-up of this shape,
+    times the layers. On a CPU this kernel runs at far fewer FLOP/s than the Linear layers' matmuls, so its share
+    of the time is larger than its share of the FLOPs (blind reading reviews11 ch01 #1: SDPA was 19 % of a
+    384-token TTFT while its FLOP share was 9 %)."""
+    import torch
+    import torch.nn.functional as F
+    g = cfg.num_heads // cfg.num_kv_heads
+    q = torch.randn(1, cfg.num_heads, n, cfg.head_dim, device=device).to(dtype)
+    k = torch.randn(1, cfg.num_kv_heads, n, cfg.head_dim, device=device).to(dtype)
+    v = torch.randn_like(k)
+    one = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=g > 1)  # noqa: E731
+    return 1000 * cfg.num_layers * roofline._best_time(one, repeats)
 
 
 def shape_row(model: str, measured: dict, bw: float, prompt_len: int, output_len: int,

@@ -166,3 +166,27 @@ def test_a_disturbed_run_prints_the_shape_and_late_long_verdicts_as_undecided():
         lines = verdicts(preds, quiet, disturbed).splitlines()
         assert [line.startswith("判定できません") for line in lines] == [True] * len(preds)
         assert all(p.measured in line for p, line in zip(preds, lines))
+
+
+def test_attention_time_reading_reads_time_not_flops():
+    """reviews11 ch01 #1: the lesson read attention's FLOP share as its time share; the reading prints both
+    and attributes the per-token slowdown to attention only when attention's part is at least half of it."""
+    rows = [{"n": 128, "ttft_ms": 27.6, "flop_share": 0.032, "attn_ms": 1.78},
+            {"n": 384, "ttft_ms": 95.0, "flop_share": 0.090, "attn_ms": 14.83}]
+    text = ex.attention_time_reading(rows)
+    assert "計算量の 9%" in text and "TTFT 中央値 95.0 ms の 16%" in text
+    assert "32 µs のうち 25 µs は Attention" in text and "大半は" in text
+    small = [dict(rows[0]), dict(rows[1], attn_ms=5.0)]
+    assert "半分に届きません" in ex.attention_time_reading(small)
+    flat = [dict(rows[0]), dict(rows[1], ttft_ms=80.0)]
+    assert "10% 以上は伸びていません" in ex.attention_time_reading(flat)
+
+
+def test_attention_ms_times_every_layer():
+    from types import SimpleNamespace
+
+    import torch
+
+    from course.labs.lab01_shapes import attention_ms
+    cfg = SimpleNamespace(num_heads=4, num_kv_heads=2, head_dim=16, num_layers=3)
+    assert 0 < attention_ms(cfg, 32, torch.float32, repeats=2) < 1000
