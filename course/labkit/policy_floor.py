@@ -35,9 +35,14 @@ def stands_out(rows: list[dict], r: dict) -> bool:
     f = floor(rows)
     if f is None:
         return True
-    lo, hi = ratio_span(r["s"], r["c"], "tok_s") if "s" in r and "c" in r else (r["ratio"], r["ratio"])
-    near = lo if r["ratio"] >= 1 else hi
+    near = _near_end(r)
     return (near - 1 if r["ratio"] >= 1 else 1 - near) > f
+
+
+def _near_end(r: dict) -> float:
+    """The end of row r's ratio range nearest 1 (its median without the policies' ranges)."""
+    lo, hi = ratio_span(r["s"], r["c"], "tok_s") if "s" in r and "c" in r else (r["ratio"], r["ratio"])
+    return lo if r["ratio"] >= 1 else hi
 
 
 def floor_line(rows: list[dict]) -> str:
@@ -48,15 +53,17 @@ def floor_line(rows: list[dict]) -> str:
     if one is None or not more:
         return ""
     lo, hi = one_span(rows)
-    rng = (f"比は繰り返しの組み合わせで {lo:.2f}〜{hi:.2f} 倍の幅があり、この幅がこの実行の揺れの大きさです。" if lo != hi else
-           "繰り返しが1回なので幅がありません。この比の 1 からの離れを揺れの目安にします。")
+    f = floor(rows)                      # blind reading 11 ch05 #4: the criterion is the distance from 1, not the interval
+    rng = (f"比は繰り返しの組み合わせで {lo:.2f}〜{hi:.2f} 倍の幅があります。1 から最も離れた端までの {f:.3f} を、"
+           f"この実行の揺れの大きさとします。" if lo != hi else
+           f"繰り返しが1回なので幅がありません。この比の 1 からの離れ {f:.3f} を揺れの目安にします。")
     head = (f"同時リクエスト数 1 では2つの方式が同じ順に同じ仕事をします。そこでの連続 ÷ 静的 {one['ratio']:.2f} 倍は、"
             f"2つの計測に偏りがないかの確かめです。{rng}")
     near = [r for r in more if not stands_out(rows, r)]
     if not near:
-        return head + "2 以上の比は、繰り返しの組み合わせで取りうる 1 に近い端まで、どれも 1 からこの揺れより離れています。"
-    names = "・".join(f"{r['concurrency']} の {r['ratio']:.2f} 倍" for r in near)
-    return head + (f"同時リクエスト数 {names}は、繰り返しの組み合わせで取りうる比のうち 1 に近い端が、この揺れの中です。"
+        return head + f"2 以上の比は、繰り返しの組み合わせで取りうる 1 に近い端まで、どれも 1 から ±{f:.3f} より離れています。"
+    names = "・".join(f"{r['concurrency']} の {r['ratio']:.2f} 倍（1 に近い端 {_near_end(r):.3f}）" for r in near)
+    return head + (f"同時リクエスト数 {names}は、繰り返しの組み合わせで取りうる比のうち 1 に近い端が、1 から ±{f:.3f} 以内です。"
                    "幅が重ならなくても、方式の差とは言い切れません。繰り返しを増やして測り直してください。")
 
 

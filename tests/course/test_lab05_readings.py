@@ -34,9 +34,15 @@ def test_step_counts_include_continuous_drain():
 
 def test_run_reading_follows_the_numbers_in_either_direction():
     static, cont = step_counts(LENS, 4)
-    text = run_reading(_run())
+    text = run_reading(_run(cont=(110, 109.5, 110.5), stat=(100, 99.5, 100.5)))   # span 1.09 .. 1.11 < 1.13
     assert "1.10 倍（繰り返しの幅は重ならない）" in text and f"{static / cont:.2f} 倍が上限です" in text
-    assert "1トークンあたりの計算（件数に比例する部分）と Prefill" in text and "静的のほうが多く払います" in text
+    assert "1トークンあたりの計算と Prefill" in text and "静的のほうが多く払います" in text
+    # blind reading 11 ch05 #2: continuous-only step cost is the second cause, pointed at the TPOT line
+    assert "候補は2つ" in text and "連続だけが払うステップの重さ" in text and "TPOT の行" in text
+    # blind reading 11 ch05 #1: a span reaching the step ratio names no mechanism for the shortfall
+    near = run_reading(_run())                                         # 108/102 .. 112/98 = 1.06 .. 1.14 > 1.13
+    assert "1.06〜1.14 倍を取りうるので、ステップ数の比との差はばらつきの中です" in near
+    assert "薄める" not in near and "連続だけが払う" not in near
     assert "同じだけある Prefill とステップごとの固定" not in text                    # ch05 second reading #1
     assert "transformers のほうが速い" in text and "0.83 倍" in text
     assert "連続で約 1.00、静的で約 0.50 件/s" in text                              # 1 / each policy's duration
@@ -73,6 +79,10 @@ def _sweep(ratios=(1.0, 1.1, 1.12, 1.1), tpots=(4.8, 5.2, 5.6, 6.4)):
 def test_sweep_predictions_turn_on_a_planted_number():
     good = sweep_predictions(_sweep())
     assert [p.held for p in good] == [True, True] and good[0].verdict().startswith(HELD)
+    # blind reading 11 ch05 #5: a median below the step ratio whose span reaches it is not 'below' (undecided)
+    wide = _sweep()
+    wide[4]["policies"]["continuous"] = _pol(112, 111, 125)            # 111/100.5 .. 125/99.5 = 1.10 .. 1.26 > 1.22
+    assert sweep_predictions(wide)[0].held is None
     no_gap = sweep_predictions(_sweep(ratios=(1.0, 1.1, 0.99, 1.1)))              # 0.99: ranges overlap, noise
     assert [p.held for p in no_gap] == [None, True] and no_gap[0].verdict().startswith(UNDECIDED)
     below = sweep_predictions(_sweep(ratios=(1.0, 1.1, 0.9, 1.1)))                # 0.9 beyond the ranges
@@ -161,7 +171,7 @@ def test_saved_sweep_verdicts_agree_with_the_saved_table():
         if (ratio <= 1 and "重なる" not in r[2]) or (ratio >= step and lo >= step):
             return False
         near = lo - 1 if ratio >= 1 else 1 - hi               # blind reading 10 ch05 #5: the range's end nearest 1
-        return None if "重なる" in r[2] or (d1 and near <= d1[0]) or ratio >= step else True
+        return None if "重なる" in r[2] or (d1 and near <= d1[0]) or ratio >= step or hi >= step else True
     got = [state(r) for r in multi]
     assert states[0] == (False if False in got else None if None in got else True), text
     tp = [float(r[6]) for r in rows]
@@ -200,6 +210,12 @@ def test_saved_lesson_reading_agrees_with_its_printed_ranges():
     assert step, text
     if "ステップ数の比以上" in text:
         assert float(m.group(1)) >= float(step.group(1)), text
+    span = re.search(r"比は ([\d.]+)〜([\d.]+) 倍を取りうるので、ステップ数の比との差はばらつきの中", text)
+    if "測定はステップ数の比より小さいですが" in text:        # blind reading 11 ch05 #1: the mechanism only below the span
+        assert span and float(span.group(2)) >= float(step.group(1)), text
+    if "上の端もステップ数の比より小さい" in text:
+        hi = re.search(r"比は [\d.]+〜([\d.]+) 倍で、上の端も", text)
+        assert hi and float(hi.group(1)) < float(step.group(1)), text
 
 
 def test_task1_table_prints_each_lengths_step_ratio():
@@ -216,7 +232,8 @@ def test_concurrency_one_is_the_noise_floor():
     from course.labkit.policy_floor import floor_line
     rows = [{"concurrency": 1, "ratio": 1.11}, {"concurrency": 4, "ratio": 1.11}, {"concurrency": 8, "ratio": 1.30}]
     text = floor_line(rows)
-    assert "1.11 倍は、2つの計測に偏りがないかの確かめ" in text and "4 の 1.11 倍は" in text and "8 の" not in text
+    assert "1.11 倍は、2つの計測に偏りがないかの確かめ" in text and "4 の 1.11 倍（1 に近い端 1.110）は" in text
+    assert "8 の" not in text and "1 から ±0.110 以内" in text          # blind reading 11 ch05 #4: the criterion stated
     assert "言い切れません" in text
     noisy = _sweep()                                       # final reading 2026-12-07d #1: the range, not one ratio
     noisy[1]["policies"]["continuous"] = _pol(100, 80, 125)          # median 1.00, yet 0.80 .. 1.26 over the repeats
