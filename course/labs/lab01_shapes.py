@@ -19,9 +19,10 @@ makes their TPOT gap is decided by the run, not assumed. The read time alone can
 a CPU can run far below the bandwidth, and that time lands in "the rest" too (blind reading 2026-12-07d ch01
 #2: the narrower shape's rest per layer was the larger). So on the CPU every Linear layer of each shape is
 also timed alone, one row, back to back (``course.labkit.linear_rows.linear_ms``): when those passes take
-about the same time for both shapes, the TPOT gap lies in the other per-layer work (attention, norms, RoPE,
-the calls), which is the same code in every layer and so grows with the layers. Not separated here: a
-Linear layer inside the step can run slower than alone (the caches are shared with the rest of the step).
+about the same time for both shapes, the TPOT gap is not the Linear layers timed alone. Whether it is "the same
+per-layer work, more layers" is checked, not assumed (lab01_explain._per_layer_check; reviews11 ch01 #2): TPOT
+minus the Linear layers, per layer, must be about the same for both shapes. Not separated here: a Linear layer
+inside the step can run slower than alone (the caches are shared with the rest of the step).
 """
 from __future__ import annotations
 

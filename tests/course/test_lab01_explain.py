@@ -190,3 +190,20 @@ def test_attention_ms_times_every_layer():
     from course.labs.lab01_shapes import attention_ms
     cfg = SimpleNamespace(num_heads=4, num_kv_heads=2, head_dim=16, num_layers=3)
     assert 0 < attention_ms(cfg, 32, torch.float32, repeats=2) < 1000
+
+
+def test_per_layer_check_says_when_the_layer_count_story_does_not_fit():
+    """reviews11 ch01 #2: TPOT minus the Linear layers was 0.21 ms per layer for one shape and 0.47 ms for the
+    other, and 2.4 ms for 12 layers plus the step, under the fit's 2.74 ms per-step time: the reading says the
+    'same work, more layers' view does not fit and names the candidates; the verdict claims only 'not Linear'."""
+    def lin(row, median, low):
+        return dict(row, linear_ms=median, linear_ms_min=low)
+    x = lin(shape("synthetic:llama-125m", 12, 17.8, 7.4, 15.4, 18.1), 15.4, 14.9)
+    y = lin(shape("synthetic:smollm2-135m", 30, 32.0, 9.9, 29.7, 32.1), 17.9, 17.2)
+    text = ex.shape_reading({"threads": 1, "bandwidth": 27.3e9, "rows": [x, y]})
+    assert "見方とは合いません" in text and "この計測では分けられません" in text
+    gap = ex.shape_predictions([x, y])[1]
+    assert gap.held is True and "Attention・正規化" not in gap.verdict()
+    fits = [lin(shape("synthetic:llama-125m", 12, 17.4, 7.5), 10.0, 9.5),
+            lin(shape("synthetic:smollm2-135m", 30, 30.0, 10.2), 12.0, 11.0)]    # 0.62 and 0.60 ms per layer
+    assert "見方と合います" in ex.shape_reading({"threads": 1, "bandwidth": 27.3e9, "rows": fits})
