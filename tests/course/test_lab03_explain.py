@@ -50,11 +50,30 @@ def test_step_readings_follow_the_numbers():
 
 def test_intercept_is_set_beside_a_measured_one_position_step():
     """With the 1-position step measured, a second reading: the intercept a clearly below it (< 0.8x)."""
-    preds = ex.steps_predictions(ex.steps_numbers({**GOOD, "no_cache_one_ms": 12.0}))
-    assert len(preds) == 5 and [p.held for p in preds] == [True] * 5
+    slow_engine = {**GOOD, "cached_ms": [13.0] * len(POS)}      # a cached step slower than the 1-position step
+    preds = ex.steps_predictions(ex.steps_numbers({**slow_engine, "no_cache_one_ms": 12.0}))
+    assert len(preds) == 5 and [p.held for p in preds[:2]] == [True] * 2
     assert "a = 6.60 ms、1位置のステップ 12.00 ms、位置 65 の時間のうち a の割合" in preds[1].measured
-    close = ex.steps_predictions(ex.steps_numbers({**GOOD, "no_cache_one_ms": 7.0}))[1]
+    assert "キャッシュありの1ステップ（中央値）13.00 ms" in preds[1].measured
+    close = ex.steps_predictions(ex.steps_numbers({**slow_engine, "no_cache_one_ms": 7.0}))[1]
     assert close.held is False and "重みの読み込みが演算と重ならない" in close.otherwise
+
+
+def test_a_one_position_step_slower_than_a_cached_step_is_not_read():
+    """The lesson's ddf6b5a run: 1 position 7.82 ms, slower than the cached step, which reads the same weights and
+    the K/V too (impossible on a CPU): the intercept's reading says 判定できません; on a GPU (CUDA graphs) it is read."""
+    n = ex.steps_numbers({**GOOD, "no_cache_one_ms": 7.82})      # cached steps 5.3 ms
+    icpt = ex.steps_predictions(n)[1]
+    assert icpt.held is None and "より遅い" in icpt.verdict() and "分けられません" in icpt.verdict()
+    assert "負荷による" not in icpt.verdict()
+    assert ex.steps_predictions({**n, "device": "cuda"})[1].held is not None
+
+
+def test_a_loose_fit_is_not_read():
+    """The lesson's ddf6b5a run: R² 0.908 (a clean lab run: 0.979). Below R2_MIN both fit readings say 判定できません."""
+    n = {**ex.steps_numbers({**GOOD, "cached_ms": [13.0] * len(POS), "no_cache_one_ms": 12.0}), "r2": 0.908}
+    assert [p.held for p in ex.steps_predictions(n)[:2]] == [None, None]
+    assert [p.held for p in ex.steps_predictions({**n, "r2": 0.979})[:2]] == [True, True]
 
 
 def test_a_poor_fit_or_a_negative_intercept_is_not_read():
@@ -214,13 +233,15 @@ R = r"(?:（([\d.]+)〜([\d.]+)）)"          # a median's min-max over the repe
 def steps_from(lines):
     v = verdict_lines(lines)
     a, b, r2 = map(float, re.search(rf"a = {F} ms、b = {F} ms/位置、R² = {F}）", v[0]).groups())
-    one = re.search(rf"a = {F} ms、1位置のステップ {F} ms(?:、位置 (\d+) の時間のうち a の割合 {F}%)?", v[1])
+    one = re.search(rf"a = {F} ms、1位置のステップ {F} ms(?:、位置 (\d+) の時間のうち a の割合 {F}%)?"
+                    rf"(?:、キャッシュありの1ステップ（中央値）{F} ms)?", v[1])
     x0, share = (int(one[3]), float(one[4]) / 100) if one and one[3] else (0, 0.0)
     k = 2 if one else 1
     gc, gn = map(float, re.search(rf"伸び あり {F} ms、なし {F} ms", v[k]).groups())
     tr, wr = map(float, re.search(rf"時間の比 {F} 倍、位置の数の比 {F} 倍", v[k + 1]).groups())
     n = {"fixed_ms": a, "per_position_ms": b, "r2": r2, "first_position": x0, "fixed_share": share,
-         "one_position_ms": float(one[2]) if one else None, "growth_cached_ms": gc, "growth_no_cache_ms": gn,
+         "one_position_ms": float(one[2]) if one else None, "cached_step_ms": float(one[5]) if one and one[5] else None,
+         "growth_cached_ms": gc, "growth_no_cache_ms": gn,
          "time_ratio": tr, "work_ratio": wr, "tokens_equal": "（測定：一致）" in v[k + 2]}
     return v, ex.steps_predictions(n)
 
