@@ -152,9 +152,10 @@ def ratio_reading(res: dict) -> str:
         f"ランク 0 が持つもの: {r0['num_heads']} ヘッドのうち {r0['heads']} つ、中間次元の約 1/{n}、複製した lm_head"
         f"（1トークンの行列積の重みの {100 * res['lm_head_share']:.0f}%）。Decode では、TP=1 の {100 * r0['share']:.0f}% の"
         f"行列積を {per_rank} スレッドで計算します。lm_head とサンプリングは TP=1 も同じだけ払います。",
-        f"ランク 0 の計算の時間の見込み: 同じ {per_rank} スレッドの TP=1（Prefill {res['tp1_own_prefill_ms']:.1f} ms、"
-        f"Decode {res['tp1_own_decode_ms']:.1f} ms）の、行列積の割合の倍（すべて行列積のとき）から 1 倍（すべて層ごとの"
-        "固定の時間のとき）まで。",
+        f"ランク 0 の計算の時間の見込み: 下限は、同じ {per_rank} スレッドの TP=1 の1ステップ（Prefill "
+        f"{res['tp1_own_prefill_ms']:.1f} ms、Decode {res['tp1_own_decode_ms']:.1f} ms）に、ランク 0 の行列積の割合"
+        f"（Prefill {100 * res['prefill_rank0_share']:.0f}%、Decode {100 * r0['share']:.0f}%）を掛けた時間です"
+        "（すべてが行列積のとき）。上限は、その1ステップの時間そのものです（すべてが層ごとの固定の時間のとき）。",
         f"TP=1（{tp1_threads} スレッド）の1ステップで割った比の見込み: Prefill {res['prefill_expected_range'][0]:.2f}〜"
         f"{res['prefill_expected_range'][1]:.2f}、Decode {lo_d:.2f}〜{hi_d:.2f}。スレッドの効き方は測った値です"
         f"（Decode では、{per_rank} スレッドの TP=1 が {tp1_threads} スレッドの TP=1 の {hi_d:.2f} 倍の時間）。"

@@ -107,6 +107,7 @@ def test_ratio_reading_sets_the_measured_ratio_against_rank_0s_work():
     text = ex.ratio_reading(fake_res())              # decode (15 - 9) / 2.2 = 2.73 > 1.00: not the split of work
     assert "Decode 0.65〜1.00" in text and "Prefill 0.54〜1.00" in text
     assert "5 ヘッドのうち 3 つ" in text and "26%" in text and "65% の行列積を 1 スレッドで計算" in text
+    assert "行列積の割合（Prefill 54%、Decode 65%）を掛けた時間" in text and "割合の倍" not in text   # a product, not "twice"
     decode = next(x for x in text.splitlines() if x.startswith("- Decode"))
     assert "見込みの上限 1.00 を超えています" in decode and "候補" in decode and "分けられません" in decode
     assert "コールドキャッシュ" not in text and "取られる" not in text
@@ -204,7 +205,8 @@ def test_gpu_comm_share_stays_flat_while_decode_is_memory_bound():
     """The simulator's GPU decode step: the communication share barely moves from batch 1 to 16."""
     s = lab07_gpu.gpu_comm_shares("llama-3.3-70b", "H100", 8, (1, 16))
     assert s[1]["bound"] == s[16]["bound"] == "memory" and abs(s[1]["share"] - s[16]["share"]) < 0.03
-    assert "バッチ 16 で 32%" in lab07_gpu.gpu_share_line("llama-3.3-70b", "H100", 8, s)
+    line = lab07_gpu.gpu_share_line("llama-3.3-70b", "H100", 8, s)
+    assert "バッチ 16 で 32%" in line and "まとめて当てはめた" in line and "hybrid cube mesh" not in line   # joint fit
 
 
 def saved_stream(rel: str, marker: str) -> str:
