@@ -64,6 +64,14 @@ def _diagnosis(got: float, args: tuple) -> str:
         return "ミリ秒で返しています（1000 倍）。秒で返してください"
     if near(mem + comp):
         return "2つの時間を足しています。下限は大きいほう（max）です：演算とメモリの読み出しは重なって進みます"
+    # FLOPs miscounted (halved, or for one request) before the min test: when the too-small compute time falls below
+    # the read time, max(...) equals the read time, the min as well (blind reading reviews11 ch02 #4)
+    also = ("（片方の時間だけを返したか min をとった場合も、この入力では同じ値になります。"
+            "下限は2つの時間の大きいほう（max）です）" if near(min(mem, comp)) else "")
+    if near(max(f / 2 / peak, mem)):
+        return "FLOPs が半分のようです。1つのパラメータにつき掛け算と足し算の 2 FLOPs です" + also
+    if batch > 1 and near(max(f / batch / peak, mem)):
+        return "FLOPs を1リクエスト分しか数えていないようです。演算はリクエストごとにかかるので、batch 倍です" + also
     if near(min(mem, comp)):
         side = "読む時間（(重み + KV) ÷ bandwidth）" if mem < comp else "演算の時間（FLOPs ÷ peak_flops）"
         return (f"返した値は{side}で、この入力ではそれが小さいほうです。片方だけを返したか、min をとったかです。"
@@ -76,10 +84,6 @@ def _diagnosis(got: float, args: tuple) -> str:
         return "KV キャッシュを1リクエスト分しか数えていません。KV キャッシュはリクエストごとに別なので、batch 倍です"
     if context > 1 and near(max(comp, (w + kvt * batch) / bw)):
         return "KV キャッシュを1トークン分しか数えていません。各リクエストは文脈の全トークン（context）の K と V を読みます"
-    if near(max(f / 2 / peak, mem)):
-        return "FLOPs が半分です。1つのパラメータにつき掛け算と足し算の 2 FLOPs です"
-    if batch > 1 and near(max(f / batch / peak, mem)):
-        return "FLOPs を1リクエスト分しか数えていません。演算はリクエストごとにかかるので、batch 倍です"
     if near(max(comp, (w + kv) * bw)):
         return "バイト数を帯域で割ってください（掛けています）"
     return (f"この入力では、読むバイト数 {w + kv:.4g}（重み {w:.4g} ＋ KV {kv:.4g}）、FLOPs {f:.4g} で、"

@@ -135,7 +135,8 @@ def excess_reading(f: dict) -> str:
     if x.get("with_ms") and excess.disagrees(x["with_ms"], *span(one, "measured_ms")):
         return excess.disagreement_ja(x["with_ms"], *span(one, "measured_ms"))
     return excess.sentence_ja(excess.split(x.get("with_ms") or one["measured_ms"], x["predicted_ms"], x["fixed_ms"], x["weight_mb"] * 1e6,
-                                           f["gb_s"] * 1e9, x["load1"], x["cores"], x["threads"], x.get("linears_ms"), x.get("steal")))
+                                           f["gb_s"] * 1e9, x["load1"], x["cores"], x["threads"], x.get("linears_ms"), x.get("steal"),
+                                           one["measured_ms"] if x.get("with_ms") else None))
 
 
 def prefill_reading(f: dict) -> str:

@@ -141,3 +141,12 @@ def test_counting_the_new_tokens_kv_write_passes():
     r = grade("02_decode_step_bound", with_write, record=False, engine=False)
     assert r.cases and all(c.passed for c in r.cases), str(r)
     assert any("書く分も数えた" in c.message for c in r.cases), str(r)
+
+
+def test_flops_of_one_request_is_named_where_its_value_equals_the_read_time():
+    """Blind reading reviews11 ch02 #4: on Llama 3.1 8B at batch 1024 the per-request FLOPs leave the compute time
+    below the read time, so max(...) equals the read time (= the min); the FLOPs mistake is named first."""
+    r = grade("02_decode_step_bound", flops_of_one_request, record=False, engine=False)
+    case = next(c for c in r.cases if "バッチ 1024" in c.name)
+    assert not case.passed and case.message.startswith("FLOPs を1リクエスト分しか"), str(case)
+    assert "min をとった場合も" in case.message, case.message
