@@ -21,3 +21,10 @@ def alpha_from_length(mean_len: float, k: int) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if spec_tokens_per_step(mid, k) < mean_len else (lo, mid)
     return (lo + hi) / 2
+
+
+def constant_alpha_gains(ks: list[int], mean_len0: float) -> tuple[float, list[float]]:
+    """alpha solved at the smallest k (``mean_len0``) and the mean length's gain per added draft between
+    consecutive ks if alpha stayed there: what alpha^i alone predicts for diminishing returns in k."""
+    a = alpha_from_length(mean_len0, ks[0])
+    return a, [(spec_tokens_per_step(a, b) - spec_tokens_per_step(a, c)) / (b - c) for c, b in zip(ks, ks[1:])]

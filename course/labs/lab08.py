@@ -6,14 +6,12 @@ Plain functions (tests call them; the notebook stays thin)::
     res["methods"]["ngram"]["speedup"], res["methods"]["draft_model"]["acceptance_rate"]
     res["methods"]["none"]["tpot_ms"], res["same_tokens"]
 
-The same prompts go through three engines of the default model, one after another in one process, each run
-``repeats`` times (alternating; medians). ``speedup``: median of the paired ratios, repeat i over no speculation's
-repeat i (run beside it, so a slow period hitting both cancels), with ``speedup_min`` / ``speedup_max``:
+The same prompts go through three engines of the default model, alternating, ``repeats`` times each (medians).
+``speedup``: median of the paired ratios (repeat i over no speculation's repeat i), with its min / max:
 
 * ``none``: no speculation (the baseline);
 * ``ngram``: ``{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 3, "prompt_lookup_min": 1}``;
-* ``draft_model``: the shipped draft model (``minimal_engine/draft_model``, distilled from the default model) proposes
-  k tokens;
+* ``draft_model``: the shipped draft (``minimal_engine/draft_model``, distilled from the default model) proposes k;
 * ``draft_model_lm`` (only when asked for in ``methods``): the earlier draft (``minimal_engine/draft_model_lm``,
   trained on the corpus alone, not distilled): the counter-example whose acceptance is too low to pay for it.
 
@@ -203,10 +201,12 @@ def trace_steps(method: str = "ngram", k: int = 4, prompt: str | None = None, ma
     return rows
 
 
-def measure_draft_cost(prompt_len: int = 32, device: str = "cpu", num_steps: int = 10,
+def measure_draft_cost(prompt_len: int | None = None, device: str = "cpu", num_steps: int = 10,
                        method: str = "draft_model") -> dict:
     """Median time of one target decode step and of one draft model step (batch 1), and their ratio c: the
-    draft's cost in the speedup formula. ``method``: "draft_model" (the distilled draft) or "draft_model_lm"."""
+    draft's cost in the speedup formula. ``method``: "draft_model" or "draft_model_lm". ``prompt_len``: the
+    runs' mean context by default (timed apart from the runs, c can still be off either way; reviews11 ch08 #1)."""
+    prompt_len = prompt_len or defaults()["prompt_len"] + defaults()["output_len"] // 2
     if method not in ("draft_model", "draft_model_lm"):
         raise ValueError(f"method must be 'draft_model' or 'draft_model_lm', got {method!r}")
     from minimal_engine.bench.offline import decode_step_time

@@ -7,25 +7,20 @@ against k), diminishing returns in k, and why the speedup falls with concurrency
     print(loop_reading(trace_rows))             # accepted drafts inside a repeated n-gram
     print(verdicts(concurrency_predictions(rows, k=4)))
 
-Two numbers are easy to confuse. vLLM's "acceptance rate" is accepted / proposed (here
-提案の採用率); when every step proposes k drafts, mean accepted length = 1 + k x that share,
-exactly. Leviathan et al. (2023)'s alpha is the probability that a draft is accepted given that
-the drafts before it were: the formula (1 - alpha^(k+1)) / (1 - alpha) takes this alpha, never
-the share. ``alpha_from_length`` solves the formula for the measured mean length.
+The two acceptance figures (vLLM's accepted / proposed, Leviathan's alpha): see course.labkit.spec.
 """
 from __future__ import annotations
 
 import math
 
 from course.labkit.predictions import UNDECIDED, Prediction
-from course.labkit.spec import alpha_from_length
+from course.labkit.spec import alpha_from_length, constant_alpha_gains
 from course.labkit.spread import RETRY, decide, ratio_span
 from minimal_engine.calculators.roofline import spec_tokens_per_step
 
 
 def acceptance_reading(res: dict, method: str) -> str:
-    """One method's two acceptance figures, each with its definition and the numbers it comes
-    from."""
+    """One method's two acceptance figures, each with its definition and the numbers it comes from."""
     x, k = res["methods"][method], res["k"]
     share, length = x["acceptance_rate"], x["mean_accepted_length"]
     alpha = alpha_from_length(length, k)
@@ -127,14 +122,10 @@ def speedup_span(res: dict, method: str) -> tuple[float, float]:
 
 
 def formula_prediction(pairs: list[tuple[float, float]], tol: float = 0.005, ranges: list | None = None) -> Prediction:
-    """pairs: (the formula's speedup at alpha solved from the mean length and the measured c, the
-    measured speedup). c measured as the forward alone pushes the prediction above the measurement; the verify
-    step's time against a decode step can push either way on a CPU (``lab08_linears.verify_cost_reading``), and
-    the measured tok/s ratio includes the prefill (not in the formula), which pulls it toward 1. ranges: per row
-    ((prediction at the largest and the smallest measured c), ``speedup_span``). Any median above its prediction
-    (beyond ``tol``, the rounding) breaks "every row": 予想と違う when even the highest prediction is below the
-    lowest measured speedup, else 判定できません (blind reading 2026-12-07 ch08 #2: a ±0.05 tolerance had
-    turned three rows above their predictions into 予想どおり)."""
+    """pairs: (the formula's speedup at the solved alpha and measured c, the measured speedup). c's denominator
+    (a step timed apart from the run) and the verify step's time can push either way; the prefill pulls toward 1.
+    ranges: per row ((prediction at the largest and smallest c), ``speedup_span``). A median above its prediction
+    (beyond ``tol``): 予想と違う when even the highest prediction is below the lowest measured, else 判定できません."""
     ranges = ranges or [((p, p), (m, m)) for p, m in pairs]
     above = [i for i, (p, m) in enumerate(pairs) if p < m - tol]
     clear = any(ranges[i][0][1] < ranges[i][1][0] for i in above)
@@ -145,8 +136,10 @@ def formula_prediction(pairs: list[tuple[float, float]], tol: float = 0.005, ran
     measured = "予測 / 実測 " + "、".join(rows)
     if above:
         measured += f"。実測の中央値が予測を上回った行: {len(above)} 行（{len(pairs)} 行中）"
-    why = ("候補は3つで、この実行では分けられません。検証のステップが Decode より短い k（上の Linear 層の印字で「短い」の k）、"
-           "式にない Prefill（速度比を 1 に近づけるので、1 より小さい行では実測を上げます）、c を速度比とは別の時点に測ったことです")
+    why = ("候補は3つで、この実行では分けられません。1つ目は c の分母です。c はターゲットの1ステップを速度比の実行とは別に"
+           "測っています。速度比の実行の投機なしの TPOT より短く測れれば c は大きく出て、予測は下にずれます。"
+           "2つ目は、検証のステップが Decode より短い k です（上の Linear 層の印字で「短い」の k）。"
+           "3つ目は式にない Prefill です（速度比を 1 に近づけるので、1 より小さい行では実測を上げます）")
     return decide(not above, bool(above) and not clear, "式の予測は、どの行でも実測以上になる", measured,
                   why + "。k ごとに、Linear 層の印字の向きと比べてください",
                   why + "。繰り返しを増やすか、出力長を長くして受理の数を増やすと、幅が狭まります")
@@ -167,11 +160,8 @@ def step_fit(rows: list[dict]) -> dict:
 
 
 def concurrency_predictions(rows: list[dict], k: int) -> list[Prediction]:
-    """Rows: concurrency, base_tok_s (no speculation) and ngram_speedup. The CPU mechanism: a fixed
-    time per step (Python and the other per-step work, plus the weight pass, whose share and whether it
-    hides extra rows weight_pass_prediction measures), which both batching and speculation amortise,
-    plus a per-token time.
-    The fit alone cannot tell the weight pass from Python: both look like fixed time."""
+    """Rows: concurrency, base_tok_s and ngram_speedup. The CPU mechanism: a fixed time per step (Python and the
+    weight pass, which the fit alone cannot tell apart) that batching and speculation both amortise."""
     f = step_fit(rows)
     a, b = f["fixed_ms"], f["per_token_ms"]
     share1 = a / (a + b * rows[0]["concurrency"]) if a + b else float("nan")
@@ -194,13 +184,9 @@ def concurrency_predictions(rows: list[dict], k: int) -> list[Prediction]:
 
 
 def over_length(res: dict, slack: float = 0.02, linear_ms: dict | None = None) -> list[str]:
-    """Warnings for speedups above the mean accepted length: the median, or one repeat's paired ratio
-    (``speedup_max``; blind reading 2026-12-07 ch08 #3: one repeat of 5.58 at a mean length of 4.50, above even
-    k + 1, was shown as the range with no warning). A step with drafts advances that many tokens on average and a
-    step without drafts one, and both runs share the prefill, so the speedup can exceed it only if a (k+1)-token
-    verify step is faster than a one-token decode step, or if that repeat's no-speculation run was slower than
-    its others. ``linear_ms`` ({rows: ms} of the Linear pass, same run) is printed when it has both row counts.
-    The run does not separate the candidates, so the warning names both and blames neither."""
+    """Warnings for a speedup (median, or one repeat's ``speedup_max``) above the mean accepted length: only a
+    verify step shorter than a decode step, or a slowed baseline repeat, gives it. A median TPOT ratio of three
+    pairs above it too rules out the one slowed baseline (reviews11 ch08 #3). ``linear_ms``: the Linear pass."""
     out = []
     base = res["methods"].get("none", {})
     for x in res["methods"].values():
@@ -227,6 +213,13 @@ def over_length(res: dict, slack: float = 0.02, linear_ms: dict | None = None) -
         if "tok_s_min" in base and base["tok_s_min"] != base.get("tok_s_max"):
             line += (f"投機なしの tok/s は中央値 {base['tok_s']:.1f}、最小 {base['tok_s_min']:.1f}〜"
                      f"最大 {base['tok_s_max']:.1f} でした。")
+        t = 1 / x["tpot_ratio"] if x.get("tpot_ratio") else float("nan")
+        if res.get("repeats", 1) >= 3 and t > length * (1 + slack):   # a median of 3 pairs: one slow baseline can't move it
+            out.append(line + f"Prefill を含まない TPOT の比の中央値 {t:.2f} も平均受理長を超えています。3回の対の比の"
+                       "中央値は、投機なしの1回の遅れでは動きません。検証のステップが Decode のステップより短かったと"
+                       "考えられます（このエンジンの CPU の Linear のカーネルは、1 行より数行で速いことがあります）。"
+                       "バッチ 1 の速度比は、その分だけ大きく出ています。")
+            continue
         out.append(line + "この実行では2つを分けられないので、範囲の上の端は読まず、測り直して確かめてください。")
     return out
 
@@ -241,12 +234,9 @@ class Slowed(Prediction):
 
 def k_gain_prediction(speedups: dict[int, float], lengths: dict[int, float] | None = None,
                       spans: dict[int, tuple] | None = None) -> Prediction:
-    """speedups: k -> measured speedup (n-gram, repetitive text, batch 1), at least three k. Diminishing
-    returns: the gain per added draft shrinks as k grows (each added draft is accepted with probability alpha^i;
-    on a GPU, or at a large batch, the verify step also grows by one token). spans: k -> the paired speedups'
-    (min, max); a gain's range is then (next min - this max, next max - this min) / dk, and the verdict is
-    判定できません unless the ranges decide it. lengths: k -> mean accepted length (deterministic at temperature 0;
-    its own gains are printed); a speedup above it (see over_length) rests on a slowed baseline: 判定できません."""
+    """speedups: k -> n-gram speedup (repetitive text, batch 1), three k or more: does the gain per added draft
+    shrink? spans: k -> paired (min, max); undecided unless the gains' ranges decide. lengths: k -> mean accepted
+    length (its gains, and a constant alpha's, are printed); a speedup above it: 判定できません."""
     ks = sorted(speedups)
     sp = {k: (spans or {}).get(k, (speedups[k], speedups[k])) for k in ks}
     gains = [(speedups[b] - speedups[a]) / (b - a) for a, b in zip(ks, ks[1:])]
@@ -258,6 +248,7 @@ def k_gain_prediction(speedups: dict[int, float], lengths: dict[int, float] | No
     if lengths and all(k in lengths for k in ks):
         note += "。平均受理長の k 1 あたりの伸び " + "、".join(
             f"k {a} → {b}: {(lengths[b] - lengths[a]) / (b - a):+.3f}" for a, b in zip(ks, ks[1:]))
+    note += _constant_alpha(ks, gains, lengths)
     held = len(gains) >= 2 and all(g2 < g1 for g1, g2 in zip(gains, gains[1:]))
     clear = len(gains) < 2 or all(r2[1] < r1[0] for r1, r2 in zip(ranges, ranges[1:])) or any(
         r2[0] > r1[1] for r1, r2 in zip(ranges, ranges[1:]))
@@ -273,13 +264,24 @@ def k_gain_prediction(speedups: dict[int, float], lengths: dict[int, float] | No
                   "受理率 α が 1 に近いと、伸びはなかなか小さくなりません", RETRY)
 
 
+def _constant_alpha(ks: list[int], gains: list[float], lengths: dict | None) -> str:
+    """How much of the speedup's falloff in k a constant alpha explains (reviews11 ch08 #2)."""
+    if not lengths or len(ks) < 3 or any(k not in lengths for k in ks) or gains[0] <= 0:
+        return ""
+    a, exp = constant_alpha_gains(ks, lengths[ks[0]])
+    r_sp, r_ex = gains[-1] / gains[0], exp[-1] / exp[0]
+    text = (f"。α を k={ks[0]} の {a:.3f} のまま一定とした平均受理長の伸び "
+            + "、".join(f"k {c} → {b}: {e:+.3f}" for c, b, e in zip(ks, ks[1:], exp))
+            + f"。伸びの縮み方は、速度比 {r_sp:.2f} 倍、α 一定の式 {r_ex:.2f} 倍")
+    return text + ("。速度比の逓減の大部分は α^i 以外から来ています。候補は、検証の行数、出力長の端で下書きが切られること、"
+                   "Prefill の割合、k とともに下がる α で、この実行では分けられません" if r_sp < 0.8 * r_ex
+                   else "。速度比の逓減は、α^i の逓減で説明できる大きさです")
+
+
 def weight_pass_prediction(linear_ms: dict[int, float], step_ms: float) -> Prediction:
-    """linear_ms: batch -> time of one pass through every Linear layer (lab08_linears.linear_pass_ms);
-    step_ms: the engine's no-speculation step at the smallest batch. Expected: the weight pass is
-    bound by reading the weights (4 rows cost less than twice 1 row: the extra rows hide behind it) and a
-    large part (a quarter or more) of the step, so part of the fixed time is reading the weights, not only
-    Python. Either part can fail on a given CPU (a small share: mostly Python; time growing with the rows:
-    compute-bound Linear layers)."""
+    """linear_ms: rows -> one pass through every Linear layer; step_ms: the no-speculation step at the smallest
+    batch. Expected: 4 rows cost under twice 1 row (rows hide behind the weight reads) and the pass is a quarter
+    or more of the step. Either part can fail on a given CPU."""
     b0, b1 = sorted(linear_ms)[0], sorted(linear_ms)[1]
     t0, t1 = linear_ms[b0], linear_ms[b1]
     share = t0 / step_ms if step_ms else float("nan")
@@ -294,7 +296,5 @@ def weight_pass_prediction(linear_ms: dict[int, float], step_ms: float) -> Predi
                       "大部分は Python の処理です。負荷の警告も確かめてください")
 
 
-__all__ = ["acceptance_reading", "alpha_from_length",
-           "concurrency_predictions", "k_gain_prediction", "loop_period", "weight_pass_prediction",
-           "formula_prediction", "loop_reading", "speedup_span",
-           "loop_share", "step_fit"]
+__all__ = ["acceptance_reading", "alpha_from_length", "concurrency_predictions", "k_gain_prediction", "loop_period",
+           "weight_pass_prediction", "formula_prediction", "loop_reading", "speedup_span", "loop_share", "step_fit"]

@@ -278,3 +278,27 @@ def test_speedups_are_paired_per_repeat():
     assert ex.speedup_span(res, "ngram") == (2.9, 3.1)
     del res["methods"]["ngram"]["speedup_min"]                      # an old result: the cross ratios
     assert ex.speedup_span(res, "ngram") == pytest.approx((200 / 140, 400 / 60))
+
+
+def test_reviews11_ch08_readings():
+    """reviews11 ch08: #2 the k-gain line compares the speedup's falloff with a constant alpha's (the saved sweep:
+    0.775 -> 0.163 against 0.844 -> 0.730, so most of it is not alpha^i); #3 a median TPOT ratio above the mean
+    length (three pairs) names the shorter verify step, not a slowed baseline; #1 the formula's candidates name
+    c's denominator, timed apart from the run, and no fixed direction for c."""
+    p = ex.k_gain_prediction({2: 2.67, 4: 4.22, 8: 4.87}, {2: 2.86, 4: 4.50, 8: 6.30},
+                             {2: (2.50, 3.04), 4: (4.11, 4.26), 8: (4.78, 5.48)})
+    assert "k 2 → 4: +0.844" in p.measured and "k 4 → 8: +0.730" in p.measured
+    assert "大部分は α^i 以外" in p.measured and "分けられません" in p.measured
+    near = ex.k_gain_prediction({2: 2.0, 4: 3.6, 8: 6.4}, {2: 2.86, 4: 4.50, 8: 6.30})   # gains 0.8 -> 0.7
+    assert "α^i の逓減で説明できる" in near.measured
+    res = {"k": 4, "concurrency": 1, "repeats": 3,
+           "methods": {"ngram": {"label": "n-gram", "speedup": 4.08, "speedup_min": 3.9, "speedup_max": 5.16,
+                                 "mean_accepted_length": 4.50, "tpot_ratio": 1 / 4.63},
+                       "none": {"label": "投機なし", "speedup": 1.0, "mean_accepted_length": float("nan")}}}
+    (line,) = ex.over_length(res)
+    assert "TPOT の比の中央値 4.63" in line and "検証のステップが Decode のステップより短かった" in line
+    assert "分けられない" not in line
+    res["methods"]["ngram"]["tpot_ratio"] = 1 / 4.2                      # the TPOT median below: both candidates
+    assert "分けられない" in ex.over_length(res)[0]
+    why = ex.formula_prediction([(0.77, 0.82)], ranges=[((0.72, 0.78), (0.81, 0.86))]).verdict()
+    assert "c の分母" in why and "小さめ" not in why
