@@ -1,8 +1,8 @@
 """Exercise 6 (chapter 6): quantize_int8_per_channel(w [out, in]) -> (q int8 [out, in], scale [out]), symmetric.
 
 Hand and random matrices (rows with outliers, an all-zero row, and a BF16 matrix as the engine passes): types and shapes, scale[n] = max|w[n]| / 127 as a
-float32 tensor (a bfloat16 / float16 scale is refused with that reason: rounded to 2^-8, it is neither max / 127
-within the tolerance nor the scale q was computed with; the engine casts the float32 scale to the model dtype), q in
+float32 tensor (a bfloat16 / float16 scale is refused as the interface contract, the type quantize_int8 returns; the
+engine casts the scale to the model dtype itself, so a BF16 scale would give the same engine weights), q in
 [-127, 127] (gpt-fast's amax / 127.5 with -128 is told apart and named: the engine, and so the grader, uses
 amax / 127), a per-column and a whole-tensor scale are named as such, and every row's round-trip error |q * scale - w|
 at most scale[n] / 2 (beyond it: floor/trunc is named when q equals it, else, on the BF16 case, dividing in BF16; a
@@ -50,9 +50,9 @@ def _judge(w, res):
     if not isinstance(scale, torch.Tensor) or scale.numel() != w.shape[0]:
         return f"scale は出力チャネル（行）ごとに1つ、{w.shape[0]} 個の値にしてください（テンソル全体で1つではありません）。"
     if scale.dtype in (torch.bfloat16, torch.float16):
-        return ("scale は float32 で返してください。BF16 に丸めた scale は最大 ÷ 127 から相対で最大 2^-8（約 0.4%）、"
-                "FP16 でも 2^-11 ずれ、q を求めたときのスケールとも違う値になります（エンジンは受け取った scale を、あとで"
-                "モデルの dtype にして持ちます）。")
+        return ("scale は float32 で返してください。これはこの演習の取り決めで、エンジンの quantize_int8 と同じ型です。"
+                "BF16 への変換はエンジンが自分で行う（受け取った scale を、あとでモデルの dtype にして持つ）ので、"
+                "返す側で丸める必要はありません。採点は scale を max ÷ 127 と float32 の精度で比べます。")
     s = scale.detach().float().reshape(-1)
     if not bool(torch.isfinite(s).all() and (s > 0).all()):
         return "scale に 0・負・inf・nan があります。全部 0 の行でも、0 で割らないよう小さな正の値にしてください。"

@@ -11,7 +11,7 @@ def load_sentence_ja(loads: list[tuple[float | None, int]]) -> str:
     if not loads:
         return ""
     top, cores = max(loads)
-    return (f"1 分間のロードアベレージ（os.getloadavg）は最大 {top:.1f} で、使えるコア {cores} "
+    return (f"1 分間のロードアベレージ（os.getloadavg）は最大 {top:.1f} で、使えるコア数（{cores}）"
             + ("を超えていました（計測中に、スレッドが CPU の空きを待っていました）" if top > cores else
                "以下でした（ただし、1 分間の平均なので短い負荷の山は隠れます）"))
 

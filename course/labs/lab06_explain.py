@@ -10,14 +10,10 @@ readings of lesson 6 §6-§7 that interpret a measurement::
     print(verdicts(kernel_predictions(kernel_rows) + batch_predictions(res)))   # lesson §7
     print(quality_reading(rows)); print(verdicts(quality_predictions(rows)))    # lesson §6, lab
 
-The CPU mechanism behind 課題1: the engine's INT8 layer runs `_weight_int8pack_mm` for steps of at most
-INT8PACK_MAX_ROWS rows, whose time grows about in proportion to the rows on the course's CPUs, and above that
-dequantizes the whole weight to BF16 every step before a matmul (an engine choice: a fused W8A16 GEMM on a GPU does
-not pay that). Every run of 課題1 re-measures batch 1, so the spread of those batch-1 ratios is the noise the verdict
-allows for (task1_margin); the batch-1 ratio itself is diluted by the time outside the linear layers, the same in both
-settings, so it is not the single-kernel ratio. BF16 takes ATen's matrix-vector kernel for one row and oneDNN's
-pre-packed matmul for more. 課題3 scores the rows without the outlier against the original weight: the relative error of
-the whole matrix would divide by a norm the outlier itself inflates.
+課題1's CPU mechanism: INT8 runs `_weight_int8pack_mm` up to INT8PACK_MAX_ROWS rows (time ~ rows here) and above
+that dequantizes the whole weight every step (an engine choice; a fused W8A16 GPU GEMM does not pay it). Each run
+re-measures batch 1: the spread of those ratios is the noise allowed for (task1_margin). 課題3 scores the rows
+without the outlier against the original weight (a whole-matrix error would divide by the outlier's own norm).
 """
 from __future__ import annotations
 
@@ -84,9 +80,27 @@ def batch1_note(first: dict, runs: dict[int, dict]) -> str:
     same configuration measured again, so a gap between them is noise, not a mechanism."""
     med, lo, hi = batch1_spread(task1_rows(runs))
     x = first["ratios"]["tpot_b1"]
-    where = "の範囲の中" if lo <= x <= hi else "の範囲の外（同じ設定でも、測るときの負荷でこれだけ変わります）"
+    where = "の範囲の中" if lo <= x <= hi else ("の範囲の外（同じ設定でも、測るときの条件でこれだけ変わります。候補のほかの"
+                                                "負荷と CPU のクロックは、この実行からは分けられません）")
     return (f"同じバッチ 1 の設定を測り直した比: 最初の実行 {x:.2f}、課題1の {len(runs)} 回 {lo:.2f}〜{hi:.2f}"
             f"（中央値 {med:.2f}）。最初の実行は課題1{where}")
+
+
+def memory_reading(far: list[dict], runs: dict[int, dict], near: list[dict] = ()) -> str:
+    """The 1-row int8pack / BF16 in cache (``near``), from memory (``far``) and the engine's batch-1 ratios in one line:
+    INT8 slower from memory yet faster in the engine means the gain is not half the DRAM bytes (reviews11 ch06 #7)."""
+    f1 = next(r["int8pack_over_bf16"] for r in far if r["rows"] == 1)
+    n1 = next((r["int8pack_over_bf16"] for r in near if r["rows"] == 1), None)
+    _, lo, hi = batch1_spread(task1_rows(runs))
+    head = ("1 行の int8pack ÷ BF16: " + (f"キャッシュに収まる大きさ {n1:.2f}、" if n1 is not None else "")
+            + f"メモリから読む大きさ {f1:.2f}。エンジンのバッチ 1 の比 {lo:.2f}〜{hi:.2f}。")
+    if f1 > 1 + NOISE_MARGIN and hi < 1 - NOISE_MARGIN:
+        return head + ("メモリから読む条件では INT8 のカーネルが遅いのに、エンジンでは INT8 が速いので、エンジンの得は DRAM から"
+                       "読むバイト数が半分になることでは説明できません。候補は、既定モデルの小さな重みが CPU のキャッシュに残り、"
+                       "キャッシュの中の比に近い条件で動いていることです（エンジンの中では測っていません）")
+    if f1 < 1 - NOISE_MARGIN and hi < 1 - NOISE_MARGIN:
+        return head + "メモリから読む条件でも INT8 のカーネルが速いので、読むバイト数の得もエンジンの得の候補に残ります"
+    return head + f"この組み合わせからは、エンジンの得がどの条件の比から来るかを決められません（差の目安 {NOISE_MARGIN}）"
 
 
 def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
@@ -107,16 +121,12 @@ def task1_predictions(runs: dict[int, dict]) -> list[Prediction]:
     return under_load([          # within the noise (no judged batch below median - margin, or near NEAR_ONE): undecided
         Undecided(t1, None, m1, noise) if not up and not any(r["bB"] < med - margin for r in judged) else
         Prediction(t1, up, m1,
-                   f"まず負荷の揺れです（同じ設定のバッチ 1 の比が {lo:.2f}〜{hi:.2f}）。負荷の警告を確かめ、repeats を増やして測り直します。揺れが"
-                   "小さいのに外れたときは、上のカーネルの表で int8pack の列が行数とともに伸びるかを見ます（伸びていなければ、この CPU の "
-                   "`_weight_int8pack_mm` は行をまとめても速い）。もう1つの候補は重みの置き場所です。カーネルの表は重みが CPU のキャッシュにある"
-                   "条件で、エンジンの1ステップは全層の重みを読みます。INT8 の重みは小さく、キャッシュに収まる割合の得が int8pack の遅さを打ち消す"
-                   "ことがあります（エンジンの中では測っていません）。「重みをメモリから読む大きさ」の行と上の表で int8pack ÷ BF16 が違えば、その手がかりです"),
+                   f"まず測定の揺れです（同じ設定のバッチ 1 の比が {lo:.2f}〜{hi:.2f}）。repeats を増やして測り直します。揺れが小さいのに外れたら、"
+                   "カーネルの表で int8pack の列が行数とともに伸びるかを見ます。もう1つの候補は重みの置き場所です（上の「1 行の int8pack ÷ BF16」の行）"),
         Undecided(t2, None, m2, noise) if abs(last["bB"] - NEAR_ONE) <= margin else
         Prediction(t2, last["bB"] >= NEAR_ONE, m2,
-                   "まず負荷の揺れ（同じ設定を測り直して比べる）。揺れでなければ、この CPU では「逆量子化してから"
-                   "行列積」が BF16 の行列積と同じくらい速く、重みのバイト数の得が残っている。上のカーネルの表の "
-                   "32 行の行で、逆量子化と BF16 の列を比べる"),
+                   "まず測定の揺れ（同じ設定を測り直して比べる）。揺れでなければ、この CPU では「逆量子化してから行列積」が"
+                   "BF16 の行列積と同じくらい速い。カーネルの表の 32 行の行で、逆量子化と BF16 の列を比べる"),
     ], *(r.get("load") for r in runs.values()))      # a disturbed run: 判定できません
 
 
@@ -148,8 +158,7 @@ def batch_predictions(res: dict, b1_again=(), kernel_b1=()) -> list[Prediction]:
     runs = [res, *(r for r in b1_again if isinstance(r, dict))]
     b1s = [res["ratios"]["tpot_b1"], *(r["ratios"]["tpot_b1"] if isinstance(r, dict) else r for r in b1_again)]
     rows = [{"b1": x} for x in b1s]
-    med, lo, hi = batch1_spread(rows)
-    margin = task1_margin(rows)
+    (med, lo, hi), margin = batch1_spread(rows), task1_margin(rows)
     bB, b = res["ratios"]["tpot_bB"], res["batch"]
     text = f"バッチ {b} の TPOT の比（INT8 ÷ BF16）はバッチ 1 の比（中央値）より揺れの幅を超えて大きく、{NEAR_ONE} 以上"
     measured = (f"バッチ 1 で {'、'.join(f'{x:.2f}' for x in b1s)}（{len(b1s)} 回の中央値 {med:.2f}、揺れの幅 {margin:.2f}）、"
@@ -172,7 +181,9 @@ def growth(rows: list[dict], key: str) -> tuple[float, float]:
 
 
 def kernel_predictions(rows: list[dict], shape: str = "") -> list[Prediction]:
-    """int8pack's time grows about in proportion to the rows (exponent >= 0.7 on log-log), BF16's far less."""
+    """int8pack's time ~ rows (log-log exponent >= 0.7) and, at the most rows, more per row than BF16; from the first
+    count >= 2 where two exist (BF16's 1 row is ATen's mat-vec: an exponent from it measures the switch, reviews11 #3)."""
+    rows = [r for r in rows if r["rows"] >= 2] if sum(r["rows"] >= 2 for r in rows) >= 2 else rows
     t8, r = growth(rows, "int8pack_us")
     tb, _ = growth(rows, "bf16_us")
     if math.isnan(t8):
@@ -180,13 +191,14 @@ def kernel_predictions(rows: list[dict], shape: str = "") -> list[Prediction]:
                            "この CPU では `_weight_int8pack_mm` が確認に通らず、測っていない",
                            "エンジンはこの CPU では INT8 をいつも逆量子化してから計算します")]
     e8, eb = math.log(t8) / math.log(r), math.log(tb) / math.log(r)
-    first, last = rows[0]["rows"], rows[-1]["rows"]
+    first, z, last = rows[0]["rows"], rows[-1], rows[-1]["rows"]
     return [Prediction(f"{shape}行数 {first} → {last} で、int8pack の時間は行数にほぼ比例して伸び（伸びの指数 0.7 以上）、"
-                       "BF16 の伸びはそれより小さい",
-                       e8 >= 0.7 and eb < e8,
-                       f"int8pack {t8:.1f} 倍、BF16 {tb:.1f} 倍（行数は {r:.0f} 倍。指数 {e8:.2f}、{eb:.2f}）",
-                       "まず負荷の揺れです。1 行の時間が負荷で長く出ると、伸びは小さく見えます（負荷の警告を確かめ、"
-                       "測り直す）。測り直しても同じなら、この CPU の `_weight_int8pack_mm` は行をまとめて計算できていて、"
+                       f"{last} 行では1行あたりの時間が BF16 より長い",
+                       e8 >= 0.7 and z["int8pack_us"] > z["bf16_us"],
+                       f"int8pack {t8:.1f} 倍、BF16 {tb:.1f} 倍（行数は {r:.0f} 倍。指数 {e8:.2f}、{eb:.2f}）、{last} 行で1行あたり "
+                       f"int8pack {z['int8pack_us'] / last:.1f} µs、BF16 {z['bf16_us'] / last:.1f} µs",
+                       "まず測定の揺れを疑います（ほかの負荷、CPU のクロック、最初の呼び出しの準備。この実行からは分けられません）。"
+                       "測り直しても同じなら、この CPU の `_weight_int8pack_mm` は行をまとめて計算できていて、"
                        "エンジンの INT8PACK_MAX_ROWS（16 行）の切り替えは、このマシンには合わないかもしれない")]
 
 
@@ -220,9 +232,8 @@ def outlier_rows(w, factor: float = 50.0, fmts=OUTLIER_FORMATS) -> list[dict]:
     """w[0, 0] set to factor x max|w|; per format the relative error of the other rows (w[1:]) against
     the original w, before and after, and of the outlier row's other values."""
     from course.demos import formats
-    w_out = w.clone()
+    w_out, rows = w.clone(), []
     w_out[0, 0] = factor * w.abs().max()
-    rows = []
     for f in fmts:
         q, q_out = formats.fake_quantize(w, f)[0], formats.fake_quantize(w_out, f)[0]
         rows.append({"format": f, "label": formats.FORMATS[f][0], "factor": factor,
@@ -241,13 +252,8 @@ def outlier_table(rows: list[dict]) -> str:
 
 def outlier_predictions(rows: list[dict]) -> list[Prediction]:
     by = {r["format"]: r for r in rows}
-
-    def k(f: str) -> float:
-        return by[f]["rest_after"] / by[f]["rest_before"]
-
-    def show(fs) -> str:
-        return "、".join(f"{f} {100 * by[f]['rest_before']:.2f} → {100 * by[f]['rest_after']:.2f} %" for f in fs)
-
+    k = lambda f: by[f]["rest_after"] / by[f]["rest_before"]  # noqa: E731
+    show = lambda fs: "、".join(f"{f} {100 * by[f]['rest_before']:.2f} → {100 * by[f]['rest_after']:.2f} %" for f in fs)  # noqa: E731,E501
     return [
         Prediction("テンソル全体で1つのスケールの INT8（int8_tensor）では、ほかの行の誤差が2倍以上に増える",
                    k("int8_tensor") >= 2, show(["int8_tensor"]),
@@ -291,9 +297,3 @@ def quality_predictions(rows: list[dict], tol: float = QUALITY_TOLERANCE) -> lis
                               "読ませた文章が短く、確率が拮抗する位置がなかった。max_chars を増やす"))
     return out
 
-
-__all__ = ["CONTAINED", "JUDGED_MIN_BATCH", "KV_TOLERANCE", "NEAR_ONE", "NOISE_MARGIN", "OUTLIER_FORMATS",
-           "PER_WEIGHT_MAX", "QUALITY_TOLERANCE", "TASK1_BATCHES", "TASK2_TOKENS", "UNDECIDED", "Undecided",
-           "batch1_note", "batch1_spread", "batch_predictions", "growth", "kernel_predictions", "outlier_predictions",
-           "outlier_rows", "outlier_table", "quality_predictions", "quality_reading", "task1_margin",
-           "task1_predictions", "task1_rows", "task1_table", "task2_predictions", "task2_table"]

@@ -75,6 +75,21 @@ def test_lesson_batch_and_kernel_verdicts_follow_the_numbers():
     assert not ex.kernel_predictions(flat)[0].held
     nan = [{**r, "int8pack_us": float("nan")} for r in rows]           # the kernel failed its probe
     assert not ex.kernel_predictions(nan)[0].held
+    # reviews11 ch06 #3: the growth starts at 8 rows (BF16's 1 row is ATen's mat-vec); judged on per-row cost at 256
+    four = [{"rows": 1, "int8pack_us": 35.17, "bf16_us": 75.34}, {"rows": 8, "int8pack_us": 134.0, "bf16_us": 71.5},
+            {"rows": 32, "int8pack_us": 530.0, "bf16_us": 195.0}, {"rows": 256, "int8pack_us": 4292.13, "bf16_us": 1338.02}]
+    v = ex.kernel_predictions(four)[0].verdict()
+    assert "行数 8 → 256" in v and "1行あたり int8pack 16.8 µs、BF16 5.2 µs" in v and ex.kernel_predictions(four)[0].held
+    assert not ex.kernel_predictions([*four[:3], {**four[3], "int8pack_us": 1200.0}])[0].held
+
+
+def test_memory_reading_sets_the_three_ratios_together():
+    good = {2: run(0.83, 0.81), 8: run(0.85, 1.10), 32: run(0.85, 1.20)}
+    far = [{"rows": 1, "int8pack_over_bf16": 1.29}, {"rows": 8, "int8pack_over_bf16": 2.40}]
+    line = ex.memory_reading(far, good, near=[{"rows": 1, "int8pack_over_bf16": 0.47}])
+    assert "キャッシュに収まる大きさ 0.47、メモリから読む大きさ 1.29" in line and "説明できません" in line
+    assert "候補に残ります" in ex.memory_reading([{"rows": 1, "int8pack_over_bf16": 0.6}], good)
+    assert "決められません" in ex.memory_reading([{"rows": 1, "int8pack_over_bf16": 1.02}], good)
 
 
 def cap(users: dict[str, int]) -> list[dict]:
@@ -217,7 +232,8 @@ def test_saved_quality_verdicts_agree_with_their_numbers(rel):
     agree(saved, ex.quality_predictions(rows))
 
 
-KGROW = re.compile(r"^(.*?: )?行数 (\d+) → (\d+) で.*int8pack ([\d.]+) 倍、BF16 ([\d.]+) 倍")
+KGROW = re.compile(r"^(.*?: )?行数 (\d+) → (\d+) で.*int8pack ([\d.]+) 倍、BF16 ([\d.]+) 倍"
+                   r"(?:.*1行あたり int8pack ([\d.]+) µs、BF16 ([\d.]+) µs)?")
 BATCH = re.compile(r"バッチ 1 で ([\d.、]+)（\d+ 回の.*?）、バッチ (\d+) で ([\d.]+)")
 
 
@@ -226,9 +242,10 @@ def test_lesson6_saved_kernel_and_batch_verdicts_agree_with_their_numbers():
     assert len(saved) == 3, saved
     derived = []
     for line in saved[:2]:
-        _, r0, r1, t8, tb = KGROW.match(line.split("：", 1)[1]).groups()
-        rows = [{"rows": int(r0), "int8pack_us": 1.0, "bf16_us": 1.0},
-                {"rows": int(r1), "int8pack_us": float(t8), "bf16_us": float(tb)}]
+        _, r0, r1, t8, tb, p8, pb = KGROW.match(line.split("：", 1)[1]).groups()
+        z8, zb = (float(p8) * int(r1), float(pb) * int(r1)) if p8 else (float(t8), float(tb))   # per-row µs
+        rows = [{"rows": int(r0), "int8pack_us": z8 / float(t8), "bf16_us": zb / float(tb)},
+                {"rows": int(r1), "int8pack_us": z8, "bf16_us": zb}]
         derived += ex.kernel_predictions(rows)
     b1, b, bB = BATCH.search(saved[2]).groups()
     b1s = [float(x) for x in b1.split("、")]
@@ -244,11 +261,11 @@ def test_an_undecided_batch_verdict_names_the_load_the_repeats_and_a_ratio_no_ke
     p = ex.batch_predictions(run_(1.66), [run_(0.61, load=1.4, reps=(0.6, 0.7)), run_(1.06)], kernel_b1=[0.43, 0.40])[0]
     v = p.verdict()
     assert isinstance(p, ex.Undecided) and v.startswith(ex.UNDECIDED), v
-    assert "ロードアベレージ（os.getloadavg）は最大 2.6 で、使えるコア 2 を超えて" in v
+    assert "ロードアベレージ（os.getloadavg）は最大 2.6 で、使えるコア数（2）を超えて" in v
     assert "1.20〜1.90、0.60〜0.70、1.20〜1.90" in v
     assert "バッチ 1 の比 1.66 は、INT8 のカーネルで説明できる範囲を超えて" in v and "0.40〜0.43" in v
     quiet = ex.batch_predictions(run_(1.00, bB=1.02, load=0.8), [0.98, 1.01])[0].verdict()
-    assert "使えるコア 2 以下" in quiet and "説明できる範囲を超えて" not in quiet
+    assert "使えるコア数（2）以下" in quiet and "説明できる範囲を超えて" not in quiet
 
 
 DISTURBED = {"disturbed": True, "warning": "⚠ 計測のあいだ…", "during": {"other_cores": 1.4, "steal_cores": 0.0}}
