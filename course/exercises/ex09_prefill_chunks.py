@@ -180,7 +180,8 @@ def check(fn, ctx=None) -> list:
         out.append(case("エンジンの chunked prefill と同じ計画か（計測）", f"prompt_len={L}, decode_batch={d}, "
                         f"max_num_batched_tokens={b}", f"エンジンのチャンク {chunks}（最も長いステップ {worst * 1000:.1f} ms）",
                         repr(plan), plan == chunks, "エンジンが実際に分けたチャンクと、あなたの計画が違います。"
-                        "エンジンは前から残りの予算いっぱいに詰め、端数を最後に置きます。"))
+                        "エンジンは前から残りの予算いっぱいに詰め、端数を最後に置きます"
+                        "（Sarathi-Serve のようにほぼ同じ大きさに分ける計画も正しい計画ですが、このエンジンの順番とは違います）。"))
     return out
 
 

@@ -5,7 +5,8 @@ A setup dict has ``budget`` (None for Disaggregation), ``median_itl_ms`` and ``i
 after the start, gap in ms) per short request's output token. The engine stamps every output of a step with one
 ``now`` (minimal_engine/engine/scheduler.py ``_append``), so the gaps of the requests decoding in the step that
 produced a long prompt's first token end exactly at that first token's time. Used by lab09_explain (readings)
-and lab09_tasks (the tasks' predictions).
+and lab09_tasks (the tasks' predictions); the sentences placing long gaps beyond stall_bound (excess_where) and
+naming a load the watch did not see (other_load) are here so lab09_explain stays within the layout limit.
 """
 from __future__ import annotations
 
@@ -79,5 +80,32 @@ def p99_sources(r: dict) -> tuple[int, int] | None:
     return sum(c for _, c in tagged[:k]), k
 
 
-__all__ = ["BUSY", "STALL_FACTOR", "gaps", "p99_needs", "p99_sources", "prefill_gaps", "singles", "stall_bound",
-           "stall_share", "step_split"]
+def other_load(res: dict) -> str:
+    """How the readings name other programs: the load watch ran and saw none -> only a load too short for it."""
+    return "負荷の監視にかからない短い負荷" if (res.get("load") or {}).get("disturbed") is False else "ほかのプログラムの負荷"
+
+
+def excess_where(res: dict, r: dict, extra: int) -> str:
+    """Where the long gaps beyond stall_bound lie, with no cause asserted: those outside every prefill window
+    (arrival < t <= first token) that end in the step right after a long prompt's first token (the first step in
+    which that prompt decodes with the others: the first gap ending after its first token), and the rest. The
+    candidates are named only; the run cannot separate them."""
+    thr = STALL_FACTOR * r["median_itl_ms"]
+    wins = list(zip(r.get("long_arrivals_s") or [], r.get("long_first_token_s") or []))
+    pts = r["itl_points"]
+    nxt = {min((t for t, _ in pts if t > f), default=None) for _, f in wins} - {None}
+    out_long = [(t, g) for t, g in pts if g > thr and not any(a < t <= f for a, f in wins)]
+    after = sum(t in nxt for t, _ in out_long)
+    out = f"それを超える {extra} 個の長い間隔は、Prefill と同じステップの外にあります。"
+    if wins and after:
+        out += (f"そのうち {after} 個は、長いプロンプトの最初のトークンの直後のステップ（そのプロンプトが初めてほかの"
+                "リクエストと一緒に Decode されるステップ）の間隔です。")
+    cands = "CPU のクロックの変化、Python のガベージコレクション、" + other_load(res)
+    if wins and after:
+        cands = ("長いプロンプトが加わって Decode の件数と文脈の長さが増えたこと、直前の Prefill の大きな一時バッファの解放や"
+                 "CPU のキャッシュの入れ替え、" + cands)
+    return out + f"この実行では原因を区別できません（候補は、{cands}です）。"
+
+
+__all__ = ["BUSY", "STALL_FACTOR", "excess_where", "gaps", "other_load", "p99_needs", "p99_sources", "prefill_gaps",
+           "singles", "stall_bound", "stall_share", "step_split"]

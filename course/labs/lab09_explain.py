@@ -14,18 +14,24 @@ and the budget prediction decided by the run (``course.labkit.predictions``); th
 Pure functions of result dicts (no engine, no lab09 import); tests plant contradicting numbers and re-derive
 the saved verdicts. p99 vs the max: a stalled step gives every decoding request one long gap; p99 interpolates at
 rank 0.99 (n - 1), so it is a long gap when at least n - floor(0.99 (n - 1)) gaps are long (``p99_needs``: about
-1 % + 1/n), else only the max shows the stall. Long gaps beyond what prefill can stall (``stall_bound``) are noise.
+1 % + 1/n), else only the max shows the stall. Long gaps beyond what prefill can stall (``stall_bound``) are placed
+(``itl.excess_where``: the step right after a long prompt's first token, or elsewhere), not assigned a cause.
 """
 from __future__ import annotations
 
 import math
 
-from course.labkit.itl import (BUSY, STALL_FACTOR, gaps, p99_needs, p99_sources, prefill_gaps, singles, stall_bound,
-                               stall_share, step_split)
+from course.labkit.itl import (BUSY, STALL_FACTOR, excess_where, gaps, p99_needs, p99_sources, prefill_gaps, singles,
+                               stall_bound, stall_share, step_split)
+from course.labkit.itl import other_load as _other_load
 from course.labkit.predictions import Prediction, under_load
 from minimal_engine.engine.metrics import percentile
 
 BLOCK = 16                  # the engine's block size (tokens): the KV moves in whole blocks
+# Full passes over the KV bytes between extract_start and recv_done (minimal_engine/disagg/kv_connector.py and
+# CPython's multiprocessing.connection): the index gather _blocked(k)[:, idx], the inner and the outer torch.stack,
+# the write into the pipe, os.read out of it, BytesIO.write in Connection._recv, bytearray(...) in recv_kv.
+COPIES = 7
 
 
 def stall_reading(res: dict) -> str:
@@ -38,8 +44,7 @@ def stall_reading(res: dict) -> str:
     bound = stall_bound(res, r)
     if bound is not None:
         out += f"長いプロンプトの Prefill と同じステップに入りうる間隔は、この流れでは多くて {bound} 個です"
-        out += (f"。それを超える {k - bound} 個は Prefill と関係のない揺れ（ほかのプログラムの負荷など）です。" if k > bound
-                else "。")
+        out += f"。{excess_where(res, r, k - bound)}" if k > bound else "。"
     out += (f"\np99 は標本を小さい順に並べた 0.99 × ({n} − 1) 番目の値（間は直線で補間）なので、上から {need} 個以上が"
             "長い間隔なら、p99 もそのどれかの値になります。")
     if k >= need and k:
@@ -74,11 +79,6 @@ def mean_reading(res: dict) -> str:
 
 # Disaggregation's decode-only gaps above this x the one engine's: named as not from the prefill process (idle then)
 IDLE_RATIO = 1.3
-
-
-def _other_load(res: dict) -> str:
-    """How the readings name other programs: the load watch ran and saw none -> only a load too short for it."""
-    return "負荷の監視にかからない短い負荷" if (res.get("load") or {}).get("disturbed") is False else "ほかのプログラムの負荷"
 
 
 def _idle_baseline(res: dict, rest: float) -> str:
@@ -119,14 +119,15 @@ def disagg_itl_reading(res: dict, ratio: float = 1.2) -> str:
     if not during or not rest:
         return "（長いプロンプトの Prefill 中か、それ以外の ITL の標本がないので、区間を比べられません）"
     md, mr = percentile(during, 50), percentile(rest, 50)
-    out = (f"Disaggregation の Decode 側の ITL: 長いプロンプトが Prefill のプロセスにいるあいだ（破線〜点線）の中央値"
+    out = (f"Disaggregation の Decode 側の ITL: 長いプロンプトの到着から Decode 側の最初のトークンまで（破線〜点線。Prefill の"
+           f"計算と KV の受け渡し）の中央値"
            f" {md:.1f} ms（{len(during)} 個）、それ以外 {mr:.1f} ms（{len(rest)} 個）で {md / mr:.2f} 倍。")
-    out += ("\n→ Prefill のあいだ ITL が伸びています。考えられる原因は2つです。このマシンでは Prefill のプロセスが Decode の"
+    out += ("\n→ この区間で ITL が伸びています。考えられる原因は2つです。このマシンでは Prefill のプロセスが Decode の"
             f"プロセスと同じコアとメモリ帯域を使うこと（GPU を分ければこの原因はありません）と、{_other_load(res)}です。"
             "1回の実行のこの比だけでは、どちらかは分けられません。Decode のプロセスの KV を受け取るスレッドは、KV が届くまで"
             " CPU を使わずに待つので（`conn.poll`）、この中央値の原因にはなりません。"
             if md > ratio * mr
-            else f"\n→ {md / mr:.2f} 倍で、しきい値の {ratio:g} 倍を下回りました。この実行では、Prefill のあいだに ITL が"
+            else f"\n→ {md / mr:.2f} 倍で、しきい値の {ratio:g} 倍を下回りました。この実行では、この区間で ITL が"
                  "はっきり伸びたとは言えません。")
     out += _idle_baseline(res, mr)
     top = max(pts, key=lambda p: p[1])
@@ -182,9 +183,10 @@ def handoff_reading(hi: dict, d: dict, threads: int | None = None, prefill_threa
     slow = (f"Prefill のプロセスは {prefill_threads} スレッド、1エンジンは {threads} スレッドです。また、{share}"
             if threads is not None and threads != prefill_threads else f"スレッドの数は1エンジンと同じです。{share}")
     c = d.get("copy_ms_long")
-    pipe = ("区間の中でバイト列は数回コピーされます（取り出し、パイプの出入り、受け取り）。"
-            f"このプロセスで同じバイト数を1回コピーすると {c:.2f} ms なので、コピーだけでは 4 回で {4 * round(c, 2):.2f} ms "
-            "程度です。"
+    pipe = (f"区間の中でバイト列は約 {COPIES} 回コピーされます（取り出しのブロックの抜き出しと2回の stack、パイプへの"
+            "書き込みと読み出し、受け取りのバッファへの書き込み、bytearray への変換）。"
+            f"このプロセスで同じバイト数を1回コピーすると {c:.2f} ms なので、コピーだけでは {COPIES} 回で "
+            f"{COPIES * round(c, 2):.2f} ms 程度です。"
             if c is not None else "")
     why = {"待ち": ("Prefill のプロセスで順番を待った時間です。このプロセスは、前の長いプロンプトの Prefill と、その KV の"
                   "送り出しを終えるまで、次のプロンプトを始めません（送り出しは同じステップの中で、送り終えるまで続きます）"),
@@ -207,11 +209,11 @@ def handoff_reading(hi: dict, d: dict, threads: int | None = None, prefill_threa
     return out + f"\n  1エンジンより長くなった分のうち最も大きいのは、{why[top]}。"
 
 
-def budget_reading(res: dict) -> str:
-    lo, hi = singles(res)[0], singles(res)[-1]
+def budget_reading(res: dict, disagg: bool = True) -> str:
+    lo, hi = singles(res)[0], singles(res)[-1]      # disagg=False: the one-engine line only (lesson 2 節)
     out = (f"予算 {hi['budget']} → {lo['budget']}: 短いリクエストの ITL の p99 {hi['p99_itl_ms']:.1f} → "
            f"{lo['p99_itl_ms']:.1f} ms、長いプロンプトの TTFT（平均）{hi['long_ttft_ms']:.0f} → {lo['long_ttft_ms']:.0f} ms")
-    d = res["setups"].get("disagg")
+    d = res["setups"].get("disagg") if disagg else None
     if d:
         diff = d["long_ttft_ms"] - hi["long_ttft_ms"]
         out += (f"\nDisaggregation: ITL の p99 {d['p99_itl_ms']:.1f} ms、長いプロンプトの TTFT {d['long_ttft_ms']:.0f} ms"

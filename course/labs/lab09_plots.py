@@ -71,8 +71,12 @@ def plot_pareto(res: dict):
         # hollow rings, each smaller than the last: setups that land on one spot stay visible as concentric rings
         ax.scatter([r["tok_s_per_user"]], [r["tok_s"]], s=max(30, 160 - 20 * i), facecolors="none",
                    edgecolors=_color(name, i), linewidths=1.6, label=r["label"])
+        # each label sits in one of four corners around its own ring, joined to it by a thin line, so close
+        # rings keep their labels apart and every label points at its ring
+        dx, dy = ((14, 10), (14, -14), (-24, 10), (-24, -14))[i % 4]
         ax.annotate("D" if r["budget"] is None else str(r["budget"]), (r["tok_s_per_user"], r["tok_s"]),
-                    xytext=(6, 4 + 8 * (i % 3)), textcoords="offset points", fontsize=7, color=_color(name, i))
+                    xytext=(dx, dy), textcoords="offset points", fontsize=7, color=_color(name, i),
+                    arrowprops=dict(arrowstyle="-", lw=0.6, color=_color(name, i), shrinkA=0, shrinkB=3))
     pts = [(r["tok_s_per_user"], r["tok_s"]) for r in res["setups"].values()]
     ax.set_xlim(0, max(x for x, _ in pts) * 1.15)
     ax.set_ylim(0, max(y for _, y in pts) * 1.15)

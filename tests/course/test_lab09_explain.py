@@ -57,11 +57,20 @@ def test_p99_rule_counts_samples_near_the_border():
     assert ex.p99_needs(188) == 3 and ex.p99_needs(63) == 2
 
 
-def test_stall_reading_names_gaps_beyond_the_prefill_steps_as_noise():
+def test_stall_reading_places_gaps_beyond_the_prefill_steps():
     # the blind reading's lesson run: 12 long gaps where 2 prompts x 1 step x 4 decodes = 8 can share a prefill
     noisy = setup(512, median=18.3, p99=283.8, mx=283.8, gaps=[18.0] * 176 + [283.8] * 8 + [40.0] * 4)
     text = ex.stall_reading(run(setup(16), noisy, num_long=2, num_decodes=4))
-    assert "12 個（6.4%）" in text and "多くて 8 個" in text and "超える 4 個は Prefill と関係のない揺れ" in text
+    assert "12 個（6.4%）" in text and "多くて 8 個" in text and "超える 4 個の長い間隔は、Prefill と同じステップの外" in text
+    assert "区別できません" in text and "直後のステップ" not in text         # no long-prompt times: placed nowhere
+    # the blind reading's lab run: the 4 extra gaps are the 4 decoders' gaps of the step right after a first token
+    pts = ([(0.001 * i, 5.7) for i in range(90)] + [(0.185, 89.8)] * 4 + [(0.197, 13.0)] * 4
+           + [(0.2 + 0.001 * i, 5.7) for i in range(86)] + [(0.36, 89.8)] * 4)
+    placed = setup(512, median=5.7, p99=89.8, mx=89.8, long_arrivals_s=[0.095, 0.272], long_first_token_s=[0.185, 0.36])
+    placed["itl_points"] = pts
+    text = ex.stall_reading(run(setup(16), placed, num_long=2, num_decodes=4, load={"disturbed": False}))
+    assert "超える 4 個" in text and "そのうち 4 個は、長いプロンプトの最初のトークンの直後のステップ" in text, text
+    assert "負荷の監視にかからない短い負荷" in text and "ほかのプログラムの負荷" not in text, text
     chunked = setup(64, median=18.3, gaps=[18.0] * 188)       # 384 / (64 - 4) -> 7 steps x 2 prompts x 4 decodes
     assert ex.stall_bound({"prompt_len": 384, "num_long": 2, "num_decodes": 4}, chunked) == 56
 
@@ -89,8 +98,8 @@ def test_handoff_reading_names_the_largest_measured_part():
     slow_kv = dict(queued, kv_ms_long=40.0)
     text = ex.budget_reading(run(setup(16), setup(512, ttft=91.0), slow_kv))
     assert "1回コピーすると 0.60 ms" in text and "GIL" in text and "分けられません" in text
-    odd = dict(slow_kv, copy_ms_long=0.349)             # the printed single copy x 4 is the printed total
-    assert "1回コピーすると 0.35 ms なので、コピーだけでは 4 回で 1.40 ms" in ex.budget_reading(
+    odd = dict(slow_kv, copy_ms_long=0.349)             # the printed single copy x COPIES is the printed total
+    assert "1回コピーすると 0.35 ms なので、コピーだけでは 7 回で 2.45 ms" in ex.budget_reading(
         run(setup(16), setup(512, ttft=91.0), odd))
 
 
@@ -109,6 +118,7 @@ def test_budget_reading_names_the_hand_off_only_when_disaggregation_is_slower():
     assert "17 ms 長い" in ex.budget_reading(slower) and "受け渡し" in ex.budget_reading(slower)
     faster = run(setup(16), setup(512, ttft=49), setup(None, ttft=40, kv_ms_long=7.0))
     assert "9 ms 短い" in ex.budget_reading(faster) and "受け渡し" not in ex.budget_reading(faster)
+    assert "Disaggregation" not in ex.budget_reading(slower, disagg=False)     # lesson 2 節: one engine only
 
 
 def test_kv_reading_splits_long_and_short_and_checks_the_formula():
