@@ -218,7 +218,8 @@ def readout_html(res: dict) -> str:
     head = ("同時リクエスト数", "TTFT 実測 [ms]", "TTFT 予測 [ms]", "TPOT 実測 [ms]", "TPOT 予測 [ms]", "出力 tok/s 実測",
             "出力 tok/s 予測", "予測の誤差（tok/s）", "当てはめ", "$/M 出力トークン", "J/token（出力）")
     rows = [(t["concurrency"], f"{t['ttft_ms']:.0f}", f"{t['pred_ttft_ms']:.0f}", f"{t['tpot_ms']:.1f}",
-             f"{t['pred_tpot_ms']:.1f}", f"{t['tok_s']:.1f}", f"{t['pred_tok_s']:.1f}", f"{t['err_tok_s']:+.0%}",
+             f"{t['pred_tpot_ms']:.1f}", f"{t['tok_s']:.1f}", f"{t['pred_tok_s']:.1f}",
+             "0%" if round(t["err_tok_s"] * 100) == 0 else f"{t['err_tok_s']:+.0%}",   # never "-0%"
              "使った" if t["split"] == "fit" else "内挿（予測）", f"{r['usd_per_m_output_tokens']:.3f}",
              f"{r['j_per_output_token']:.3f}") for t, r in zip(res["table"], res["rows"])]
     pk = res["peaks"]

@@ -207,7 +207,7 @@ def slope_verdict(sp: dict) -> str:
         return head + f"{UNDECIDED}：{DISTURBED}。"
     if any(abs(p - 50) <= SHARE_BAND for p in pct) or len({p > 50 for p in pct}) > 1:
         near = f"。compute_eff を当てはめの刻みだけ動かすと {_near_text(sp)}" if sp.get("near") else ""
-        return (head + f"判定できない：2つの項の大きさは近く、どちらが大きいとは言えません（ルーフラインの項 {pct[0]}%{near}。"
+        return (head + f"{UNDECIDED}：2つの項の大きさは近く、どちらが大きいとは言えません（ルーフラインの項 {pct[0]}%{near}。"
                 f"半分 ± {SHARE_BAND} ポイントに入るか、大小が入れ替わる値があります）。"
                 "seq_overhead_us の項は、実測の TPOT からルーフラインの項を引いた残りに当てはめた直線なので、"
                 "ルーフラインの項の割合は compute_eff（TTFT で当てはめた値）しだいで動きます。この実行から言えるのは、"

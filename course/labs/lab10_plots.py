@@ -39,7 +39,7 @@ def plot_frontiers(res: dict | None, dc: dict, title: str = "tok/s/GPU と tok/s
     """Datacenter curves (予測) and, if given, this machine (実測 and 予測, the machine counted as one "GPU").
     Curves named in ``grey`` (made by a fitted constant's form, not by hardware) are drawn grey and dotted."""
     from course.labkit.charts import figure
-    fig, ax = figure(8, 5) if ax is None else (ax.figure, ax)
+    fig, ax = figure(8, 6.5) if ax is None else (ax.figure, ax)
     for label, rows in dc.items():
         ax.plot([r["interactivity"] for r in rows], [r["output_tok_s_per_gpu"] for r in rows], ":" if label in grey
                 else "o-", color="0.6" if label in grey else None, markersize=3, label=f"{label}（予測）")
@@ -53,7 +53,8 @@ def plot_frontiers(res: dict | None, dc: dict, title: str = "tok/s/GPU と tok/s
     ax.set_ylabel("出力 tok/s / GPU")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)   # outside: it hid this machine's points
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, borderaxespad=0)
+    # below the axes: inside, it hid this machine's points; on the right, it took most of the width
     return fig
 
 

@@ -98,6 +98,15 @@ def test_history_readout_and_plots(res):
     assert lab10.plot_frontiers(res, lab10.datacenter_frontiers(concurrencies=(1, 8))) is not None
 
 
+def test_readout_never_prints_minus_zero_percent(res):
+    """reviews11 ch10 #6: an error that rounds to zero prints "0%", not "-0%"."""
+    import copy
+    r = copy.deepcopy(res)
+    r["table"][1]["err_tok_s"] = -0.004
+    html = lab10.readout_html(r)
+    assert "-0%" not in html and ">0%<" in html
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
         lab10.run_pareto_lab(max_concurrency=0)
@@ -133,3 +142,15 @@ def test_refitting_a_fitted_spec_gives_the_same_overheads():
     twice = fit_machine(once, MODEL, rows, 16, 8, "fp32")
     assert twice["layer_overhead_us"] == pytest.approx(once["layer_overhead_us"])
     assert twice["seq_overhead_us"] == pytest.approx(once["seq_overhead_us"])
+
+
+def test_a_point_inside_the_per_gpu_frontier_can_cost_less():
+    """Lesson 10 section 4 (reviews11 ch10 #1): at 30 tok/s/user on 8k/1k, H100x2 TP2 FP8 gives fewer output
+    tok/s/GPU than H200x1 FP8 yet costs less per output token (its $/GPU-hour is lower)."""
+    dc = lab10.datacenter_frontiers(lab10.DC_CONFIGS[:2], input_len=8192, output_len=1024,
+                                    concurrencies=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512])
+    by = {r["label"]: r for r in lab10.cost_at_interactivity(dc, 30)}
+    h100, h200 = by["H100×2 TP2 FP8"], by["H200×1 FP8"]
+    assert h100["output_tok_s_per_gpu"] < h200["output_tok_s_per_gpu"]
+    assert h100["usd_per_gpu_hour"] < h200["usd_per_gpu_hour"]
+    assert h100["usd_per_m_output_tokens"] < h200["usd_per_m_output_tokens"]

@@ -203,10 +203,10 @@ def test_slope_verdict_follows_planted_numbers():
 def test_slope_verdict_is_undecided_for_a_near_tie_or_a_flip_within_one_fit_step():
     """The blind reading's run: 51% roofline, 47% one fit step of compute_eff away: not a finding."""
     tie = ex.slope_verdict(_split(2.3, 2.1, 6.5, share=0.51, near=[(0.75, 0.58), (0.85, 0.47)]))
-    assert "判定できない" in tie and "ルーフラインの項でした" not in tie and "0.85 で 47%" in tie
-    assert "判定できない" in ex.slope_verdict(_split(6.0, 4.0, 6.5, share=0.60))          # on the band's edge
+    assert "判定できません" in tie and "ルーフラインの項でした" not in tie and "0.85 で 47%" in tie
+    assert "判定できません" in ex.slope_verdict(_split(6.0, 4.0, 6.5, share=0.60))          # on the band's edge
     flip = ex.slope_verdict(_split(6.5, 3.5, 6.5, share=0.65, near=[(0.75, 0.72), (0.85, 0.45)]))
-    assert "判定できない" in flip                                                       # one step flips it
+    assert "判定できません" in flip                                                       # one step flips it
     kept = ex.slope_verdict(_split(6.5, 3.5, 6.5, share=0.65, near=[(0.75, 0.72), (0.85, 0.62)]))
     assert "大きい方はルーフラインの項でした" in kept
 
@@ -215,9 +215,9 @@ def test_slope_verdict_is_undecided_when_one_fit_step_lands_in_the_band():
     """The blind reading's second run (2026-12-07b ch10 second #4): 61% roofline, but compute_eff one fit step
     up gives 57%, inside 50 ± 10: the fitted share's side is not a finding."""
     edge = ex.slope_verdict(_split(11.4, 7.2, 1.8, share=0.61, near=[(0.75, 0.66), (0.85, 0.57)]))
-    assert "判定できない" in edge and "ルーフラインの項でした" not in edge and "0.85 で 57%" in edge
+    assert "判定できません" in edge and "ルーフラインの項でした" not in edge and "0.85 で 57%" in edge
     low = ex.slope_verdict(_split(11.4, 7.2, 1.8, share=0.39, near=[(0.75, 0.34), (0.85, 0.43)]))
-    assert "判定できない" in low and "seq_overhead_us の項でした" not in low
+    assert "判定できません" in low and "seq_overhead_us の項でした" not in low
 
 
 def test_tpot_slope_split_adds_up_and_follows_the_overheads(res):
