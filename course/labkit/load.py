@@ -123,6 +123,11 @@ def disturbed(other_cores: float, steal_cores: float, cpu_count: int, threads: i
 DURING_MARK = "⚠ 計測のあいだ、ほかのプログラムが"     # how a disturbed run's warning begins (course.tooling.notebooks)
 
 
+def was_disturbed(*loads: dict | None) -> bool:
+    """True when any of ``loads`` (``LoadWatch.finish()`` dicts, or None for an unwatched run) says ``disturbed``."""
+    return any(bool(load and load.get("disturbed")) for load in loads)
+
+
 def during_warning(other_cores: float, steal_cores: float, cpu_count: int, threads: int) -> str:
     steal = f"（うちハイパーバイザーの steal 約 {steal_cores:.1f} コア）" if steal_cores >= 0.05 else ""
     return (f"{DURING_MARK}平均 約 {other_cores + steal_cores:.1f} コアを使っていました{steal}"
@@ -194,4 +199,4 @@ def sweep_warnings(rows: list[dict], key: str = "tok_s", tolerance: float = DROP
 
 
 __all__ = ["BUSY_MIN_CORES", "CROWDED", "DROP_TOLERANCE", "SAMPLE_S", "DURING_MARK", "LoadWatch", "check_load", "disturbed",
-           "during_warning", "load_warning", "sample_cpu_load", "sweep_warnings", "usable_cpus"]
+           "during_warning", "load_warning", "was_disturbed", "sample_cpu_load", "sweep_warnings", "usable_cpus"]

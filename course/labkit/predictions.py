@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from course.labkit.load import was_disturbed
+
 HELD = "予想どおり"
 MISSED = "予想と違う"
 UNDECIDED = "判定できません"
@@ -51,7 +53,7 @@ class Disturbed(Prediction):
 def under_load(predictions: list[Prediction], *loads: dict | None) -> list[Prediction]:
     """The predictions as they stand after the load checks of the runs they were decided on: each decided
     one becomes ``Disturbed`` when any of ``loads`` (a lab result's ``load``) says ``disturbed``."""
-    if not any(load and load.get("disturbed") for load in loads):
+    if not was_disturbed(*loads):
         return list(predictions)
     return [p if p.held is None else Disturbed(p.text, None, p.measured, p.otherwise, p.basis) for p in predictions]
 

@@ -30,7 +30,7 @@ import time
 from course import labkit
 from course.labkit.charts import figure
 from course.labkit.history import to_csv
-from course.labkit.load import LoadWatch
+from course.labkit.load import LoadWatch, was_disturbed
 from course.labkit.measure import check_repeats
 from course.labkit.tables import history_table, table_html, warnings_html
 from course.demos.no_cache import generate_no_cache, next_token_logits
@@ -287,7 +287,7 @@ def plot_steps(res: dict):
     ax2.grid(alpha=0.3)
     name = "既定モデル" if res["model"] == "default" else res["model"]
     busy = "\n⚠ 計測のあいだにほかのプログラムが CPU を使っていました。この図の時間は乱れているかもしれません" \
-        if (res.get("load") or {}).get("disturbed") else ""
+        if was_disturbed(res.get("load")) else ""
     fig.suptitle(f"{name}・プロンプト {res['prompt_len']} + 出力 {res['output_len']} トークン・{res['threads']} スレッド"
                  + (f"・繰り返し {res['repeats']} 回の中央値" if res["repeats"] > 1 else "") + busy,
                  fontsize=11, color="firebrick" if busy else "black")

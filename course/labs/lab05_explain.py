@@ -39,6 +39,7 @@ ones a 2-4 core CPU shows:
 from __future__ import annotations
 
 from course.labkit import hf_gap, linear_rows
+from course.labkit.load import was_disturbed
 from course.labkit.predictions import DISTURBED, UNDECIDED, Prediction
 from course.labkit.policy_floor import floor_line, stands_out, tpot_floor_line
 from course.labkit.spread import RETRY, decide, order, ratio_span
@@ -166,7 +167,7 @@ def run_reading(res: dict) -> str:
     """A run's reading: continuous vs static against the repeats' range and the step-count ratio, transformers
     vs the engine's static policy, and how far one request moves the goodput."""
     r = run_rows(res)
-    lines = [f"{UNDECIDED}：{DISTURBED}。下の読みは参考です。"] if (res.get("load") or {}).get("disturbed") else []
+    lines = [f"{UNDECIDED}：{DISTURBED}。下の読みは参考です。"] if was_disturbed(res.get("load")) else []
     lines.append(_gap_sentence(r))
     if "hf_ratio" in r:
         lines.append(_hf_sentence(r, res.get("engine_kernels")))

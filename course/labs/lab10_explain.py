@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from course.labkit.load import was_disturbed
 from course.labkit.predictions import DISTURBED, UNDECIDED
 from minimal_engine.calculators.simulator import get_sim_model, simulate_batch
 from minimal_engine.tools.sim_calibration import fit_machine, fit_machine_all, machine_table
@@ -23,8 +24,7 @@ EFF_STEP = 0.05        # fit_machine_all searches compute_eff on this grid step 
 SHARE_BAND = 10        # roofline share within 50 ± this many points: the two terms are the same size (undecided)
 
 
-def disturbed(res: dict) -> bool:    # other programs crowded the run (res["load"], LoadWatch): 判定できません
-    return bool((res.get("load") or {}).get("disturbed"))
+def disturbed(res: dict) -> bool: return was_disturbed(res.get("load"))   # crowded run (LoadWatch): 判定できません
 
 
 def constants_rows(res: dict) -> list[dict]:

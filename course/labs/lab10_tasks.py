@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from course.labkit.load import was_disturbed
 from course.labkit.predictions import Prediction
 from course.labkit.spread import decide, order, span
 from minimal_engine.calculators.sim_tables import inferencex_cost_inputs
@@ -160,7 +161,7 @@ def paired_growth(short: dict, long: dict, growth: list[dict], repeats: int = 3,
         for _ in range(repeats):
             a, b = measure(short["prompt_len"], r), measure(long["prompt_len"], r)
             diffs.append(b["tpot_ms"] - a["tpot_ms"])
-            disturbed |= any((m.get("load") or {}).get("disturbed") for m in (a, b))
+            disturbed |= was_disturbed(a.get("load"), b.get("load"))
         out.append({"concurrency": r, "paired": sorted(diffs), "separate": g["measured"][1] - g["measured"][0],
                     "predicted": g["predicted"][1] - g["predicted"][0], "disturbed": disturbed})
     return out

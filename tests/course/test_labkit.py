@@ -98,6 +98,8 @@ def test_disturbed_rule():
     assert load.disturbed(0.6, 0.3, 2, 1)              # 0.9 cores taken + 1 thread > 90 % of 2 cores
     assert not load.disturbed(1.0, 0.0, 16, 8)         # plenty left
     assert load.disturbed(0.0, 1.0, 2, 1)              # the hypervisor's steal alone
+    assert not load.was_disturbed(None, {"disturbed": False})          # unwatched or quiet runs
+    assert load.was_disturbed(None, {"disturbed": False}, {"disturbed": True})
 
 
 def _spin(seconds: float, detach: bool):
